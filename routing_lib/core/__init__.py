@@ -1,0 +1,1 @@
+"""The route state machine, pure Python: no Spark, no Delta, no I/O."""

@@ -1,0 +1,216 @@
+"""One broker group's slice of the NameServer's five route tables, and its transitions.
+
+This mirrors RocketMQ 5.x `RouteInfoManager` (registerBroker, unRegisterBroker,
+scanNotActiveBroker/onChannelDestroy) restricted to one brokerName. The fleet's tables are the
+union of every group's slice; that is exact as long as a broker address belongs to one group,
+which is how RocketMQ fleets are deployed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from schemas.route_event import (
+    DEFAULT_HEARTBEAT_TIMEOUT_MILLIS,
+    HeartbeatEvent,
+    RegisterEvent,
+    UnregisterEvent,
+)
+
+Event = RegisterEvent | HeartbeatEvent | UnregisterEvent
+
+MASTER_ID = 0
+PERM_WRITE = 0x2
+PERM_READ = 0x4
+
+BrokerKey = tuple[str, str]  # (clusterName, brokerAddr): RocketMQ's BrokerAddrInfo
+
+
+@dataclass(frozen=True)
+class DataVersion:
+    state_version: int = 0
+    timestamp: int = 0
+    counter: int = 0
+
+
+@dataclass(frozen=True)
+class QueueData:
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int
+
+
+@dataclass(frozen=True)
+class BrokerLive:
+    last_update_timestamp: int
+    heartbeat_timeout_millis: int
+    data_version: DataVersion
+    ha_server_addr: str | None
+
+    @property
+    def deadline(self) -> int:
+        """The broker expires at any time strictly after this."""
+        return self.last_update_timestamp + self.heartbeat_timeout_millis
+
+
+@dataclass
+class BrokerData:
+    cluster: str
+    broker_addrs: dict[int, str] = field(default_factory=dict)
+    enable_acting_master: bool = False
+    zone_name: str | None = None
+
+
+@dataclass(frozen=True)
+class RouteFlags:
+    """NamesrvConfig switches that change the state machine."""
+
+    delete_topic_with_broker_registration: bool = False
+
+
+@dataclass
+class GroupRoutes:
+    """brokerAddrTable[name], clusterAddrTable entries naming it, topicQueueTable[*][name],
+    and the brokerLiveTable / filterServerTable rows of the group's addresses."""
+
+    broker_name: str
+    broker_data: BrokerData | None = None
+    clusters: set[str] = field(default_factory=set)
+    topics: dict[str, QueueData] = field(default_factory=dict)
+    live: dict[BrokerKey, BrokerLive] = field(default_factory=dict)
+    filter_servers: dict[BrokerKey, list[str]] = field(default_factory=dict)
+
+    def is_empty(self) -> bool:
+        return not (self.broker_data or self.clusters or self.topics or self.live
+                    or self.filter_servers)
+
+    # -- REGISTER_BROKER ------------------------------------------------------------------
+    def register(self, event: RegisterEvent, now: int, flags: RouteFlags) -> bool:
+        """Apply a full registration; False when rejected for a stale stateVersion."""
+        cluster, addr, broker_id = event.clusterName, event.brokerAddr, event.brokerId
+        self.clusters.add(cluster)
+        register_first = self.broker_data is None
+        if self.broker_data is None:
+            self.broker_data = BrokerData(cluster=cluster)
+        data = self.broker_data
+        old_version_broker = event.enableActingMaster is None
+        data.enable_acting_master = bool(event.enableActingMaster)
+        data.zone_name = event.zoneName
+        addrs = data.broker_addrs
+
+        # Role switch: one address holds one id, so drop its other ids first.
+        for stale_id in [i for i, a in addrs.items() if a == addr and i != broker_id]:
+            del addrs[stale_id]
+
+        version = _data_version(event)
+        holder = addrs.get(broker_id)
+        if holder is not None and holder != addr:
+            holder_live = self.live.get((cluster, holder))
+            if holder_live and holder_live.data_version.state_version > version.state_version:
+                self.live.pop((cluster, addr), None)
+                return False
+
+        previous_addr = addrs.get(broker_id)
+        addrs[broker_id] = addr
+        register_first = register_first or not previous_addr
+
+        is_master = broker_id == MASTER_ID
+        is_prime_slave = not old_version_broker and not is_master and broker_id == min(addrs)
+        if is_master or is_prime_slave:
+            self._apply_topic_config(event, version, register_first, is_prime_slave, flags)
+
+        self.live[(cluster, addr)] = BrokerLive(
+            last_update_timestamp=now,
+            heartbeat_timeout_millis=event.heartbeatTimeoutMillis
+            or DEFAULT_HEARTBEAT_TIMEOUT_MILLIS,
+            data_version=version,
+            ha_server_addr=event.haServerAddr,
+        )
+        if event.filterServerList is not None:
+            if event.filterServerList:
+                self.filter_servers[(cluster, addr)] = list(event.filterServerList)
+            else:
+                self.filter_servers.pop((cluster, addr), None)
+        return True
+
+    def _apply_topic_config(self, event: RegisterEvent, version: DataVersion,
+                            register_first: bool, is_prime_slave: bool,
+                            flags: RouteFlags) -> None:
+        table = event.topicConfigTable
+        if flags.delete_topic_with_broker_registration:
+            for topic in [t for t in self.topics if t not in table]:
+                del self.topics[topic]
+        previous = self.live.get((event.clusterName, event.brokerAddr))
+        version_changed = previous is None or previous.data_version != version
+        wipe_write = is_prime_slave and self.broker_data is not None \
+            and self.broker_data.enable_acting_master
+        for config in table.values():
+            if register_first or version_changed or config.topicName not in self.topics:
+                perm = config.perm & ~PERM_WRITE if wipe_write else config.perm
+                self.topics[config.topicName] = QueueData(
+                    config.readQueueNums, config.writeQueueNums, perm, config.topicSysFlag)
+
+    # -- BROKER_HEARTBEAT -----------------------------------------------------------------
+    def heartbeat(self, cluster: str, addr: str, now: int) -> bool:
+        live = self.live.get((cluster, addr))
+        if live is None:
+            return False
+        self.live[(cluster, addr)] = replace(live, last_update_timestamp=now)
+        return True
+
+    # -- UNREGISTER_BROKER ----------------------------------------------------------------
+    def unregister(self, cluster: str, addr: str) -> None:
+        self.live.pop((cluster, addr), None)
+        self.filter_servers.pop((cluster, addr), None)
+        data = self.broker_data
+        if data is None:
+            return
+        for broker_id in [i for i, a in data.broker_addrs.items() if a == addr]:
+            del data.broker_addrs[broker_id]
+        if not data.broker_addrs:
+            # The group is gone: its name leaves the cluster and every topic.
+            self.broker_data = None
+            self.clusters.discard(cluster)
+            self.topics.clear()
+        elif data.enable_acting_master and min(data.broker_addrs) > MASTER_ID:
+            self.topics = {t: _without_write(q) for t, q in self.topics.items()}
+
+    # -- scanNotActiveBroker + onChannelDestroy -------------------------------------------
+    def expire(self, now: int) -> list[tuple[BrokerKey, int]]:
+        """Expire every broker whose deadline is strictly before `now`; returns (key, deadline)."""
+        expired = sorted(
+            ((live.deadline, key) for key, live in self.live.items() if live.deadline < now)
+        )
+        for _, (cluster, addr) in expired:
+            data = self.broker_data
+            if data is not None and data.cluster == cluster and addr in data.broker_addrs.values():
+                self.unregister(cluster, addr)
+            else:
+                # Not listed in brokerAddrTable: Java would keep it forever (contract §3).
+                self.live.pop((cluster, addr), None)
+                self.filter_servers.pop((cluster, addr), None)
+        return [(key, deadline) for deadline, key in expired]
+
+    def next_deadline(self) -> int | None:
+        return min((live.deadline for live in self.live.values()), default=None)
+
+
+def _data_version(event: RegisterEvent) -> DataVersion:
+    v = event.dataVersion
+    return DataVersion(v.stateVersion, v.timestamp, v.counter)
+
+
+def _without_write(queue: QueueData) -> QueueData:
+    return QueueData(queue.read_queue_nums, queue.write_queue_nums,
+                     queue.perm & ~PERM_WRITE, queue.topic_sys_flag)
+
+
+def apply_event(routes: GroupRoutes, event: Event, flags: RouteFlags) -> None:
+    """Apply one event at its own eventTime (expiry before it is the caller's job)."""
+    if isinstance(event, RegisterEvent):
+        routes.register(event, event.eventTime, flags)
+    elif isinstance(event, HeartbeatEvent):
+        routes.heartbeat(event.clusterName, event.brokerAddr, event.eventTime)
+    else:
+        routes.unregister(event.clusterName, event.brokerAddr)

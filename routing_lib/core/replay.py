@@ -1,0 +1,47 @@
+"""Reference replay: State(T) of contract §3 by the plain sequential loop.
+
+No pending queues, no watermarks, no batches: sort, expire, apply. The streaming path is
+tested against this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from routing_lib.core.dump import canonical_dump
+from routing_lib.core.group_routes import Event, GroupRoutes, RouteFlags, apply_event
+from routing_lib.core.tables import ROUTE_TABLES, Row, rows_of
+
+
+def replay(events: Iterable[Event], until: int, flags: RouteFlags = RouteFlags()
+           ) -> dict[str, GroupRoutes]:
+    """Every event with eventTime <= until, in (eventTime, arrival) order."""
+    ordered = sorted(
+        ((e.eventTime, i, e) for i, e in enumerate(events) if e.eventTime <= until),
+        key=lambda item: item[:2])
+    groups: dict[str, GroupRoutes] = {}
+    for event_time, _, event in ordered:
+        for routes in groups.values():
+            routes.expire(event_time)
+        routes = groups.setdefault(event.brokerName, GroupRoutes(event.brokerName))
+        apply_event(routes, event, flags)
+    for routes in groups.values():
+        routes.expire(until)
+    return groups
+
+
+def fleet_rows(groups: Iterable[GroupRoutes]) -> dict[str, list[Row]]:
+    tables: dict[str, list[Row]] = {t: [] for t in ROUTE_TABLES}
+    for routes in groups:
+        for table, rows in rows_of(routes).items():
+            tables[table].extend(rows)
+    return tables
+
+
+def replay_dump(events: list[Event], until: int, flags: RouteFlags = RouteFlags()) -> dict:
+    return canonical_dump(fleet_rows(replay(events, until, flags).values()), until)
+
+
+def default_watermark(events: list[Event], watermark_delay_ms: int) -> int:
+    """The watermark a job reaches after seeing these events: max eventTime - delay."""
+    return max(e.eventTime for e in events) - watermark_delay_ms

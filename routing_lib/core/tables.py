@@ -1,0 +1,128 @@
+"""The five route tables as rows (snake_case, one dict per row) and the changes between two
+states of a group. Row keys are the Delta tables' merge keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from routing_lib.core.group_routes import BrokerData, BrokerKey, BrokerLive, GroupRoutes, QueueData
+
+Row = dict[str, Any]
+
+TOPIC_QUEUE = "topic_queue_table"
+BROKER_ADDR = "broker_addr_table"
+CLUSTER_ADDR = "cluster_addr_table"
+BROKER_LIVE = "broker_live_table"
+FILTER_SERVER = "filter_server_table"
+
+# table -> its key columns, in order
+TABLE_KEYS: dict[str, tuple[str, ...]] = {
+    TOPIC_QUEUE: ("topic", "broker_name"),
+    BROKER_ADDR: ("broker_name", "broker_id"),
+    CLUSTER_ADDR: ("cluster_name", "broker_name"),
+    BROKER_LIVE: ("cluster_name", "broker_addr"),
+    FILTER_SERVER: ("cluster_name", "broker_addr"),
+}
+ROUTE_TABLES = tuple(TABLE_KEYS)
+
+
+@dataclass(frozen=True)
+class Change:
+    table: str
+    key: tuple
+    row: Row | None  # None: delete the row with this key
+
+
+@dataclass(frozen=True)
+class RoutesSnapshot:
+    """A cheap copy of a group's tables (values are immutable, so shallow copies do)."""
+
+    broker_data: tuple | None
+    clusters: frozenset[str]
+    topics: dict[str, QueueData]
+    live: dict[BrokerKey, BrokerLive]
+    filter_servers: dict[BrokerKey, tuple[str, ...]]
+
+    @staticmethod
+    def of(routes: GroupRoutes) -> RoutesSnapshot:
+        return RoutesSnapshot(
+            broker_data=_broker_data_tuple(routes.broker_data),
+            clusters=frozenset(routes.clusters),
+            topics=dict(routes.topics),
+            live=dict(routes.live),
+            filter_servers={k: tuple(v) for k, v in routes.filter_servers.items()},
+        )
+
+
+EMPTY = RoutesSnapshot(None, frozenset(), {}, {}, {})
+
+
+def _broker_data_tuple(data: BrokerData | None) -> tuple | None:
+    if data is None:
+        return None
+    return (data.cluster, tuple(sorted(data.broker_addrs.items())), data.enable_acting_master,
+            data.zone_name)
+
+
+def _topic_row(name: str, topic: str, q: QueueData) -> Row:
+    return {"topic": topic, "broker_name": name, "read_queue_nums": q.read_queue_nums,
+            "write_queue_nums": q.write_queue_nums, "perm": q.perm,
+            "topic_sys_flag": q.topic_sys_flag}
+
+
+def _broker_rows(name: str, data: tuple | None) -> dict[tuple, Row]:
+    if data is None:
+        return {}
+    cluster, addrs, acting, zone = data
+    return {(name, bid): {"broker_name": name, "broker_id": bid, "broker_addr": addr,
+                          "cluster": cluster, "enable_acting_master": acting, "zone_name": zone}
+            for bid, addr in addrs}
+
+
+def _live_row(name: str, key: BrokerKey, live: BrokerLive) -> Row:
+    v = live.data_version
+    return {"cluster_name": key[0], "broker_addr": key[1], "broker_name": name,
+            "last_update_timestamp": live.last_update_timestamp,
+            "heartbeat_timeout_millis": live.heartbeat_timeout_millis,
+            "ha_server_addr": live.ha_server_addr,
+            "data_version": {"state_version": v.state_version, "timestamp": v.timestamp,
+                             "counter": v.counter}}
+
+
+def _filter_row(name: str, key: BrokerKey, servers: tuple[str, ...]) -> Row:
+    return {"cluster_name": key[0], "broker_addr": key[1], "broker_name": name,
+            "filter_server_list": list(servers)}
+
+
+def _diff_maps(table: str, old: dict, new: dict, row_of) -> list[Change]:
+    if old == new:
+        return []
+    changes = [Change(table, k, None) for k in old.keys() - new.keys()]
+    changes += [Change(table, k, row_of(k, v)) for k, v in new.items() if old.get(k) != v]
+    return changes
+
+
+def diff(name: str, before: RoutesSnapshot, after: RoutesSnapshot) -> list[Change]:
+    """Row changes that turn the tables of `before` into those of `after` for group `name`."""
+    changes = _diff_maps(TOPIC_QUEUE, {(t, name): q for t, q in before.topics.items()},
+                         {(t, name): q for t, q in after.topics.items()},
+                         lambda k, q: _topic_row(name, k[0], q))
+    changes += _diff_maps(BROKER_ADDR, _broker_rows(name, before.broker_data),
+                          _broker_rows(name, after.broker_data), lambda k, row: row)
+    changes += _diff_maps(CLUSTER_ADDR, {(c, name): True for c in before.clusters},
+                          {(c, name): True for c in after.clusters},
+                          lambda k, _: {"cluster_name": k[0], "broker_name": name})
+    changes += _diff_maps(BROKER_LIVE, before.live, after.live,
+                          lambda k, live: _live_row(name, k, live))
+    changes += _diff_maps(FILTER_SERVER, before.filter_servers, after.filter_servers,
+                          lambda k, servers: _filter_row(name, k, servers))
+    return changes
+
+
+def rows_of(routes: GroupRoutes) -> dict[str, list[Row]]:
+    """All rows of one group (the reference replay and tests use this)."""
+    tables: dict[str, list[Row]] = {t: [] for t in ROUTE_TABLES}
+    for change in diff(routes.broker_name, EMPTY, RoutesSnapshot.of(routes)):
+        tables[change.table].append(change.row)  # type: ignore[arg-type]
+    return tables

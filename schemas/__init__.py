@@ -1,0 +1,29 @@
+"""The one definition of routelake's input event (contract §2).
+
+`route_event` holds the pydantic models; everything else (validation, JSON Schema, the Spark
+StructType in `schemas.spark`) is derived from them.
+"""
+
+from schemas.route_event import (
+    DataVersion,
+    HeartbeatEvent,
+    RegisterEvent,
+    RouteEvent,
+    TopicConfig,
+    UnregisterEvent,
+    ValidationFailure,
+    event_json_schema,
+    parse_event,
+)
+
+__all__ = [
+    "DataVersion",
+    "HeartbeatEvent",
+    "RegisterEvent",
+    "RouteEvent",
+    "TopicConfig",
+    "UnregisterEvent",
+    "ValidationFailure",
+    "event_json_schema",
+    "parse_event",
+]

@@ -1,0 +1,147 @@
+"""Pydantic models of the broker events and the validation rules of contract §2.
+
+Types are strict: JSON `1.0` or `"1"` is not an int and `true` is not an int either, because a
+collector that sends those has a bug we want to see in the dead-letter table, not coerce away.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, TypeAdapter
+from pydantic import ValidationError
+
+# RocketMQ's TopicValidator: characters and length of a topic name.
+TOPIC_NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"
+TOPIC_NAME_MAX_LENGTH = 127
+NAME_MAX_LENGTH = 255
+# host:port, with an IPv6 host in brackets; the port's range is checked below.
+ADDR_PATTERN = r"^(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):([0-9]{1,5})$"
+MAX_QUEUE_NUMS = 65535
+DEFAULT_QUEUE_NUMS = 16
+DEFAULT_PERM = 6
+DEFAULT_HEARTBEAT_TIMEOUT_MILLIS = 120_000
+
+TopicName = Annotated[
+    StrictStr, Field(min_length=1, max_length=TOPIC_NAME_MAX_LENGTH, pattern=TOPIC_NAME_PATTERN)
+]
+GroupName = Annotated[StrictStr, Field(min_length=1, max_length=NAME_MAX_LENGTH)]
+QueueNums = Annotated[StrictInt, Field(ge=0, le=MAX_QUEUE_NUMS)]
+Perm = Annotated[StrictInt, Field(ge=0, le=7)]
+BrokerAddr = Annotated[StrictStr, Field(pattern=ADDR_PATTERN, max_length=NAME_MAX_LENGTH)]
+EpochMillis = Annotated[StrictInt, Field(gt=0)]
+
+
+class _Model(BaseModel):
+    # Extra fields are ignored (contract: HEARTBEAT and UNREGISTER ignore extra fields).
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class DataVersion(_Model):
+    stateVersion: StrictInt = 0
+    timestamp: StrictInt = 0
+    counter: StrictInt = 0
+
+
+class TopicConfig(_Model):
+    topicName: TopicName
+    readQueueNums: QueueNums = DEFAULT_QUEUE_NUMS
+    writeQueueNums: QueueNums = DEFAULT_QUEUE_NUMS
+    perm: Perm = DEFAULT_PERM
+    topicSysFlag: StrictInt = 0
+    order: StrictBool | None = None
+
+
+class _BrokerEvent(_Model):
+    eventTime: EpochMillis
+    clusterName: GroupName
+    brokerAddr: BrokerAddr
+    brokerName: GroupName
+    brokerId: Annotated[StrictInt, Field(ge=0)]
+
+
+class RegisterEvent(_BrokerEvent):
+    eventType: Literal["REGISTER"]
+    haServerAddr: StrictStr | None = None
+    dataVersion: DataVersion
+    topicConfigTable: dict[TopicName, TopicConfig]
+    filterServerList: list[StrictStr] | None = None
+    heartbeatTimeoutMillis: Annotated[StrictInt, Field(gt=0)] | None = None
+    enableActingMaster: StrictBool | None = None
+    zoneName: StrictStr | None = None
+
+
+class HeartbeatEvent(_BrokerEvent):
+    eventType: Literal["HEARTBEAT"]
+
+
+class UnregisterEvent(_BrokerEvent):
+    eventType: Literal["UNREGISTER"]
+
+
+RouteEvent = Annotated[
+    Union[RegisterEvent, HeartbeatEvent, UnregisterEvent], Field(discriminator="eventType")
+]
+_EVENT_ADAPTER: TypeAdapter[RegisterEvent | HeartbeatEvent | UnregisterEvent] = TypeAdapter(
+    RouteEvent
+)
+
+
+class ValidationFailure(ValueError):
+    """A record that is not a valid event; `reason` is what the dead-letter table shows."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors(include_url=False)[:3]:
+        where = ".".join(str(p) for p in item["loc"]) or "<record>"
+        parts.append(f"{where}: {item['msg']}")
+    more = error.error_count() - len(parts)
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+def parse_event(raw: bytes | str) -> RegisterEvent | HeartbeatEvent | UnregisterEvent:
+    """Decode and validate one record (a Kafka value or an archive line).
+
+    Raises ValidationFailure with a readable reason for anything contract §2 rejects.
+    """
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValidationFailure(f"not UTF-8: {exc}") from None
+    if not raw.strip():
+        raise ValidationFailure("empty record")
+    try:
+        obj = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ValidationFailure(f"not JSON: {exc}") from None
+    return validate_event(obj)
+
+
+def validate_event(obj: object) -> RegisterEvent | HeartbeatEvent | UnregisterEvent:
+    if not isinstance(obj, dict):
+        raise ValidationFailure(f"not a JSON object but {type(obj).__name__}")
+    if "eventType" not in obj:
+        raise ValidationFailure("eventType: missing")
+    try:
+        event = _EVENT_ADAPTER.validate_python(obj)
+    except ValidationError as exc:
+        raise ValidationFailure(_describe(exc)) from None
+    port = int(event.brokerAddr.rsplit(":", 1)[1])
+    if not 0 < port <= 65535:
+        raise ValidationFailure(f"brokerAddr: port {port} out of range")
+    return event
+
+
+def event_json_schema() -> dict:
+    """JSON Schema of one event (`routectl schema`)."""
+    schema = _EVENT_ADAPTER.json_schema()
+    schema["title"] = "RouteEvent"
+    schema["$comment"] = "routelake broker event, contract §2; brokerAddr ports must be 1..65535"
+    return schema
