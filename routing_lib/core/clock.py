@@ -30,6 +30,14 @@ class Expiry:
 
 
 @dataclass
+class Advance:
+    """What one move of the clock did, in order."""
+
+    applied: list[PendingEvent] = field(default_factory=list)
+    expiries: list[Expiry] = field(default_factory=list)
+
+
+@dataclass
 class GroupClock:
     routes: GroupRoutes
     pending: list[PendingEvent] = field(default_factory=list)  # a heap
@@ -42,16 +50,19 @@ class GroupClock:
     def add(self, event: Event, arrival: Arrival) -> None:
         heapq.heappush(self.pending, PendingEvent(event.eventTime, arrival, event))
 
-    def advance(self, watermark: int, flags: RouteFlags) -> list[Expiry]:
-        """Move the group's clock to `watermark`; returns the expiries it caused."""
-        expiries: list[Expiry] = []
+    def advance(self, watermark: int, flags: RouteFlags) -> Advance:
+        """Move the group's clock forward to `watermark` (never backwards)."""
+        result = Advance()
+        if watermark <= self.watermark:
+            return result
         while self.pending and self.pending[0].event_time <= watermark:
             item = heapq.heappop(self.pending)
-            expiries += self._expire(item.event_time)
+            result.expiries += self._expire(item.event_time)
             apply_event(self.routes, item.event, flags)
-        expiries += self._expire(watermark)
-        self.watermark = max(self.watermark, watermark)
-        return expiries
+            result.applied.append(item)
+        result.expiries += self._expire(watermark)
+        self.watermark = watermark
+        return result
 
     def _expire(self, now: int) -> list[Expiry]:
         return [Expiry(key, deadline, now) for key, deadline in self.routes.expire(now)]

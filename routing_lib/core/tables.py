@@ -126,3 +126,33 @@ def rows_of(routes: GroupRoutes) -> dict[str, list[Row]]:
     for change in diff(routes.broker_name, EMPTY, RoutesSnapshot.of(routes)):
         tables[change.table].append(change.row)  # type: ignore[arg-type]
     return tables
+
+
+# Delta schemas of the route tables (Spark DDL strings: this module stays Spark-free).
+TABLE_DDL: dict[str, str] = {
+    TOPIC_QUEUE: "topic STRING, broker_name STRING, read_queue_nums INT, write_queue_nums INT, "
+                 "perm INT, topic_sys_flag INT",
+    BROKER_ADDR: "broker_name STRING, broker_id BIGINT, broker_addr STRING, cluster STRING, "
+                 "enable_acting_master BOOLEAN, zone_name STRING",
+    CLUSTER_ADDR: "cluster_name STRING, broker_name STRING",
+    BROKER_LIVE: "cluster_name STRING, broker_addr STRING, broker_name STRING, "
+                 "last_update_timestamp BIGINT, heartbeat_timeout_millis BIGINT, "
+                 "ha_server_addr STRING, "
+                 "data_version STRUCT<state_version: BIGINT, timestamp: BIGINT, counter: BIGINT>",
+    FILTER_SERVER: "cluster_name STRING, broker_addr STRING, broker_name STRING, "
+                   "filter_server_list ARRAY<STRING>",
+}
+DEAD_LETTER = "dead_letter_table"
+LATE_EVENT = "late_event_table"
+PROGRESS = "route_progress"
+SIDE_TABLE_DDL: dict[str, str] = {
+    DEAD_LETTER: "raw BINARY, raw_text STRING, source STRING, position BIGINT, reason STRING, "
+                 "seen_at_ms BIGINT, batch_id BIGINT",
+    LATE_EVENT: "event_time BIGINT, broker_name STRING, event_type STRING, source STRING, "
+                "position BIGINT, payload STRING, published_watermark BIGINT, seen_at_ms BIGINT, "
+                "batch_id BIGINT",
+    # One row per published micro-batch: the watermark its tables show, and its counts.
+    PROGRESS: "batch_id BIGINT, watermark BIGINT, input_rows BIGINT, accepted BIGINT, "
+              "applied BIGINT, late BIGINT, dead_lettered BIGINT, expired BIGINT, "
+              "changes BIGINT, committed_at_ms BIGINT",
+}

@@ -1,0 +1,108 @@
+"""The one typed loader for conf/routelake.toml (defaults) + ROUTELAKE_* environment overrides."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = PROJECT_ROOT / "conf" / "routelake.toml"
+
+
+@dataclass(frozen=True)
+class RoutesConfig:
+    watermark_delay_ms: int
+    max_future_skew_ms: int
+    delete_topic_with_broker_registration: bool
+    support_acting_master: bool
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    master: str
+    shuffle_partitions: int
+    jars_dir: str
+
+
+@dataclass(frozen=True)
+class PathsConfig:
+    warehouse: str
+    checkpoint: str
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap_servers: str
+    topic: str
+    starting_offsets: str
+    max_offsets_per_trigger: int
+    trigger_interval: str
+    data_dir: str
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    port: int
+    http_port: int
+    poll_interval_s: float
+    max_frame_bytes: int
+
+
+@dataclass(frozen=True)
+class Config:
+    routes: RoutesConfig
+    spark: SparkConfig
+    paths: PathsConfig
+    kafka: KafkaConfig
+    serve: ServeConfig
+
+    def with_overrides(self, section: str, **values: Any) -> Config:
+        """A copy with some keys of one section replaced (None values are ignored)."""
+        values = {k: v for k, v in values.items() if v is not None}
+        return replace(self, **{section: replace(getattr(self, section), **values)})
+
+
+def _coerce(raw: str, like: Any) -> Any:
+    if isinstance(like, bool):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    return type(like)(raw)
+
+
+def _section(cls: type, values: dict[str, Any], section: str) -> Any:
+    out = {}
+    for f in fields(cls):
+        if f.name not in values:
+            raise ValueError(f"config: [{section}] {f.name} is missing")
+        value = values[f.name]
+        env = os.environ.get(f"ROUTELAKE_{section}_{f.name}".upper())
+        out[f.name] = _coerce(env, value) if env is not None else value
+    return cls(**out)
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Defaults from conf/routelake.toml; a `--config FILE` overrides any of its keys."""
+    data = tomllib.loads(DEFAULT_CONFIG.read_text())
+    if path is not None:
+        try:
+            override = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ValueError(f"cannot read config {path}: {exc}") from None
+        for section, values in override.items():
+            if section not in data:
+                raise ValueError(f"config {path}: unknown section [{section}]")
+            data[section].update(values)
+    sections = {f.name: f.type for f in fields(Config)}
+    classes = {"routes": RoutesConfig, "spark": SparkConfig, "paths": PathsConfig,
+               "kafka": KafkaConfig, "serve": ServeConfig}
+    assert set(sections) == set(classes)
+    return Config(**{name: _section(cls, data.get(name, {}), name)
+                     for name, cls in classes.items()})
+
+
+def project_path(path: str) -> Path:
+    """Relative paths in the config are relative to the project root."""
+    p = Path(path)
+    return p if p.is_absolute() else PROJECT_ROOT / p

@@ -1,0 +1,67 @@
+"""Stage one of the pipeline, pure Python: raw records -> valid events or dead letters.
+
+A raw record is an archive line (source = file path, position = line number) or a Kafka
+message (source = topic-partition, position = offset). Both paths call `classify`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from schemas.route_event import ValidationFailure, parse_event
+
+# Group keys that are not broker names (a broker name is never empty, so these cannot clash).
+DEAD_LETTER_KEY = "\x00dead-letter"
+CLOCK_KEY = "\x00clock"
+
+
+@dataclass(frozen=True)
+class Classified:
+    group_key: str  # brokerName, or DEAD_LETTER_KEY
+    event_time: int  # 0 for dead letters: they must not move the watermark
+    source: str
+    position: int
+    payload: str | None  # the validated event, as JSON
+    raw: bytes | None  # dead letters only
+    reason: str | None  # dead letters only
+
+
+def classify(raw: bytes, source: str, position: int, now_ms: int | None,
+             max_future_skew_ms: int) -> Classified:
+    """Validate one record. `now_ms` is the job clock (None for backfills: no skew check)."""
+    try:
+        event = parse_event(raw)
+        if now_ms is not None and event.eventTime > now_ms + max_future_skew_ms:
+            raise ValidationFailure(
+                f"eventTime {event.eventTime} is more than {max_future_skew_ms} ms ahead of the "
+                f"job clock {now_ms} (clock skew)")
+    except ValidationFailure as failure:
+        return dead_letter(raw, source, position, failure.reason)
+    return Classified(event.brokerName, event.eventTime, source, position,
+                      event.model_dump_json(exclude_none=True), None, None)
+
+
+def dead_letter(raw: bytes, source: str, position: int, reason: str) -> Classified:
+    return Classified(DEAD_LETTER_KEY, 0, source, position, None, raw, reason)
+
+
+def archive_records(path: str, content: bytes, now_ms: int | None,
+                    max_future_skew_ms: int) -> Iterator[Classified]:
+    """Classify every line of a .jsonl or .jsonl.gz archive (positions are line numbers from 1).
+
+    Blank lines are records (dead-lettered as empty); the newline that ends the file is not.
+    """
+    if path.endswith(".gz"):
+        try:
+            content = gzip.decompress(content)
+        except (OSError, EOFError, zlib.error) as exc:
+            yield dead_letter(content[:4096], path, 0, f"corrupt gzip archive: {exc}")
+            return
+    lines = content.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for number, line in enumerate(lines, start=1):
+        yield classify(line.removesuffix(b"\r"), path, number, now_ms, max_future_skew_ms)

@@ -1,0 +1,1 @@
+"""The read side: route tables from Delta with delta-rs, no JVM."""

@@ -1,0 +1,1 @@
+"""Spark edges: session, sources, the stateful step and the Delta writer."""

@@ -1,0 +1,19 @@
+"""What the streaming checkpoint says about a micro-batch (read from its offset log)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def batch_watermark(checkpoint: str, batch_id: int) -> int:
+    """The event-time watermark Spark used for `batch_id` (0 before the first batch).
+
+    Spark writes offsets/<id> (a version line, then the batch metadata as JSON) before it
+    runs the batch, and never rewrites it, so this is the same on a replay after a crash.
+    """
+    if batch_id < 0:
+        return 0
+    path = Path(checkpoint) / "offsets" / str(batch_id)
+    lines = path.read_text().splitlines()
+    return int(json.loads(lines[1]).get("batchWatermarkMs", 0))

@@ -1,0 +1,97 @@
+"""Streaming sources -> classified records (valid events keyed by brokerName, dead letters).
+
+Archives are read with the binaryFile source so that every line keeps its file and line number
+(the dead-letter table names them, and they order events that share an eventTime).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+
+from routing_lib.config import KafkaConfig
+from routing_lib.ingest import CLOCK_KEY, Classified, archive_records, classify
+
+CLASSIFIED_SCHEMA = ("group_key STRING, event_time BIGINT, source STRING, position BIGINT, "
+                     "payload STRING, raw BINARY, reason STRING")
+_COLUMNS = ["group_key", "event_time", "source", "position", "payload", "raw", "reason"]
+ARCHIVE_GLOB = "*.{jsonl,jsonl.gz}"
+CLOCK_FILE = "as-of.clock"
+_BINARY_FILE_SCHEMA = "path STRING, modificationTime TIMESTAMP, length BIGINT, content BINARY"
+
+
+def _frame(items: list[Classified]) -> pd.DataFrame:
+    return pd.DataFrame([(c.group_key, c.event_time, c.source, c.position, c.payload, c.raw,
+                          c.reason) for c in items], columns=_COLUMNS)
+
+
+def _local_path(uri: str) -> str:
+    return uri.removeprefix("file://").removeprefix("file:")
+
+
+def _classify_archives(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    for pdf in frames:
+        for uri, content in zip(pdf["path"], pdf["content"], strict=True):
+            path = _local_path(uri)
+            if path.endswith(CLOCK_FILE):  # the as-of tick: "<eventTime>" in a file of its own
+                yield _frame([Classified(CLOCK_KEY, int(content), path, 0, None, None, None)])
+                continue
+            items = list(archive_records(path, bytes(content), None, 0))
+            for start in range(0, len(items), 10_000):
+                yield _frame(items[start:start + 10_000])
+
+
+def archive_stream(spark: SparkSession, paths: list[str],
+                   max_files_per_trigger: int | None = None) -> DataFrame:
+    """`.jsonl`/`.jsonl.gz` files or folders of them (searched recursively)."""
+    streams = []
+    for path in paths:
+        reader = spark.readStream.format("binaryFile").schema(_BINARY_FILE_SCHEMA)
+        if Path(path).is_dir():
+            reader = reader.option("recursiveFileLookup", "true")
+            glob = ARCHIVE_GLOB if not (Path(path) / CLOCK_FILE).exists() else "*"
+            reader = reader.option("pathGlobFilter", glob)
+        else:
+            # The file source reads folders: read the file's folder, filtered to its name.
+            reader = reader.option("pathGlobFilter", _glob_escape(Path(path).name))
+            path = str(Path(path).resolve().parent)
+        if max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
+        streams.append(reader.load(str(Path(path).resolve())).select("path", "content"))
+    merged = streams[0]
+    for other in streams[1:]:
+        merged = merged.unionByName(other)
+    return merged.mapInPandas(_classify_archives, CLASSIFIED_SCHEMA)
+
+
+def _glob_escape(name: str) -> str:
+    return "".join("\\" + ch if ch in "\\{}[]*?," else ch for ch in name)
+
+
+def make_kafka_classifier(max_future_skew_ms: int):
+    def classify_kafka(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for pdf in frames:
+            now_ms = int(time.time() * 1000)
+            yield _frame([
+                classify(bytes(value) if value is not None else b"", f"{topic}-{partition}",
+                         int(offset), now_ms, max_future_skew_ms)
+                for value, topic, partition, offset in zip(
+                    pdf["value"], pdf["topic"], pdf["partition"], pdf["offset"], strict=True)])
+    return classify_kafka
+
+
+def kafka_stream(spark: SparkSession, kafka: KafkaConfig, max_future_skew_ms: int) -> DataFrame:
+    raw = (spark.readStream.format("kafka")
+           .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+           .option("subscribe", kafka.topic)
+           .option("startingOffsets", kafka.starting_offsets)
+           .option("maxOffsetsPerTrigger", str(kafka.max_offsets_per_trigger))
+           .option("failOnDataLoss", "false")
+           .option("kafka.max.partition.fetch.bytes", str(64 * 1024 * 1024))
+           .load())
+    return (raw.select("value", "topic", "partition", "offset")
+            .mapInPandas(make_kafka_classifier(max_future_skew_ms), CLASSIFIED_SCHEMA))

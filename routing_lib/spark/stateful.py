@@ -1,0 +1,141 @@
+"""The per-group step run by applyInPandasWithState: events in, row changes out.
+
+Spark calls `step` for every broker group with new rows or whose timeout has passed. The
+group's GroupClock (routes + events still ahead of the watermark) lives in the state store as
+JSON; the timeout is the next watermark at which the clock would change something.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pandas as pd
+from pyspark import TaskContext
+from pyspark.sql.streaming.state import GroupState
+
+from routing_lib.core.clock import GroupClock
+from routing_lib.core.codec import decode_clock, decode_event, encode_clock
+from routing_lib.core.group_routes import GroupRoutes, RouteFlags
+from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, diff
+from routing_lib.ingest import CLOCK_KEY, DEAD_LETTER_KEY
+from routing_lib.spark.checkpoint import batch_watermark
+
+STATE_SCHEMA = "clock STRING"
+# kind: change | dead | late | stats. row_json: the row (or key for a delete) as JSON.
+OUTPUT_SCHEMA = "kind STRING, table STRING, op STRING, row_json STRING, raw BINARY"
+OUTPUT_COLUMNS = ["kind", "table", "op", "row_json", "raw"]
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    checkpoint: str
+    flags: RouteFlags
+    as_of: int | None = None  # backfill --as-of: never move a group's clock past this
+
+
+def _current_batch_id() -> int | None:
+    context = TaskContext.get()
+    value = context.getLocalProperty("streaming.sql.batchId") if context else None
+    return int(value) if value is not None else None
+
+
+_published_cache: dict[int, int] = {}
+
+
+def published_watermark(checkpoint: str) -> int:
+    """The watermark of the tables as the previous micro-batch left them."""
+    batch_id = _current_batch_id()
+    if batch_id is None:
+        return 0
+    if batch_id not in _published_cache:
+        _published_cache[batch_id] = batch_watermark(checkpoint, batch_id - 1)
+    return _published_cache[batch_id]
+
+
+def _frame(rows: list[tuple]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
+
+
+def _stats(**counts: int) -> tuple:
+    return ("stats", None, None, json.dumps(counts), None)
+
+
+def _dead_letters(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    seen_at = int(time.time() * 1000)
+    batch_id = _current_batch_id()
+    for pdf in frames:
+        rows = []
+        for raw, source, position, reason in zip(pdf["raw"], pdf["source"], pdf["position"],
+                                                 pdf["reason"], strict=True):
+            raw = bytes(raw) if raw is not None else b""
+            row = {"raw_text": raw.decode("utf-8", errors="replace"), "source": source,
+                   "position": int(position), "reason": reason, "seen_at_ms": seen_at,
+                   "batch_id": batch_id}
+            rows.append(("dead", DEAD_LETTER, "append", json.dumps(row), raw))
+        rows.append(_stats(input_rows=len(pdf), dead_lettered=len(pdf)))
+        yield _frame(rows)
+
+
+def make_step(settings: StepSettings):
+    def step(key: tuple, frames: Iterator[pd.DataFrame], state: GroupState
+             ) -> Iterator[pd.DataFrame]:
+        (group,) = key
+        if group == DEAD_LETTER_KEY:
+            yield from _dead_letters(frames)
+            return
+        if group == CLOCK_KEY:  # a backfill's as-of tick: it only moves the watermark
+            for _ in frames:
+                pass
+            return
+        clock = decode_clock(state.get[0]) if state.exists else GroupClock(GroupRoutes(group))
+        before = RoutesSnapshot.of(clock.routes)
+        watermark = state.getCurrentWatermarkMs()
+        published = published_watermark(settings.checkpoint)
+        target = watermark if settings.as_of is None else min(watermark, settings.as_of)
+
+        out: list[tuple] = []
+        input_rows = late = 0
+        for pdf in frames:
+            input_rows += len(pdf)
+            for event_time, source, position, payload in zip(
+                    pdf["event_time"], pdf["source"], pdf["position"], pdf["payload"],
+                    strict=True):
+                if clock.is_late(int(event_time), published):
+                    late += 1
+                    out.append(_late_row(payload, source, int(position), published))
+                else:
+                    clock.add(decode_event(payload), (source, int(position)))
+        advance = clock.advance(target, settings.flags)
+        changes = diff(group, before, RoutesSnapshot.of(clock.routes))
+        for change in changes:
+            payload = change.row if change.row is not None else dict(
+                zip(TABLE_KEYS[change.table], change.key, strict=True))
+            op = "upsert" if change.row is not None else "delete"
+            out.append(("change", change.table, op, json.dumps(payload), None))
+        out.append(_stats(input_rows=input_rows, accepted=input_rows - late, late=late,
+                          applied=len(advance.applied), expired=len(advance.expiries),
+                          changes=len(changes)))
+        yield _frame(out)
+
+        if clock.is_idle():
+            state.remove()
+            return
+        state.update((encode_clock(clock),))
+        wake_up = clock.wake_up_at()
+        # Spark fires an event-time timeout once the watermark is strictly past it.
+        if wake_up is not None and wake_up - 1 >= watermark:
+            state.setTimeoutTimestamp(wake_up - 1)
+
+    return step
+
+
+def _late_row(payload: str, source: str, position: int, published: int) -> tuple:
+    event = json.loads(payload)
+    row = {"event_time": event["eventTime"], "broker_name": event["brokerName"],
+           "event_type": event["eventType"], "source": source, "position": position,
+           "payload": payload, "published_watermark": published,
+           "seen_at_ms": int(time.time() * 1000), "batch_id": _current_batch_id()}
+    return ("late", LATE_EVENT, "append", json.dumps(row), None)
