@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One-time set-up (idempotent, fast when already done): .venv with the pinned packages, and the
+# Maven Central jars Spark (Delta, Kafka source) and the local Kafka broker need, in .jars/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+
+stamp=.venv/.routelake-setup
+want=$(cat pyproject.toml deploy/maven/pom.xml | sha1sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d .jars/spark ] && [ -d .jars/kafka ]; then
+  echo "set-up is current (.venv, .jars)"; exit 0
+fi
+
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/pip install -q --upgrade pip
+.venv/bin/pip install -q -e ".[test]"
+
+# Spark already ships Scala, Hadoop client, lz4, snappy...: keep only the jars it lacks, so
+# no second copy of a library sits on the class path.
+fetch_jars() {  # profile dest
+  local tmp; tmp=$(mktemp -d)
+  mvn -q -B -f deploy/maven/pom.xml -P "$1" dependency:copy-dependencies -DoutputDirectory="$tmp"
+  rm -rf "$2"; mkdir -p "$2"; cp "$tmp"/*.jar "$2"/; rm -rf "$tmp"
+}
+fetch_jars spark .jars/spark
+pyspark_jars=$(.venv/bin/python -c "import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))")
+for jar in .jars/spark/*.jar; do
+  stem=$(basename "$jar" | sed -E 's/-[0-9][^-]*\.jar$//')
+  if compgen -G "$pyspark_jars/${stem}-[0-9]*" >/dev/null; then rm "$jar"; fi
+done
+fetch_jars kafka .jars/kafka
+echo "$want" > "$stamp"
+echo "set-up done: $(ls .jars/spark | wc -l) Spark jars, $(ls .jars/kafka | wc -l) Kafka jars"
