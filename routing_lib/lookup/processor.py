@@ -1,0 +1,98 @@
+"""The NameServer's read-only request codes answered from a RouteIndex (pure, no I/O).
+
+Responses follow RocketMQ 5.x ClientRequestProcessor / DefaultRequestProcessor: same codes,
+same remarks, same body forms (only GET_ROUTEINFO_BY_TOPIC has the standard-JSON variant).
+"""
+
+from __future__ import annotations
+
+from routing_lib.lookup.remoting import RemotingCommand
+from routing_lib.lookup.routes import RouteIndex
+from routing_lib.lookup.topics import validate_topic
+
+
+class RequestCode:
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    GET_TOPICS_BY_CLUSTER = 224
+    GET_SYSTEM_TOPIC_LIST_FROM_NS = 304
+
+
+class ResponseCode:
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    TOPIC_NOT_EXIST = 17
+    INVALID_PARAMETER = 29
+
+
+# MQVersion.Version ordinals: clients from V4_9_4 on get standard JSON route bodies, and a
+# NameServer started by NamesrvStartup stamps its own version (V5_3_3) on responses.
+V4_9_4 = 401
+NAMESRV_VERSION = 479
+
+FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
+
+
+def no_route_remark(topic: str) -> str:
+    # ClientRequestProcessor + FAQUrl.suggestTodo(FAQUrl.APPLY_TOPIC_URL)
+    return (f"No topic route info in name server for the topic: {topic}"
+            f"\nSee {FAQ_URL} for further details.")
+
+
+def _missing(request: RemotingCommand, name: str) -> RemotingCommand:
+    # What decodeCommandCustomHeader throws for a @CFNotNull field; Netty answers SYSTEM_ERROR.
+    return _reply(request, ResponseCode.SYSTEM_ERROR, f"the custom field <{name}> is null")
+
+
+def _reply(request: RemotingCommand, code: int, remark: str | None = None,
+           body: bytes = b"") -> RemotingCommand:
+    return request.response(code, remark, body, version=NAMESRV_VERSION)
+
+
+def _route(index: RouteIndex, request: RemotingCommand) -> RemotingCommand:
+    topic = request.ext_fields.get("topic")
+    if topic is None:
+        return _missing(request, "topic")
+    invalid = validate_topic(topic)
+    if invalid is not None:
+        # The Java NameServer does not validate here (it would answer TOPIC_NOT_EXIST); a
+        # topic no broker may register is refused explicitly instead.
+        return _reply(request, ResponseCode.INVALID_PARAMETER, invalid)
+    body = index.route_body(topic)
+    if body is None:
+        return _reply(request, ResponseCode.TOPIC_NOT_EXIST, no_route_remark(topic))
+    standard = (request.version >= V4_9_4
+                or request.ext_fields.get("acceptStandardJsonOnly", "").lower() == "true")
+    return _reply(request, ResponseCode.SUCCESS, body=body.standard if standard else body.legacy)
+
+
+def answer(index: RouteIndex | None, request: RemotingCommand) -> RemotingCommand | None:
+    """The response to send, or None: nothing to send (oneway requests, stray responses)."""
+    if request.is_response:
+        return None  # Java looks such frames up by opaque and drops unknown ones
+    response = _answer(index, request)
+    return None if request.is_oneway else response
+
+
+def _answer(index: RouteIndex | None, request: RemotingCommand) -> RemotingCommand:
+    code = request.code
+    if index is None:
+        return _reply(request, ResponseCode.SYSTEM_ERROR, "name server not ready")
+    if code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+        return _route(index, request)
+    if code == RequestCode.GET_BROKER_CLUSTER_INFO:
+        return _reply(request, ResponseCode.SUCCESS, body=index.cluster_info_body.legacy)
+    if code == RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
+        return _reply(request, ResponseCode.SUCCESS, body=index.topic_list_body.legacy)
+    if code == RequestCode.GET_TOPICS_BY_CLUSTER:
+        cluster = request.ext_fields.get("cluster")
+        if cluster is None:
+            return _missing(request, "cluster")
+        return _reply(request, ResponseCode.SUCCESS,
+                      body=index.topics_by_cluster_body(cluster).legacy)
+    if code == RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS:
+        return _reply(request, ResponseCode.SUCCESS, body=index.system_topic_list_body.legacy)
+    return _reply(request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                  f" request type {code} not supported")

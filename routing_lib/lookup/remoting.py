@@ -1,0 +1,298 @@
+"""RocketMQ remoting protocol codec (RemotingCommand, RocketMQSerializable, NettyDecoder).
+
+Frame: int32 total length (of what follows), int32 "serialize type << 24 | header length",
+header, body. The header is JSON (fastjson bean of RemotingCommand) or ROCKETMQ binary:
+code short, language byte, version short, opaque int, flag int, remark (int len + UTF-8),
+extFields (int len + repeated [short keyLen, key, int valLen, val]); all big-endian.
+Anything the decoder cannot take is a RemotingCodecError, never another exception.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from types import MappingProxyType
+
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024  # NettyDecoder's FRAME_MAX_LENGTH
+RPC_RESPONSE = 1 << 0  # flag bit 0: RESPONSE_COMMAND
+RPC_ONEWAY = 1 << 1  # flag bit 1: oneway request (no response expected)
+
+LANGUAGE_CODES: Mapping[str, int] = MappingProxyType({
+    "JAVA": 0, "CPP": 1, "DOTNET": 2, "PYTHON": 3, "DELPHI": 4, "ERLANG": 5, "RUBY": 6,
+    "OTHER": 7, "HTTP": 8, "GO": 9, "PHP": 10, "OMS": 11, "RUST": 12, "NODE_JS": 13})
+_LANGUAGE_NAMES = {code: name for name, code in LANGUAGE_CODES.items()}
+
+_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_INT32 = (-(2**31), 2**31 - 1)
+_INT16 = (-(2**15), 2**15 - 1)
+
+
+class SerializeType(IntEnum):
+    JSON = 0
+    ROCKETMQ = 1
+
+
+class RemotingCodecError(Exception):
+    """A frame or header this codec refuses; the connection that sent it should be closed."""
+
+
+class FrameTooLargeError(RemotingCodecError):
+    pass
+
+
+class MalformedFrameError(RemotingCodecError):
+    pass
+
+
+@dataclass(frozen=True)
+class RemotingCommand:
+    code: int
+    language: str = "JAVA"
+    version: int = 0
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    ext_fields: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    serialize_type: SerializeType = SerializeType.JSON
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & RPC_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & RPC_ONEWAY)
+
+    def response(self, code: int, remark: str | None = None, body: bytes = b"",
+                 version: int = 0) -> RemotingCommand:
+        """The answer to this request: opaque echoed, response flag, same serialization."""
+        return RemotingCommand(code=code, version=version, opaque=self.opaque,
+                               flag=RPC_RESPONSE, remark=remark, body=body,
+                               serialize_type=self.serialize_type)
+
+
+# -- encoding --
+
+def _check(value: int, bounds: tuple[int, int], what: str) -> None:
+    if not bounds[0] <= value <= bounds[1]:
+        raise ValueError(f"{what} {value} out of range {bounds}")
+
+
+def _json_header(cmd: RemotingCommand) -> bytes:
+    # fastjson writes RemotingCommand's getters alphabetically and leaves nulls out.
+    header: dict[str, object] = {"code": cmd.code}
+    if cmd.ext_fields:
+        header["extFields"] = dict(cmd.ext_fields)
+    header.update(flag=cmd.flag, language=cmd.language, opaque=cmd.opaque)
+    if cmd.remark:
+        header["remark"] = cmd.remark
+    header.update(serializeTypeCurrentRPC="JSON", version=cmd.version)
+    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _binary_header(cmd: RemotingCommand) -> bytes:
+    _check(cmd.code, _INT16, "code")
+    _check(cmd.version, _INT16, "version")
+    language = LANGUAGE_CODES.get(cmd.language, LANGUAGE_CODES["OTHER"])
+    parts = [_FIXED.pack(cmd.code, language, cmd.version, cmd.opaque, cmd.flag)]
+    remark = cmd.remark.encode() if cmd.remark else b""
+    parts += [_INT.pack(len(remark)), remark]
+    ext = bytearray()
+    for key, value in cmd.ext_fields.items():
+        k, v = key.encode(), value.encode()
+        if len(k) > _INT16[1]:
+            raise ValueError(f"extFields key longer than {_INT16[1]} bytes")
+        ext += _SHORT.pack(len(k)) + k + _INT.pack(len(v)) + v
+    parts += [_INT.pack(len(ext)), bytes(ext)]
+    return b"".join(parts)
+
+
+def encode(cmd: RemotingCommand) -> bytes:
+    """The whole frame, length prefix included."""
+    _check(cmd.opaque, _INT32, "opaque")
+    _check(cmd.flag, _INT32, "flag")
+    if cmd.serialize_type == SerializeType.ROCKETMQ:
+        header = _binary_header(cmd)
+    else:
+        _check(cmd.code, _INT32, "code")
+        _check(cmd.version, _INT32, "version")
+        header = _json_header(cmd)
+    if len(header) > 0xFFFFFF:
+        raise ValueError("header longer than 16 MiB")
+    length = 4 + len(header) + len(cmd.body)
+    mark = (int(cmd.serialize_type) << 24) | len(header)
+    return b"".join((struct.pack(">ii", length, mark), header, cmd.body))
+
+
+# -- decoding --
+
+def _str(data: bytes, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedFrameError(f"{what} is not UTF-8") from None
+
+
+def _int_field(header: dict, name: str, bounds: tuple[int, int]) -> int:
+    value = header.get(name, 0)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not bounds[0] <= value <= bounds[1]:
+        raise MalformedFrameError(f"JSON header: bad {name}")
+    return value
+
+
+def _ext_value(value: object) -> str:
+    # fastjson turns scalars into the HashMap<String,String> values; Java's toString forms.
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    raise MalformedFrameError("JSON header: extFields values must be scalars")
+
+
+def _decode_json_header(raw: bytes) -> dict:
+    try:
+        header = json.loads(_str(raw, "JSON header"))
+    except (ValueError, RecursionError):
+        raise MalformedFrameError("JSON header is not valid JSON") from None
+    if not isinstance(header, dict):
+        raise MalformedFrameError("JSON header is not an object")
+    language = header.get("language", "JAVA")
+    if isinstance(language, int) and not isinstance(language, bool):
+        language = _LANGUAGE_NAMES.get(language, "OTHER")
+    elif not isinstance(language, str):
+        raise MalformedFrameError("JSON header: bad language")
+    remark = header.get("remark")
+    if remark is not None and not isinstance(remark, str):
+        raise MalformedFrameError("JSON header: bad remark")
+    ext = header.get("extFields") or {}
+    if not isinstance(ext, dict):
+        raise MalformedFrameError("JSON header: extFields is not an object")
+    return dict(
+        code=_int_field(header, "code", _INT32), language=language,
+        version=_int_field(header, "version", _INT32),
+        opaque=_int_field(header, "opaque", _INT32), flag=_int_field(header, "flag", _INT32),
+        remark=remark, ext_fields={k: _ext_value(v) for k, v in ext.items() if v is not None})
+
+
+def _decode_binary_header(raw: bytes) -> dict:
+    if len(raw) < _FIXED.size + 8:
+        raise MalformedFrameError("ROCKETMQ header too short")
+    code, language, version, opaque, flag = _FIXED.unpack_from(raw)
+    pos = _FIXED.size
+
+    def take(length: int, what: str) -> bytes:
+        nonlocal pos
+        if length < 0 or pos + length > len(raw):
+            raise MalformedFrameError(f"ROCKETMQ header: bad {what} length {length}")
+        pos += length
+        return raw[pos - length:pos]
+
+    def read_int(what: str) -> int:
+        return _INT.unpack(take(4, what))[0]
+
+    remark_len = read_int("remark")
+    remark = _str(take(remark_len, "remark"), "remark") if remark_len else None
+    ext_len = read_int("extFields")
+    ext_end = pos + ext_len
+    if ext_len < 0 or ext_end > len(raw):
+        raise MalformedFrameError(f"ROCKETMQ header: bad extFields length {ext_len}")
+    ext: dict[str, str] = {}
+    while pos < ext_end:
+        key_len = _SHORT.unpack(take(2, "extFields key"))[0]
+        key = take(key_len, "extFields key")
+        val_len = read_int("extFields value")
+        val = take(val_len, "extFields value")
+        if pos > ext_end:
+            raise MalformedFrameError("ROCKETMQ header: extFields overrun")
+        if key and val:  # Java reads a zero length as null; a null key or value is dropped
+            ext[_str(key, "extFields key")] = _str(val, "extFields value")
+    return dict(code=code, language=_LANGUAGE_NAMES.get(language, "OTHER"), version=version,
+                opaque=opaque, flag=flag, remark=remark, ext_fields=ext)
+
+
+def decode_frame(frame: bytes) -> RemotingCommand:
+    """One frame without its 4-byte length prefix."""
+    if len(frame) < 4:
+        raise MalformedFrameError(f"frame of {len(frame)} bytes has no header length")
+    mark = _INT.unpack_from(frame)[0]
+    header_len, kind = mark & 0xFFFFFF, (mark >> 24) & 0xFF
+    if header_len > len(frame) - 4:
+        raise MalformedFrameError(f"bad header length {header_len}")
+    raw = frame[4:4 + header_len]
+    if kind == SerializeType.JSON:
+        fields = _decode_json_header(raw)
+    elif kind == SerializeType.ROCKETMQ:
+        fields = _decode_binary_header(raw)
+    else:
+        raise MalformedFrameError(f"unknown serialize type {kind}")
+    return RemotingCommand(**fields, body=frame[4 + header_len:],
+                           serialize_type=SerializeType(kind))
+
+
+def decode(data: bytes) -> RemotingCommand:
+    """Exactly one whole frame, length prefix included."""
+    decoder = FrameDecoder(max_frame_bytes=max(len(data), 8))
+    commands = decoder.feed(data)
+    if len(commands) != 1 or decoder.buffered:
+        raise MalformedFrameError("not exactly one frame")
+    return commands[0]
+
+
+class FrameDecoder:
+    """Incremental: feed() bytes as they arrive, get the complete commands back.
+
+    The limit counts the whole frame with its length prefix (Netty's
+    LengthFieldBasedFrameDecoder) and is checked as soon as the prefix is in, so an oversize
+    frame is refused before its bytes are buffered. After an error the decoder stays failed.
+    """
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        if max_frame_bytes < 8:
+            raise ValueError("max_frame_bytes must be at least 8")
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+        self._pos = 0
+        self._error: RemotingCodecError | None = None
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf) - self._pos
+
+    def feed(self, data: bytes) -> list[RemotingCommand]:
+        if self._error is not None:
+            raise self._error
+        self._buf += data
+        commands = []
+        try:
+            while self.buffered >= 4:
+                length = _INT.unpack_from(self._buf, self._pos)[0]
+                if length < 0:
+                    raise MalformedFrameError(f"negative frame length {length}")
+                if length + 4 > self.max_frame_bytes:
+                    raise FrameTooLargeError(
+                        f"frame of {length + 4} bytes exceeds {self.max_frame_bytes}")
+                if self.buffered < 4 + length:
+                    break
+                start = self._pos + 4
+                self._pos = start + length
+                with memoryview(self._buf) as view:  # released before the buffer is compacted
+                    frame = view[start:self._pos].tobytes()
+                commands.append(decode_frame(frame))
+        except RemotingCodecError as exc:
+            self._error = exc
+            raise
+        finally:
+            if self._pos:  # compact what was consumed; keeps feed() linear overall
+                del self._buf[:self._pos]
+                self._pos = 0
+        return commands

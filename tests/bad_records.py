@@ -1,0 +1,66 @@
+"""Invalid records of many kinds (contract §2), each with what its reason must mention."""
+
+from __future__ import annotations
+
+import json
+
+_GOOD = {"eventType": "REGISTER", "eventTime": 1764000000500, "clusterName": "BadCluster",
+         "brokerAddr": "10.8.0.1:10911", "brokerName": "broker-bad", "brokerId": 0,
+         "haServerAddr": "10.8.0.1:10912",
+         "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1},
+         "topicConfigTable": {"T": {"topicName": "T", "readQueueNums": 4, "writeQueueNums": 4,
+                                    "perm": 6, "topicSysFlag": 0}}}
+
+
+def _with(**changes) -> bytes:
+    record = json.loads(json.dumps(_GOOD))
+    for key, value in changes.items():
+        if value is _DROP:
+            record.pop(key)
+        else:
+            record[key] = value
+    return json.dumps(record).encode()
+
+
+def _topic(**changes) -> bytes:
+    config = {**_GOOD["topicConfigTable"]["T"], **changes}
+    name = config["topicName"]
+    return _with(topicConfigTable={name: config})
+
+
+_DROP = object()
+
+# (kind, raw bytes, a word the reason must contain)
+BAD_RECORDS: list[tuple[str, bytes, str]] = [
+    ("truncated JSON", _with()[:57], "not JSON"),
+    ("plain text", b"hello broker", "not JSON"),
+    ("JSON array", b"[1, 2]", "not a JSON object"),
+    ("JSON null", b"null", "not a JSON object"),
+    ("empty line", b"", "empty"),
+    ("blank line", b"   ", "empty"),
+    ("non-UTF-8 bytes", b'{"eventType": "REGISTER\xff\xfe"}', "UTF-8"),
+    ("unknown eventType", _with(eventType="SHUTDOWN"), "SHUTDOWN"),
+    ("missing eventType", _with(eventType=_DROP), "eventType"),
+    ("missing eventTime", _with(eventTime=_DROP), "eventTime"),
+    ("eventTime as string", _with(eventTime="1764000000500"), "eventTime"),
+    ("eventTime negative", _with(eventTime=-5), "eventTime"),
+    ("eventTime float", _with(eventTime=1764000000500.5), "eventTime"),
+    ("eventTime boolean", _with(eventTime=True), "eventTime"),
+    ("negative brokerId", _with(brokerId=-1), "brokerId"),
+    ("brokerId as string", _with(brokerId="0"), "brokerId"),
+    ("addr without port", _with(brokerAddr="10.8.0.1"), "brokerAddr"),
+    ("addr port out of range", _with(brokerAddr="10.8.0.1:70000"), "brokerAddr"),
+    ("empty clusterName", _with(clusterName=""), "clusterName"),
+    ("brokerName too long", _with(brokerName="b" * 256), "brokerName"),
+    ("topic name with a space", _topic(topicName="bad topic"), "topicConfigTable"),
+    ("topic name too long", _topic(topicName="t" * 128), "topicConfigTable"),
+    ("perm 9", _topic(perm=9), "perm"),
+    ("huge queue numbers", _topic(readQueueNums=70000), "readQueueNums"),
+    ("negative queue numbers", _topic(writeQueueNums=-1), "writeQueueNums"),
+    ("topicConfigTable not an object", _with(topicConfigTable=[1]), "topicConfigTable"),
+    ("REGISTER without topicConfigTable", _with(topicConfigTable=_DROP), "topicConfigTable"),
+    ("REGISTER without dataVersion", _with(dataVersion=_DROP), "dataVersion"),
+    ("dataVersion part as string", _with(dataVersion={"counter": "1"}), "counter"),
+    ("filterServerList not a list", _with(filterServerList="10.0.0.1:1"), "filterServerList"),
+    ("heartbeatTimeoutMillis zero", _with(heartbeatTimeoutMillis=0), "heartbeatTimeoutMillis"),
+]

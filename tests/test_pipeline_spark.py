@@ -1,0 +1,101 @@
+"""Spark pipeline behaviours beyond the fixtures: bad input, huge registrations, replays."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from deltalake import DeltaTable
+
+from routing_lib.core.tables import (
+    BROKER_LIVE,
+    DEAD_LETTER,
+    PROGRESS,
+    TOPIC_QUEUE,
+)
+from routing_lib.read.warehouse import table_versions
+from tests.bad_records import BAD_RECORDS
+from tests.helpers import GOLDEN, expected_dump, fixture_lines
+
+pytestmark = pytest.mark.spark
+
+
+def rows(warehouse, table) -> list[dict]:
+    return DeltaTable(str(warehouse / table)).to_pyarrow_table().to_pylist()
+
+
+def test_bad_records_are_dead_lettered_and_good_ones_applied(backfill, tmp_path):
+    name = "10_filter_servers"
+    good = [line.encode() for line in fixture_lines(name)]
+    rng = random.Random(5)
+    lines: list[tuple[bytes, str | None]] = [(g, None) for g in good]
+    for kind, raw, _ in BAD_RECORDS:
+        lines.insert(rng.randint(0, len(lines)), (raw, kind))
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"".join(raw + b"\n" for raw, _ in lines))
+
+    assert backfill([path]) == expected_dump(name)
+
+    dead = {row["position"]: row for row in rows(backfill.warehouse, DEAD_LETTER)}
+    expected_dead = {n: (raw, kind) for n, (raw, kind) in enumerate(lines, start=1) if kind}
+    assert set(dead) == set(expected_dead)
+    for position, (raw, kind) in expected_dead.items():
+        row = dead[position]
+        assert row["raw"] == raw, kind
+        assert row["source"] == str(path) and row["reason"], kind
+    progress = rows(backfill.warehouse, PROGRESS)
+    total = {k: sum(r[k] for r in progress) for k in ("input_rows", "dead_lettered", "late",
+                                                      "accepted", "applied")}
+    assert total["input_rows"] == len(lines)
+    assert total["dead_lettered"] == len(BAD_RECORDS)
+    assert total["accepted"] + total["dead_lettered"] + total["late"] == total["input_rows"]
+    assert total["late"] == 0
+    # Applied, or still waiting for the watermark (the last events of the archive).
+    assert total["applied"] <= total["accepted"]
+
+
+def test_registration_with_20000_topics(backfill, tmp_path):
+    topics = {f"Topic{i:05d}": {"topicName": f"Topic{i:05d}", "readQueueNums": 8,
+                                "writeQueueNums": 8, "perm": 6, "topicSysFlag": 0}
+              for i in range(20_000)}
+    register = {"eventType": "REGISTER", "eventTime": 1764000000000, "clusterName": "Big",
+                "brokerAddr": "10.1.0.1:10911", "brokerName": "big", "brokerId": 0,
+                "haServerAddr": "10.1.0.1:10912",
+                "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1},
+                "topicConfigTable": topics}
+    heartbeat = {"eventType": "HEARTBEAT", "eventTime": 1764000030000, "clusterName": "Big",
+                 "brokerAddr": "10.1.0.1:10911", "brokerName": "big", "brokerId": 0}
+    path = tmp_path / "big.jsonl"
+    path.write_text(json.dumps(register) + "\n" + json.dumps(heartbeat) + "\n")
+    dump = backfill([path], as_of=1764000040000)
+    assert len(dump["topicQueueTable"]) == 20_000
+    assert dump["brokerLiveTable"][0]["lastUpdateTimestamp"] == 1764000030000
+
+
+def test_replayed_batch_changes_nothing(spark, backfill, tmp_path):
+    """A micro-batch replayed after a crash (same batch id) is skipped by every table."""
+    from routing_lib.spark.delta_writer import DeltaRouteWriter
+    from routing_lib.spark.stateful import OUTPUT_SCHEMA
+
+    backfill([GOLDEN / "01_master_registers" / "events.jsonl"])
+    warehouse = backfill.warehouse
+    live = {"cluster_name": "C", "broker_addr": "1.1.1.1:1", "broker_name": "x",
+            "last_update_timestamp": 5, "heartbeat_timeout_millis": 120000,
+            "ha_server_addr": None,
+            "data_version": {"state_version": 0, "timestamp": 0, "counter": 0}}
+    batch = spark.createDataFrame([
+        ("change", BROKER_LIVE, "upsert", json.dumps(live), None),
+        ("dead", DEAD_LETTER, "append", json.dumps({"raw_text": "x", "source": "s",
+                                                    "position": 1, "reason": "r"}), b"x"),
+        ("stats", None, None, json.dumps({"input_rows": 1, "dead_lettered": 1}), None),
+    ], OUTPUT_SCHEMA)
+    writer = DeltaRouteWriter(str(warehouse), "replay-test", lambda batch_id: 42)
+    writer(batch, 1000)
+    versions = table_versions(warehouse)
+    lives = rows(warehouse, BROKER_LIVE)
+    writer(batch, 1000)  # the replay
+    assert table_versions(warehouse) == versions
+    assert rows(warehouse, BROKER_LIVE) == lives
+    assert len([r for r in rows(warehouse, DEAD_LETTER) if r["source"] == "s"]) == 1
+    assert len(rows(warehouse, TOPIC_QUEUE)) == 3
