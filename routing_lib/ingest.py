@@ -11,6 +11,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from routing_lib.core.wire import pack_event
 from schemas.route_event import ValidationFailure, parse_event
 
 # Group keys that are not broker names (a broker name is never empty, so these cannot clash).
@@ -24,7 +25,7 @@ class Classified:
     event_time: int  # 0 for dead letters: they must not move the watermark
     source: str
     position: int
-    payload: str | None  # the validated event, as JSON
+    payload: str | None  # the validated event, packed (routing_lib.core.wire)
     raw: bytes | None  # dead letters only
     reason: str | None  # dead letters only
 
@@ -40,8 +41,8 @@ def classify(raw: bytes, source: str, position: int, now_ms: int | None,
                 f"job clock {now_ms} (clock skew)")
     except ValidationFailure as failure:
         return dead_letter(raw, source, position, failure.reason)
-    return Classified(event.brokerName, event.eventTime, source, position,
-                      event.model_dump_json(exclude_none=True), None, None)
+    return Classified(event.brokerName, event.eventTime, source, position, pack_event(event),
+                      None, None)
 
 
 def dead_letter(raw: bytes, source: str, position: int, reason: str) -> Classified:

@@ -11,6 +11,7 @@ from routing_lib.core.codec import decode_clock, encode_clock
 from routing_lib.core.dump import canonical_dump, project
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags
 from routing_lib.core.replay import default_watermark, fleet_rows
+from routing_lib.core.wire import pack_event, unpack_event
 from schemas import parse_event
 from tests.helpers import DELAY_MS, FIXTURES, expected_dump, fixture_lines, reference_dump
 
@@ -22,8 +23,11 @@ def test_reference_replay_matches_expected(name):
 
 def run_clocks_in_batches(lines: list[str], rng: random.Random, round_trip: bool) -> dict:
     """Feed events in arrival order, cut into random micro-batches, like the Spark step does:
-    each batch adds its events, then every group moves to the batch's watermark."""
+    each batch adds its events, then every group moves to the batch's watermark.
+    With round_trip, events travel packed and clocks are saved and restored between batches."""
     events = [parse_event(line) for line in lines]
+    if round_trip:
+        events = [unpack_event(pack_event(e)) for e in events]
     clocks: dict[str, GroupClock] = {}
     max_seen, published, i = 0, 0, 0
     while i < len(events):
@@ -50,7 +54,7 @@ def run_clocks_in_batches(lines: list[str], rng: random.Random, round_trip: bool
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_clock_in_random_batches_matches_expected(name, seed):
     rng = random.Random(seed)
-    result = run_clocks_in_batches(fixture_lines(name), rng, round_trip=seed == 1)
+    result = run_clocks_in_batches(fixture_lines(name), rng, round_trip=seed != 3)
     assert result == expected_dump(name)
 
 

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import json
 
-from pydantic import TypeAdapter
-
 from routing_lib.core.clock import GroupClock, PendingEvent
 from routing_lib.core.group_routes import (
     BrokerData,
     BrokerLive,
     DataVersion,
-    Event,
     GroupRoutes,
     QueueData,
 )
-from schemas.route_event import RouteEvent
+from routing_lib.core.wire import pack_event, unpack_event
 
-_EVENT = TypeAdapter(RouteEvent)
 STATE_FORMAT = 1
 
 
@@ -37,13 +33,8 @@ def encode_clock(clock: GroupClock) -> str:
                   [x.data_version.state_version, x.data_version.timestamp,
                    x.data_version.counter], x.ha_server_addr] for (c, a), x in r.live.items()],
         "filters": [[c, a, servers] for (c, a), servers in r.filter_servers.items()],
-        "pending": [[p.arrival[0], p.arrival[1], p.event.model_dump_json(exclude_none=True)]
-                    for p in clock.pending],
+        "pending": [[p.arrival[0], p.arrival[1], pack_event(p.event)] for p in clock.pending],
     }, separators=(",", ":"))
-
-
-def decode_event(text: str) -> Event:
-    return _EVENT.validate_json(text)
 
 
 def decode_clock(text: str) -> GroupClock:
@@ -63,7 +54,7 @@ def decode_clock(text: str) -> GroupClock:
     )
     pending = []
     for source, position, text_event in s["pending"]:
-        event = decode_event(text_event)
+        event = unpack_event(text_event)
         pending.append(PendingEvent(event.eventTime, (source, position), event))
     # The list was saved in heap order, so it is still a heap.
     return GroupClock(routes=routes, pending=pending, watermark=s["watermark"])

@@ -10,14 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from schemas.route_event import (
-    DEFAULT_HEARTBEAT_TIMEOUT_MILLIS,
-    HeartbeatEvent,
-    RegisterEvent,
-    UnregisterEvent,
-)
-
-Event = RegisterEvent | HeartbeatEvent | UnregisterEvent
+from routing_lib.core.wire import Event, topic_names
+from schemas.route_event import DEFAULT_HEARTBEAT_TIMEOUT_MILLIS, HeartbeatEvent, RegisterEvent
 
 MASTER_ID = 0
 PERM_WRITE = 0x2
@@ -67,6 +61,9 @@ class RouteFlags:
     """NamesrvConfig switches that change the state machine."""
 
     delete_topic_with_broker_registration: bool = False
+
+
+DEFAULT_FLAGS = RouteFlags()
 
 
 @dataclass
@@ -143,13 +140,19 @@ class GroupRoutes:
                 del self.topics[topic]
         previous = self.live.get((event.clusterName, event.brokerAddr))
         version_changed = previous is None or previous.data_version != version
+        if register_first or version_changed:
+            configs = list(table.values())
+        else:
+            # Same dataVersion: only topics missing from this group's routes are (re)applied
+            # (RouteInfoManager.isTopicConfigChanged); usually none, so decode nothing.
+            missing = {n for n in topic_names(table) if n not in self.topics}
+            configs = [c for c in table.values() if c.topicName in missing] if missing else []
         wipe_write = is_prime_slave and self.broker_data is not None \
             and self.broker_data.enable_acting_master
-        for config in table.values():
-            if register_first or version_changed or config.topicName not in self.topics:
-                perm = config.perm & ~PERM_WRITE if wipe_write else config.perm
-                self.topics[config.topicName] = QueueData(
-                    config.readQueueNums, config.writeQueueNums, perm, config.topicSysFlag)
+        for config in configs:
+            perm = config.perm & ~PERM_WRITE if wipe_write else config.perm
+            self.topics[config.topicName] = QueueData(
+                config.readQueueNums, config.writeQueueNums, perm, config.topicSysFlag)
 
     # -- BROKER_HEARTBEAT -----------------------------------------------------------------
     def heartbeat(self, cluster: str, addr: str, now: int) -> bool:

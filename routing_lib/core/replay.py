@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from routing_lib.core.dump import canonical_dump
-from routing_lib.core.group_routes import Event, GroupRoutes, RouteFlags, apply_event
+from routing_lib.core.group_routes import DEFAULT_FLAGS, Event, GroupRoutes, RouteFlags, apply_event
 from routing_lib.core.tables import ROUTE_TABLES, Row, rows_of
 
 
-def replay(events: Iterable[Event], until: int, flags: RouteFlags = RouteFlags()
+def replay(events: Iterable[Event], until: int, flags: RouteFlags = DEFAULT_FLAGS
            ) -> dict[str, GroupRoutes]:
     """Every event with eventTime <= until, in (eventTime, arrival) order."""
     ordered = sorted(
@@ -38,7 +38,7 @@ def fleet_rows(groups: Iterable[GroupRoutes]) -> dict[str, list[Row]]:
     return tables
 
 
-def replay_dump(events: list[Event], until: int, flags: RouteFlags = RouteFlags()) -> dict:
+def replay_dump(events: list[Event], until: int, flags: RouteFlags = DEFAULT_FLAGS) -> dict:
     return canonical_dump(fleet_rows(replay(events, until, flags).values()), until)
 
 

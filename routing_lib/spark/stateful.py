@@ -17,9 +17,10 @@ from pyspark import TaskContext
 from pyspark.sql.streaming.state import GroupState
 
 from routing_lib.core.clock import GroupClock
-from routing_lib.core.codec import decode_clock, decode_event, encode_clock
+from routing_lib.core.codec import decode_clock, encode_clock
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, diff
+from routing_lib.core.wire import unpack_event
 from routing_lib.ingest import CLOCK_KEY, DEAD_LETTER_KEY
 from routing_lib.spark.checkpoint import batch_watermark
 
@@ -107,7 +108,7 @@ def make_step(settings: StepSettings):
                     late += 1
                     out.append(_late_row(payload, source, int(position), published))
                 else:
-                    clock.add(decode_event(payload), (source, int(position)))
+                    clock.add(unpack_event(payload), (source, int(position)))
         advance = clock.advance(target, settings.flags)
         changes = diff(group, before, RoutesSnapshot.of(clock.routes))
         for change in changes:
@@ -133,9 +134,9 @@ def make_step(settings: StepSettings):
 
 
 def _late_row(payload: str, source: str, position: int, published: int) -> tuple:
-    event = json.loads(payload)
-    row = {"event_time": event["eventTime"], "broker_name": event["brokerName"],
-           "event_type": event["eventType"], "source": source, "position": position,
-           "payload": payload, "published_watermark": published,
+    event = unpack_event(payload)
+    row = {"event_time": event.eventTime, "broker_name": event.brokerName,
+           "event_type": event.eventType, "source": source, "position": position,
+           "payload": event.model_dump_json(exclude_none=True), "published_watermark": published,
            "seen_at_ms": int(time.time() * 1000), "batch_id": _current_batch_id()}
     return ("late", LATE_EVENT, "append", json.dumps(row), None)

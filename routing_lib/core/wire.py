@@ -1,0 +1,102 @@
+"""The compact form a validated event travels in between pipeline stages (and waits in state).
+
+Stage one validates each record once with pydantic; later stages trust it and rebuild the
+event with `model_construct`. A registration's topic configs are the bulk of the data and
+rarely change (dataVersion gates them), so they stay an undecoded string until the state
+machine needs them; their names travel separately so the common "nothing changed" case is a
+string split, not a JSON parse.
+
+Layout: head JSON, RS, topic keys joined by US, RS, topic names joined by US, RS, rows JSON.
+JSON text never holds a raw control character and topic names are [%|a-zA-Z0-9_-], so the
+separators cannot clash.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple
+
+from schemas.route_event import DataVersion, HeartbeatEvent, RegisterEvent, UnregisterEvent
+
+Event = RegisterEvent | HeartbeatEvent | UnregisterEvent
+_TYPES: dict[str, type[Event]] = {"REGISTER": RegisterEvent, "HEARTBEAT": HeartbeatEvent,
+                                  "UNREGISTER": UnregisterEvent}
+RS, US = "\x1e", "\x1f"
+
+
+class TopicRow(NamedTuple):
+    """A validated topic config; same attribute names as schemas.TopicConfig."""
+
+    topicName: str
+    readQueueNums: int
+    writeQueueNums: int
+    perm: int
+    topicSysFlag: int
+    order: bool | None
+
+
+class LazyTopicTable(Mapping[str, TopicRow]):
+    """topicConfigTable of a packed registration, decoded on first use."""
+
+    __slots__ = ("_keys", "_names", "_rows_json", "_decoded")
+
+    def __init__(self, keys: str, names: str, rows_json: str):
+        self._keys, self._names, self._rows_json = keys, names, rows_json
+        self._decoded: dict[str, TopicRow] | None = None
+
+    def topic_keys(self) -> list[str]:
+        return self._keys.split(US) if self._keys else []
+
+    def topic_names(self) -> list[str]:
+        return self._names.split(US) if self._names else []
+
+    def _table(self) -> dict[str, TopicRow]:
+        if self._decoded is None:
+            rows = json.loads(self._rows_json)
+            self._decoded = {k: TopicRow(*r) for k, r in zip(self.topic_keys(), rows,
+                                                              strict=True)}
+        return self._decoded
+
+    def __getitem__(self, key: str) -> TopicRow:
+        return self._table()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.topic_keys())
+
+    def __len__(self) -> int:
+        return len(self.topic_keys())
+
+    def packed(self) -> str:
+        return f"{self._keys}{RS}{self._names}{RS}{self._rows_json}"
+
+
+def topic_names(table: Mapping) -> list[str]:
+    """The topicName of every config of a topicConfigTable, decoding as little as possible."""
+    if isinstance(table, LazyTopicTable):
+        return table.topic_names()
+    return [config.topicName for config in table.values()]
+
+
+def pack_event(event: Event) -> str:
+    head = json.dumps(event.model_dump(exclude={"topicConfigTable"}, exclude_none=True),
+                      separators=(",", ":"))
+    if not isinstance(event, RegisterEvent):
+        return head
+    table = event.topicConfigTable
+    if isinstance(table, LazyTopicTable):
+        return f"{head}{RS}{table.packed()}"
+    rows = json.dumps([[c.topicName, c.readQueueNums, c.writeQueueNums, c.perm, c.topicSysFlag,
+                        c.order] for c in table.values()], separators=(",", ":"))
+    names = US.join(c.topicName for c in table.values())
+    return f"{head}{RS}{US.join(table)}{RS}{names}{RS}{rows}"
+
+
+def unpack_event(packed: str) -> Event:
+    head_json, *topics = packed.split(RS)
+    head = json.loads(head_json)
+    cls = _TYPES[head["eventType"]]
+    if cls is RegisterEvent:
+        head["dataVersion"] = DataVersion.model_construct(**head["dataVersion"])
+        head["topicConfigTable"] = LazyTopicTable(*topics)
+    return cls.model_construct(**head)
