@@ -8,7 +8,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from routing_lib.cli import main  # noqa: E402
+from routing_lib.cli import entry  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(["backfill", *sys.argv[1:]]))
+    sys.argv[1:1] = ["backfill"]
+    entry()

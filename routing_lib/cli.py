@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 
@@ -58,6 +59,76 @@ def _dump(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _route_index(args: argparse.Namespace, config: Config):
+    from routing_lib.lookup.routes import RouteIndex
+    from routing_lib.read.warehouse import load_snapshot
+
+    return RouteIndex(load_snapshot(_warehouse(args, config)),
+                      support_acting_master=config.routes.support_acting_master)
+
+
+@command("route")
+def _route(args: argparse.Namespace, config: Config) -> int:
+    route = _route_index(args, config).route(args.topic)
+    if route is None:
+        print(f"routectl route: TOPIC_NOT_EXIST (17): No topic route info in name server for "
+              f"the topic: {args.topic}", file=sys.stderr)
+        return 1
+    print(json.dumps(route, indent=1))
+    return 0
+
+
+@command("clusters")
+def _clusters(args: argparse.Namespace, config: Config) -> int:
+    print(json.dumps(_route_index(args, config).cluster_info, indent=1))
+    return 0
+
+
+@command("serve")
+def _serve(args: argparse.Namespace, config: Config) -> int:
+    from routing_lib.lookup.server import serve
+
+    serve(_warehouse(args, config), args.port or config.serve.port,
+          args.http_port or config.serve.http_port, config.serve.poll_interval_s,
+          config.serve.max_frame_bytes, config.routes.support_acting_master)
+    return 0
+
+
+@command("kafka")
+def _kafka(args: argparse.Namespace, config: Config) -> int:
+    from routing_lib import kafka_local
+
+    extra = ["--config", args.config] if args.config else []
+    return kafka_local.main([*args.kafka_args, *extra])
+
+
+@command("simulate")
+def _simulate(args: argparse.Namespace, config: Config) -> int:
+    from routing_lib.simulator import run_simulate
+
+    return run_simulate(args)
+
+
+@command("produce")
+def _produce(args: argparse.Namespace, config: Config) -> int:
+    from routing_lib.simulator import run_produce
+
+    return run_produce(args)
+
+
+@command("run")
+def _run(args: argparse.Namespace, config: Config) -> int:
+    from routing_lib.stream_job import run_stream
+
+    config = config.with_overrides("kafka", bootstrap_servers=args.kafka, topic=args.topic,
+                                   starting_offsets=args.starting_offsets,
+                                   max_offsets_per_trigger=args.max_offsets_per_trigger,
+                                   trigger_interval=args.trigger_interval)
+    config = config.with_overrides("paths", warehouse=args.warehouse, checkpoint=args.checkpoint)
+    run_stream(config, available_now=args.available_now, metrics_port=args.metrics_port)
+    return 0
+
+
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="TOML file overriding conf/routelake.toml")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -78,6 +149,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-files-per-trigger", type=int, help="files per micro-batch")
     _add_common(p)
 
+    p = sub.add_parser("run", help="the streaming job: Kafka -> Delta route tables")
+    p.add_argument("--kafka", help="bootstrap servers (default from conf)")
+    p.add_argument("--topic", help="Kafka topic of broker events")
+    p.add_argument("--warehouse")
+    p.add_argument("--checkpoint")
+    p.add_argument("--starting-offsets", help="earliest | latest | Spark JSON offsets")
+    p.add_argument("--max-offsets-per-trigger", type=int)
+    p.add_argument("--trigger-interval", help='e.g. "2 seconds"')
+    p.add_argument("--available-now", action="store_true",
+                   help="process what the topic holds now, then exit")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    _add_common(p)
+
+    p = sub.add_parser("route", help="TopicRouteData of a topic, as the NameServer answers")
+    p.add_argument("topic")
+    p.add_argument("--warehouse")
+    _add_common(p)
+
+    p = sub.add_parser("clusters", help="ClusterInfo (brokerAddrTable + clusterAddrTable)")
+    p.add_argument("--warehouse")
+    _add_common(p)
+
+    p = sub.add_parser("serve", help="lookup service: RocketMQ remoting protocol + HTTP")
+    p.add_argument("--warehouse")
+    p.add_argument("--port", type=int, help="remoting port (default 9876)")
+    p.add_argument("--http-port", type=int, help="HTTP port (default 8080)")
+    _add_common(p)
+
+    p = sub.add_parser("kafka", help="local Kafka broker (KRaft): start | stop | status | topic")
+    p.add_argument("kafka_args", nargs=argparse.REMAINDER)
+    _add_common(p)
+
+    from routing_lib.simulator import add_produce_args, add_simulate_args
+
+    p = sub.add_parser("simulate", help="simulate a broker fleet into Kafka or archives")
+    add_simulate_args(p)
+    _add_common(p)
+
+    p = sub.add_parser("produce", help="send archive files' lines to Kafka, in order")
+    add_produce_args(p)
+    _add_common(p)
+
     p = sub.add_parser("dump", help="canonical JSON dump of the route tables (no JVM)")
     p.add_argument("--warehouse")
     _add_common(p)
@@ -95,10 +208,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         return _COMMANDS[args.command](args, config)
-    except (UsageError, WarehouseError, ValueError) as exc:
+    except BrokenPipeError:  # `routectl dump | head`
+        return 0
+    except (UsageError, WarehouseError, ValueError, RuntimeError, OSError) as exc:
         print(f"routectl {args.command}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, UsageError | ValueError) else 1
 
 
+def entry() -> None:
+    """Console-script entry point. Exits without interpreter teardown: delta-rs' native
+    threads sometimes abort the process while Python shuts down (exit 134 after a good run)."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

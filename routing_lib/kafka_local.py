@@ -288,11 +288,11 @@ def metadata_ready(bootstrap: str, timeout_s: float = 5.0) -> bool:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="routelake-ready",
                                  request_timeout_ms=timeout_ms, bootstrap_timeout_ms=timeout_ms,
                                  reconnect_backoff_max_ms=1000)
-    except Exception:  # noqa: BLE001 - any failure means "not ready yet"
+    except Exception:  # any failure means "not ready yet"
         return False
     try:
         return bool(admin.describe_cluster().get("brokers"))
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
     finally:
         with contextlib.suppress(Exception):

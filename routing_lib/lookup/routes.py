@@ -102,8 +102,8 @@ class RouteIndex:
     __slots__ = ("versions", "watermark", "support_acting_master", "topics", "_routes",
                  "_route_bodies", "cluster_info", "cluster_info_body", "topic_list_body",
                  "cluster_topics", "_cluster_topic_bodies", "empty_topic_list_body",
-                 "system_topic_list", "system_topic_list_body", "system_topics", "live_brokers",
-                 "broker_count")
+                 "system_topic_list", "system_topic_list_body", "system_topics",
+                 "system_topics_body", "live_brokers", "live_brokers_body", "broker_count")
 
     def __init__(self, snapshot: RouteSnapshot, support_acting_master: bool = False) -> None:
         tables = snapshot.tables
@@ -158,9 +158,11 @@ class RouteIndex:
         # What the broker side calls system topics (TopicValidator) joined with the above.
         self.system_topics: tuple[str, ...] = tuple(sorted(
             {t for t in queues if is_system_topic(t)} | set(names)))
+        self.system_topics_body = Body.of({"topicList": list(self.system_topics)})
 
         dump = canonical_dump(tables, snapshot.watermark)
         self.live_brokers: tuple[JsonObj, ...] = tuple(dump["brokerLiveTable"])
+        self.live_brokers_body = Body.of(list(self.live_brokers))
 
     def _pickup(self, topic: str, queue_map: dict[str, Row], brokers: dict[str, _Broker],
                 filters: dict[tuple[str, str], list[str]]) -> JsonObj | None:

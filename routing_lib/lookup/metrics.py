@@ -1,0 +1,106 @@
+"""Prometheus text exposition for the lookup service (no client library needed).
+
+All updates happen on the server's event loop thread, so plain counters suffice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+from routing_lib.lookup.routes import RouteIndex
+
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                   0.25, 0.5, 1.0, 2.5)
+_PREFIX = "routelake_lookup"
+
+
+def _labels(**labels: object) -> str:
+    def esc(value: object) -> str:
+        return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in labels.items()) + "}"
+
+
+class _Histogram:
+    def __init__(self) -> None:
+        self.buckets = [0] * len(LATENCY_BUCKETS)
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, seconds: float) -> None:
+        for i, bound in enumerate(LATENCY_BUCKETS):
+            if seconds <= bound:
+                self.buckets[i] += 1
+                break
+        self.total += seconds
+        self.count += 1
+
+    def lines(self, name: str, **labels: object) -> Iterable[str]:
+        cumulative = 0
+        for bound, n in zip(LATENCY_BUCKETS, self.buckets, strict=True):
+            cumulative += n
+            yield f"{name}_bucket{_labels(**labels, le=bound)} {cumulative}"
+        yield f"{name}_bucket{_labels(**labels, le='+Inf')} {self.count}"
+        yield f"{name}_sum{_labels(**labels)} {self.total:.6f}"
+        yield f"{name}_count{_labels(**labels)} {self.count}"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.requests: Counter[tuple[str, str, str]] = Counter()  # (protocol, request, code)
+        self.latency: dict[str, _Histogram] = {}
+        self.refreshes: Counter[str] = Counter()  # result
+        self.frame_errors: Counter[str] = Counter()  # exception class
+        self.connections = 0
+        self.last_refresh_error: str | None = None
+
+    def observe(self, protocol: str, request: str, code: str, seconds: float) -> None:
+        self.requests[(protocol, request, code)] += 1
+        self.latency.setdefault(protocol, _Histogram()).observe(seconds)
+
+    def render(self, index: RouteIndex | None, loaded_at: float | None,
+               now: float | None = None) -> str:
+        now = time.time() if now is None else now
+        out: list[str] = []
+
+        def family(name: str, kind: str, help_text: str) -> str:
+            full = f"{_PREFIX}_{name}"
+            out.extend((f"# HELP {full} {help_text}", f"# TYPE {full} {kind}"))
+            return full
+
+        name = family("requests_total", "counter", "Requests answered, by protocol, request, code.")
+        for (protocol, request, code), n in sorted(self.requests.items()):
+            out.append(f"{name}{_labels(protocol=protocol, request=request, code=code)} {n}")
+        name = family("request_seconds", "histogram", "Time to answer one request.")
+        for protocol, histogram in sorted(self.latency.items()):
+            out.extend(histogram.lines(name, protocol=protocol))
+        name = family("refresh_total", "counter", "Snapshot refresh attempts by result.")
+        for result, n in sorted(self.refreshes.items()):
+            out.append(f"{name}{_labels(result=result)} {n}")
+        name = family("frame_errors_total", "counter", "Connections closed on a bad frame.")
+        for reason, n in sorted(self.frame_errors.items()):
+            out.append(f"{name}{_labels(reason=reason)} {n}")
+        name = family("connections", "gauge", "Open remoting connections.")
+        out.append(f"{name} {self.connections}")
+        name = family("ready", "gauge", "1 once a snapshot is loaded.")
+        out.append(f"{name} {int(index is not None)}")
+        if index is not None and loaded_at is not None:
+            name = family("snapshot_age_seconds", "gauge", "Seconds since the snapshot loaded.")
+            out.append(f"{name} {now - loaded_at:.3f}")
+            if index.watermark is not None:
+                name = family("snapshot_watermark_age_seconds", "gauge",
+                              "Wall clock minus the snapshot's event-time watermark.")
+                out.append(f"{name} {now - index.watermark / 1000:.3f}")
+                name = family("snapshot_watermark_ms", "gauge", "The snapshot's watermark.")
+                out.append(f"{name} {index.watermark}")
+            name = family("table_version", "gauge", "Delta version of each table served.")
+            out.extend(_table_lines(name, index.versions))
+            name = family("snapshot_topics", "gauge", "Topics with a route in the snapshot.")
+            out.append(f"{name} {index.route_count}")
+        return "\n".join(out) + "\n"
+
+
+def _table_lines(name: str, versions: Mapping[str, int]) -> Iterable[str]:
+    for table, version in sorted(versions.items()):
+        yield f"{name}{_labels(table=table)} {version}"

@@ -1,0 +1,105 @@
+"""Keeps the served RouteIndex current: poll the Delta versions, load, build, swap.
+
+Readers take `holder.current` once per request and use only that object, so a request never
+mixes two snapshots; the refresher replaces it with one assignment on the event loop.
+Blocking work (delta-rs reads, index build) runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from routing_lib.lookup.consistency import SnapshotNotSettledError, load_settled
+from routing_lib.lookup.metrics import Metrics
+from routing_lib.lookup.routes import RouteIndex
+from routing_lib.read.warehouse import RouteSnapshot, table_versions
+
+log = logging.getLogger("routelake.lookup")
+
+
+@dataclass(frozen=True)
+class Served:
+    """One snapshot as served: the index plus its HTTP metadata, rendered once."""
+
+    index: RouteIndex
+    loaded_at: float  # time.time()
+    headers: dict[str, str] = field(default_factory=dict)
+    envelope_tail: bytes = b"}"  # `,"versions":{...},"watermark":W}`
+
+    @staticmethod
+    def of(index: RouteIndex, loaded_at: float | None = None) -> Served:
+        versions = dict(sorted(index.versions.items()))
+        headers = {
+            "X-Routelake-Watermark": "none" if index.watermark is None else str(index.watermark),
+            "X-Routelake-Versions": ",".join(f"{t}={v}" for t, v in versions.items()),
+        }
+        tail = (',"versions":' + json.dumps(versions, separators=(",", ":"))
+                + ',"watermark":' + json.dumps(index.watermark) + "}").encode()
+        return Served(index, time.time() if loaded_at is None else loaded_at, headers, tail)
+
+
+class SnapshotHolder:
+    def __init__(self) -> None:
+        self.current: Served | None = None
+
+
+class Refresher:
+    def __init__(self, warehouse: str | Path, holder: SnapshotHolder, metrics: Metrics,
+                 support_acting_master: bool = False,
+                 loader: Callable[[str | Path], RouteSnapshot] = load_settled) -> None:
+        self.warehouse = warehouse
+        self.holder = holder
+        self.metrics = metrics
+        self.support_acting_master = support_acting_master
+        self.loader = loader
+        self._last_error: str | None = None
+
+    def _load(self) -> tuple[str, Served | None]:
+        current = self.holder.current
+        if current is not None and table_versions(self.warehouse) == dict(current.index.versions):
+            return "unchanged", None
+        snapshot = self.loader(self.warehouse)
+        index = RouteIndex(snapshot, support_acting_master=self.support_acting_master)
+        return "swapped", Served.of(index)
+
+    async def refresh_once(self) -> str:
+        """One poll. Never raises (except cancellation): on failure the last good index stays."""
+        try:
+            result, served = await asyncio.to_thread(self._load)
+        except SnapshotNotSettledError as exc:
+            self.metrics.refreshes["not_settled"] += 1
+            # Normal while a micro-batch commits table by table: the next poll catches up.
+            log.debug("snapshot not settled, keeping the current one: %s", exc)
+            return "not_settled"
+        except Exception as exc:  # any failure: keep serving the last good one
+            self.metrics.refreshes["error"] += 1
+            message = f"{type(exc).__name__}: {exc}"
+            self.metrics.last_refresh_error = message
+            if message != self._last_error:  # one line per distinct error, not per poll
+                log.error("snapshot refresh failed, keeping the last good one: %s", message)
+            self._last_error = message
+            return "error"
+        self._last_error = None
+        if served is not None:
+            previous = self.holder.current
+            self.holder.current = served  # the swap: one reference assignment
+            log.info("serving snapshot versions=%s watermark=%s (%d routes)%s",
+                     dict(served.index.versions), served.index.watermark,
+                     served.index.route_count,
+                     "" if previous else " - ready")
+        self.metrics.refreshes[result] += 1
+        return result
+
+    async def run(self, poll_interval_s: float, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.refresh_once()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=poll_interval_s)
+            except TimeoutError:
+                pass

@@ -1,0 +1,331 @@
+"""The lookup service: RocketMQ remoting over asyncio TCP plus a FastAPI JSON API (uvicorn),
+both answering from the one RouteIndex the refresher keeps current, on one event loop.
+
+Every HTTP JSON body is an envelope `{"data"|"error": ..., "versions": {...}, "watermark": W}`
+and carries the same two facts as headers (X-Routelake-Versions, X-Routelake-Watermark).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Response
+
+from routing_lib.lookup import jsonbody
+from routing_lib.lookup.metrics import Metrics
+from routing_lib.lookup.processor import (
+    RequestCode,
+    ResponseCode,
+    answer,
+    no_route_remark,
+)
+from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
+from routing_lib.lookup.remoting import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FrameDecoder,
+    RemotingCodecError,
+    encode,
+)
+from routing_lib.lookup.topics import validate_topic
+
+log = logging.getLogger("routelake.lookup")
+
+LOOPBACK = "127.0.0.1"
+READ_CHUNK = 64 * 1024
+# Metric labels only for the codes we serve: a client cannot blow up the label set.
+_KNOWN_CODES = {v for k, v in vars(RequestCode).items() if k.isupper()}
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+
+
+# -- HTTP --
+
+def _envelope(served: Served | None, status: int, key: str, payload: bytes) -> Response:
+    if served is None:
+        body = b'{"' + key.encode() + b'":' + payload + b',"versions":null,"watermark":null}'
+        headers = {"X-Routelake-Watermark": "none", "X-Routelake-Versions": ""}
+    else:
+        body = b'{"' + key.encode() + b'":' + payload + served.envelope_tail
+        headers = served.headers
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def _error(served: Served | None, status: int, code: int, remark: str) -> Response:
+    return _envelope(served, status, "error", jsonbody.standard({"code": code, "remark": remark}))
+
+
+def _not_ready(refresh_error: str | None) -> Response:
+    remark = "no snapshot loaded yet" + (f" (last error: {refresh_error})" if refresh_error else "")
+    return _error(None, 503, ResponseCode.SYSTEM_ERROR, remark)
+
+
+class _ObserveHttp:
+    """Pure ASGI middleware: request count by route template and status, and latency."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, status = time.perf_counter(), 500
+
+        async def send_observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_observed)
+        finally:
+            route = scope.get("route")  # set by the router; absent for unknown paths
+            self.metrics.observe("http", getattr(route, "path", "unmatched"), str(status),
+                                 time.perf_counter() - started)
+
+
+def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
+    app = FastAPI(title="routelake lookup", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(_ObserveHttp, metrics=metrics)
+
+    # Handlers are `async def`: they run on the event loop, never in a thread, and read
+    # holder.current exactly once.
+
+    @app.get("/topics/{topic}/route")
+    async def topic_route(topic: str) -> Response:
+        served = holder.current
+        if served is None:
+            return _not_ready(metrics.last_refresh_error)
+        invalid = validate_topic(topic)
+        if invalid is not None:
+            return _error(served, 400, ResponseCode.INVALID_PARAMETER, invalid)
+        body = served.index.route_body(topic)
+        if body is None:
+            return _error(served, 404, ResponseCode.TOPIC_NOT_EXIST, no_route_remark(topic))
+        return _envelope(served, 200, "data", body.standard)
+
+    @app.get("/topics")
+    async def topics() -> Response:
+        served = holder.current
+        if served is None:
+            return _not_ready(metrics.last_refresh_error)
+        return _envelope(served, 200, "data", served.index.topic_list_body.standard)
+
+    @app.get("/topics/system")
+    async def system_topics() -> Response:
+        served = holder.current
+        if served is None:
+            return _not_ready(metrics.last_refresh_error)
+        return _envelope(served, 200, "data", served.index.system_topics_body.standard)
+
+    @app.get("/clusters")
+    async def clusters() -> Response:
+        served = holder.current
+        if served is None:
+            return _not_ready(metrics.last_refresh_error)
+        return _envelope(served, 200, "data", served.index.cluster_info_body.standard)
+
+    @app.get("/clusters/{cluster}/topics")
+    async def cluster_topics(cluster: str) -> Response:
+        served = holder.current
+        if served is None:
+            return _not_ready(metrics.last_refresh_error)
+        if cluster not in served.index.cluster_topics:
+            return _error(served, 404, ResponseCode.SYSTEM_ERROR, f"no cluster {cluster}")
+        return _envelope(served, 200, "data",
+                         served.index.topics_by_cluster_body(cluster).standard)
+
+    @app.get("/brokers/live")
+    async def live_brokers() -> Response:
+        served = holder.current
+        if served is None:
+            return _not_ready(metrics.last_refresh_error)
+        return _envelope(served, 200, "data", served.index.live_brokers_body.standard)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return _envelope(holder.current, 200, "data", b'{"status":"ok"}')
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        served = holder.current
+        if served is None:
+            return _not_ready(metrics.last_refresh_error)
+        return _envelope(served, 200, "data", b'{"ready":true}')
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        served = holder.current
+        text = metrics.render(served.index if served else None,
+                              served.loaded_at if served else None)
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return app
+
+
+class _Uvicorn(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # Signals belong to serve(), which stops this server with the rest of the service.
+        yield
+
+
+# -- the service --
+
+class LookupService:
+    """Both listeners plus the refresher on the running event loop. Port 0 = ephemeral."""
+
+    def __init__(self, warehouse: str | Path, *, host: str = LOOPBACK, port: int = 0,
+                 http_port: int = 0, poll_interval_s: float = 1.0,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 support_acting_master: bool = False, idle_timeout_s: float = 120.0) -> None:
+        self.warehouse = warehouse
+        self.host = host
+        self.port = port
+        self.http_port = http_port
+        self.poll_interval_s = poll_interval_s
+        self.max_frame_bytes = max_frame_bytes
+        # RocketMQ closes idle channels after serverChannelMaxIdleTimeSeconds (120 s).
+        self.idle_timeout_s = idle_timeout_s
+        self.metrics = Metrics()
+        self.holder = SnapshotHolder()
+        self.refresher = Refresher(warehouse, self.holder, self.metrics, support_acting_master)
+        self._stop = asyncio.Event()
+        self._tcp: asyncio.Server | None = None
+        self._http: _Uvicorn | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+
+    async def start(self) -> None:
+        self._tcp = await asyncio.start_server(self._connection, self.host, self.port,
+                                               limit=READ_CHUNK)
+        self.port = self._tcp.sockets[0].getsockname()[1]
+        http_socket = socket.create_server((self.host, self.http_port))
+        self.http_port = http_socket.getsockname()[1]
+        config = uvicorn.Config(create_app(self.holder, self.metrics), lifespan="off",
+                                log_config=None, access_log=False, timeout_graceful_shutdown=5)
+        self._http = _Uvicorn(config)
+        self._tasks = [
+            asyncio.create_task(self._http.serve(sockets=[http_socket]), name="lookup-http"),
+            asyncio.create_task(self.refresher.run(self.poll_interval_s, self._stop),
+                                name="lookup-refresher"),
+        ]
+        log.info("lookup service: remoting on %s:%d, http on %s:%d, warehouse %s",
+                 self.host, self.port, self.host, self.http_port, self.warehouse)
+
+    async def wait(self, stop: asyncio.Event) -> None:
+        """Until `stop` is set or a listener dies."""
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait([stopper, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        for task in self._tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                log.error("lookup service: %s failed: %r", task.get_name(), task.exception())
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._tcp is not None:
+            self._tcp.close()  # no new connections
+        for writer in list(self._connections.values()):
+            writer.close()
+        if self._http is not None:
+            self._http.should_exit = True
+        refresher = [t for t in self._tasks if t.get_name() == "lookup-refresher"]
+        for task in refresher:
+            task.cancel()  # may be inside a warehouse read: no need to wait for it
+        pending = [*self._tasks, *self._connections]
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=10)
+            for task in late:
+                task.cancel()
+        log.info("lookup service stopped")
+
+    # -- remoting --
+
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = writer
+        self.metrics.connections += 1
+        peer = writer.get_extra_info("peername")
+        decoder = FrameDecoder(self.max_frame_bytes)
+        try:
+            while not self._stop.is_set():
+                try:
+                    data = await asyncio.wait_for(reader.read(READ_CHUNK), self.idle_timeout_s)
+                except TimeoutError:
+                    log.info("closing idle remoting connection from %s", peer)
+                    break
+                if not data:
+                    break
+                try:
+                    commands = decoder.feed(data)
+                except RemotingCodecError as exc:
+                    self.metrics.frame_errors[type(exc).__name__] += 1
+                    log.warning("closing remoting connection from %s: %s", peer, exc)
+                    break
+                for command in commands:
+                    if writer.is_closing():
+                        break  # the peer went away mid-batch: its answers have no reader
+                    started = time.perf_counter()
+                    served = self.holder.current  # one read per request: one snapshot
+                    response = answer(served.index if served else None, command)
+                    if response is not None:
+                        writer.write(encode(response))
+                    request = str(command.code) if command.code in _KNOWN_CODES else "other"
+                    self.metrics.observe("remoting", request,
+                                         str(response.code) if response else "none",
+                                         time.perf_counter() - started)
+                # Back-pressure per connection: a slow reader waits here, nobody else does.
+                await writer.drain()
+        except ConnectionError:
+            pass  # the peer went away
+        except Exception:  # a bug must cost one connection, not the server
+            log.exception("remoting connection from %s failed", peer)
+        finally:
+            self.metrics.connections -= 1
+            self._connections.pop(task, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+async def _serve_until_signal(service: LookupService) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await service.start()
+        await service.wait(stop)
+    finally:
+        await service.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def serve(warehouse: str, port: int, http_port: int, poll_interval_s: float,
+          max_frame_bytes: int, support_acting_master: bool, *, host: str = LOOPBACK) -> None:
+    """Serve until Ctrl-C / SIGTERM (blocking; call from the main thread)."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    service = LookupService(warehouse, host=host, port=port, http_port=http_port,
+                            poll_interval_s=poll_interval_s, max_frame_bytes=max_frame_bytes,
+                            support_acting_master=support_acting_master)
+    asyncio.run(_serve_until_signal(service))

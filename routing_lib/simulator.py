@@ -1,0 +1,874 @@
+"""A seeded RocketMQ broker-fleet simulator producing contract §2 events.
+
+Two halves:
+
+* pure generation (`FleetSimulator`, `iter_history`, `generate_history`, `encode_event`):
+  deterministic for a seed, no I/O;
+* delivery (`simulate`, `produce_files`, the argparse helpers): Kafka producing with
+  kafka-python and/or `.jsonl.gz` archives.
+
+The fleet: `brokers` broker groups (brokerName `broker-<i>`) spread over 1-3 clusters, each a
+master (brokerId 0) and 0-2 slaves, every one a process with its own address. Every broker
+REGISTERs every `period_ms` with its group's full topicConfigTable (3 system topics plus
+`topics` user topics `Topic<j>` drawn from a shared pool) and sends `heartbeats_per_period`
+lightweight HEARTBEATs in between. Slaves carry the master's table and dataVersion (synced).
+Some brokers override heartbeatTimeoutMillis, some groups set enableActingMaster (others send
+false or, like old brokers, nothing), some set zoneName, some brokers send their
+filterServerList on every registration and others only when it changed.
+
+Faults arrive per group at random (mean `fault_interval_ms`, one at a time per group):
+
+    crash          a broker goes silent past its heartbeat timeout (so it expires); most
+                   come back later with a fresh REGISTER
+    unregister     graceful shutdown: UNREGISTER; most come back later
+    restart        silent for less than the timeout, then REGISTER again (never expires)
+    role_switch    the master UNREGISTERs, a slave REGISTERs as id 0 with stateVersion+1,
+                   the old master returns as a slave with the slave's old id
+    topic_change   the master changes perms / queue numbers, adds or drops topics, bumps
+                   dataVersion (counter, timestamp) and re-registers at once
+    filter_servers a broker's filter server list is set or cleared (sent on next REGISTER)
+
+`eventTime` is the collector's receive time on the simulated clock (`start_ms`; wall clock in
+live mode). Within a brokerName no two events share an eventTime, so State(T) never depends on
+arrival order. Arrival order may be shuffled within `disorder_ms`: every event is delayed by a
+seeded random 0..disorder_ms, so an event never arrives after one that is more than
+disorder_ms younger. The disorder uses its own random stream: the events themselves do not
+depend on `disorder_ms`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import heapq
+import json
+import random
+import socket
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+DEFAULT_START_MS = 1_764_000_000_000
+DEFAULT_PERIOD_MS = 30_000
+DEFAULT_HEARTBEATS_PER_PERIOD = 2
+DEFAULT_FAULT_INTERVAL_MS = 600_000
+DEFAULT_HEARTBEAT_TIMEOUT_MS = 120_000
+DEFAULT_ARCHIVE_MINUTES = 10
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+FAULT_KINDS = ("crash", "unregister", "restart", "role_switch", "topic_change", "filter_servers")
+_FAULT_WEIGHTS = {"crash": 3, "unregister": 2, "restart": 3, "role_switch": 3,
+                  "topic_change": 6, "filter_servers": 3}
+_JSON_SEPARATORS = (",", ":")
+
+Event = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What the simulator did (for tests and logs; not part of the event stream)."""
+
+    time: int
+    kind: str
+    brokerName: str
+    brokerAddr: str
+    detail: str = ""
+
+
+@dataclass
+class _Node:
+    """One broker process; its address is fixed, its role (brokerId) may change."""
+
+    host: str
+    port: int
+    broker_id: int
+    timeout_override: int | None
+    always_sends_filters: bool
+    filters: list[str] = field(default_factory=list)
+    filters_dirty: bool = False
+    up: bool = True
+    epoch: int = 0  # bumped whenever it goes down: stale scheduled ticks are dropped
+    base: int = 0  # time of its latest (re)start; ticks are scheduled from here
+    tick: int = 0
+    pending_id: int | None = None  # role switch: the id it returns with
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def ha_addr(self) -> str:
+        return f"{self.host}:{self.port + 1}"
+
+    @property
+    def timeout(self) -> int:
+        return self.timeout_override or DEFAULT_HEARTBEAT_TIMEOUT_MS
+
+
+@dataclass
+class _Group:
+    name: str
+    cluster: str
+    acting_master: bool | None
+    zone: str | None
+    topics: dict[str, dict[str, Any]]  # replaced on change, never mutated (events share it)
+    data_version: dict[str, int]  # likewise
+    nodes: list[_Node]
+    last_time: int = 0  # eventTime of its latest event (kept strictly increasing)
+    busy_until: int = 0  # no new fault before this
+
+    def master(self) -> _Node | None:
+        return next((n for n in self.nodes if n.up and n.broker_id == 0), None)
+
+
+class FleetSimulator:
+    """Generates the fleet's events in eventTime order (see the module docstring)."""
+
+    def __init__(self, seed: int | str, brokers: int, topics: int,
+                 period_ms: int = DEFAULT_PERIOD_MS, start_ms: int = DEFAULT_START_MS, *,
+                 heartbeats_per_period: int = DEFAULT_HEARTBEATS_PER_PERIOD,
+                 fault_interval_ms: int | None = DEFAULT_FAULT_INTERVAL_MS) -> None:
+        if brokers < 1 or topics < 0 or period_ms < 10 or heartbeats_per_period < 0:
+            raise ValueError("need brokers >= 1, topics >= 0, period_ms >= 10, "
+                             "heartbeats_per_period >= 0")
+        if start_ms <= 0:
+            raise ValueError("start_ms must be a positive epoch time in ms")
+        self.seed = seed
+        self.period_ms = period_ms
+        self.start_ms = start_ms
+        self.heartbeats_per_period = heartbeats_per_period
+        self.interval_ms = max(1, period_ms // (heartbeats_per_period + 1))
+        self.fault_interval_ms = fault_interval_ms or 0
+        self.faults: list[Fault] = []
+        self._rng = random.Random(f"routelake-fleet:{seed}")
+        self._heap: list[tuple[int, int, str, int, int, int]] = []
+        self._seq = 0
+        self._out: list[Event] = []
+        self._pool_counter = 0
+        self._pool: list[dict[str, Any]] = []
+        self._groups: list[_Group] = []
+        self._build_fleet(brokers, topics)
+
+    # ---- fleet construction -------------------------------------------------------------
+
+    def _topic(self, name: str, read: int, write: int, perm: int) -> dict[str, Any]:
+        return {"topicName": name, "readQueueNums": read, "writeQueueNums": write,
+                "perm": perm, "topicSysFlag": 0}
+
+    def _new_pool_topic(self) -> dict[str, Any]:
+        rng = self._rng
+        queues = rng.choice((1, 2, 4, 8, 8, 16, 16))
+        write = queues if rng.random() < 0.8 else max(1, queues // 2)
+        perm = 6 if rng.random() < 0.9 else rng.choice((2, 4))
+        config = self._topic(f"Topic{self._pool_counter}", queues, write, perm)
+        self._pool_counter += 1
+        self._pool.append(config)
+        return config
+
+    def _build_fleet(self, brokers: int, topics: int) -> None:
+        rng = self._rng
+        clusters = [f"cluster-{c}" for c in range(rng.randint(1, min(3, brokers)))]
+        for _ in range(max(topics, topics * 3 // 2)):
+            self._new_pool_topic()
+        next_host = 1
+        for g in range(brokers):
+            name = f"broker-{g}"
+            cluster = clusters[g % len(clusters)]
+            table = {"TBW102": self._topic("TBW102", 8, 8, 7),
+                     cluster: self._topic(cluster, 16, 16, 6),
+                     name: self._topic(name, 1, 1, 6)}
+            for index in sorted(rng.sample(range(len(self._pool)), topics)):
+                table[self._pool[index]["topicName"]] = self._pool[index]
+            dice = rng.random()
+            acting = None if dice < 0.3 else (dice > 0.7)
+            zone = rng.choice((None, "zone-a", "zone-b", "zone-c"))
+            version = {"stateVersion": 0,
+                       "timestamp": self.start_ms - rng.randint(60_000, 86_400_000),
+                       "counter": rng.randint(1, 20)}
+            nodes = []
+            for broker_id in range(1 + rng.randint(0, 2)):
+                host = f"10.{next_host >> 16 & 255}.{next_host >> 8 & 255}.{next_host & 255}"
+                next_host += 1
+                override = (rng.choice((3, 4, 6)) * self.period_ms if rng.random() < 0.25
+                            else None)
+                nodes.append(_Node(host, 10911, broker_id, override, rng.random() < 0.7))
+            group = _Group(name, cluster, acting, zone, table, version, nodes)
+            self._groups.append(group)
+            for n_index, node in enumerate(nodes):
+                node.base = self.start_ms + rng.randrange(self.period_ms)
+                self._push(node.base, "tick", g, n_index, node.epoch)
+            self._schedule_fault(g, self.start_ms)
+
+    # ---- scheduling ---------------------------------------------------------------------
+
+    def _push(self, at: int, action: str, group: int, node: int = -1, epoch: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (at, self._seq, action, group, node, epoch))
+
+    def _schedule_fault(self, g: int, after: int) -> None:
+        if self.fault_interval_ms > 0:
+            delay = int(self._rng.expovariate(1.0 / self.fault_interval_ms))
+            self._push(after + max(1000, delay), "fault", g)
+
+    def _schedule_tick(self, g: int, n: int, node: _Node) -> None:
+        jitter = self._rng.randint(0, min(200, self.interval_ms // 10))
+        self._push(node.base + node.tick * self.interval_ms + jitter, "tick", g, n, node.epoch)
+
+    def events(self, until_ms: int | None = None) -> Iterator[Event]:
+        """Events with eventTime < until_ms (forever if None), in eventTime order."""
+        while self._heap:
+            at, _, action, g, n, epoch = self._heap[0]
+            if until_ms is not None and at >= until_ms:
+                return
+            heapq.heappop(self._heap)
+            group = self._groups[g]
+            if at <= group.last_time:  # keep eventTimes unique within a brokerName
+                self._push(group.last_time + 1, action, g, n, epoch)
+                continue
+            if action == "tick":
+                self._tick(at, g, n, epoch)
+            elif action == "fault":
+                self._fault(at, g)
+            elif action == "return":
+                self._return(at, g, n)
+            elif action == "promote":
+                self._promote(at, g, n)
+            yield from self._out
+            self._out.clear()
+
+    # ---- event construction -------------------------------------------------------------
+
+    def _emit(self, at: int, group: _Group, event: Event) -> None:
+        group.last_time = at
+        self._out.append(event)
+
+    def _base_event(self, kind: str, at: int, group: _Group, node: _Node) -> Event:
+        return {"eventType": kind, "eventTime": at, "clusterName": group.cluster,
+                "brokerAddr": node.addr, "brokerName": group.name, "brokerId": node.broker_id}
+
+    def _register(self, at: int, group: _Group, node: _Node) -> None:
+        event = self._base_event("REGISTER", at, group, node)
+        event["haServerAddr"] = node.ha_addr
+        event["dataVersion"] = group.data_version
+        event["topicConfigTable"] = group.topics
+        if node.always_sends_filters or node.filters_dirty:
+            event["filterServerList"] = list(node.filters)
+            node.filters_dirty = False
+        if node.timeout_override is not None:
+            event["heartbeatTimeoutMillis"] = node.timeout_override
+        if group.acting_master is not None:
+            event["enableActingMaster"] = group.acting_master
+        if group.zone is not None:
+            event["zoneName"] = group.zone
+        self._emit(at, group, event)
+
+    # ---- actions ------------------------------------------------------------------------
+
+    def _tick(self, at: int, g: int, n: int, epoch: int) -> None:
+        group = self._groups[g]
+        node = group.nodes[n]
+        if not node.up or epoch != node.epoch:
+            return
+        if node.tick % (self.heartbeats_per_period + 1) == 0:
+            self._register(at, group, node)
+        else:
+            self._emit(at, group, self._base_event("HEARTBEAT", at, group, node))
+        node.tick += 1
+        self._schedule_tick(g, n, node)
+
+    def _restart_at(self, at: int, g: int, n: int) -> None:
+        self._push(at, "return", g, n)
+
+    def _return(self, at: int, g: int, n: int) -> None:
+        node = self._groups[g].nodes[n]
+        if node.pending_id is not None:
+            node.broker_id, node.pending_id = node.pending_id, None
+        node.up = True
+        node.base = at
+        node.tick = 0
+        self._tick(at, g, n, node.epoch)
+
+    def _down(self, node: _Node) -> None:
+        node.up = False
+        node.epoch += 1
+
+    def _fault(self, at: int, g: int) -> None:
+        group = self._groups[g]
+        rng = self._rng
+        if at < group.busy_until:
+            self._schedule_fault(g, group.busy_until)
+            return
+        live = [i for i, node in enumerate(group.nodes) if node.up]
+        master = group.master()
+        slaves = [i for i in live if group.nodes[i].broker_id > 0]
+        kinds = []
+        if live:
+            kinds += ["crash", "unregister", "restart", "filter_servers"]
+        if master is not None:
+            kinds.append("topic_change")
+            if slaves:
+                kinds.append("role_switch")
+        if kinds:
+            kind = rng.choices(kinds, weights=[_FAULT_WEIGHTS[k] for k in kinds])[0]
+            getattr(self, f"_fault_{kind}")(at, g, live, slaves)
+        self._schedule_fault(g, max(at, group.busy_until))
+
+    def _record(self, at: int, kind: str, group: _Group, node: _Node, detail: str = "") -> None:
+        self.faults.append(Fault(at, kind, group.name, node.addr, detail))
+
+    def _fault_crash(self, at: int, g: int, live: list[int], slaves: list[int]) -> None:
+        group, rng = self._groups[g], self._rng
+        n = rng.choice(live)
+        node = group.nodes[n]
+        self._down(node)
+        if rng.random() < 0.15:
+            self._record(at, "crash", group, node, "gone for good")
+            return
+        margin = self.interval_ms + 1000
+        downtime = node.timeout + rng.randint(margin, max(margin, node.timeout))
+        self._record(at, "crash", group, node, f"back after {downtime} ms")
+        self._restart_at(at + downtime, g, n)
+        group.busy_until = at + downtime
+
+    def _fault_unregister(self, at: int, g: int, live: list[int], slaves: list[int]) -> None:
+        group, rng = self._groups[g], self._rng
+        n = rng.choice(live)
+        node = group.nodes[n]
+        self._emit(at, group, self._base_event("UNREGISTER", at, group, node))
+        self._down(node)
+        if rng.random() < 0.2:
+            self._record(at, "unregister", group, node, "gone for good")
+            return
+        downtime = rng.randint(5_000, 300_000)
+        self._record(at, "unregister", group, node, f"back after {downtime} ms")
+        self._restart_at(at + downtime, g, n)
+        group.busy_until = at + downtime
+
+    def _fault_restart(self, at: int, g: int, live: list[int], slaves: list[int]) -> None:
+        group, rng = self._groups[g], self._rng
+        n = rng.choice(live)
+        node = group.nodes[n]
+        self._down(node)
+        downtime = rng.randint(1_000, max(1_000, node.timeout // 4))
+        self._record(at, "restart", group, node, f"back after {downtime} ms")
+        self._restart_at(at + downtime, g, n)
+        group.busy_until = at + downtime
+
+    def _fault_role_switch(self, at: int, g: int, live: list[int], slaves: list[int]) -> None:
+        group, rng = self._groups[g], self._rng
+        m = next(i for i in live if group.nodes[i].broker_id == 0)
+        s = rng.choice(slaves)
+        old_master, slave = group.nodes[m], group.nodes[s]
+        self._emit(at, group, self._base_event("UNREGISTER", at, group, old_master))
+        self._down(old_master)
+        old_master.pending_id = slave.broker_id
+        promote_at = at + rng.randint(1_000, 5_000)
+        rejoin_at = promote_at + rng.randint(2_000, 30_000)
+        self._record(at, "role_switch", group, old_master, f"{slave.addr} takes over")
+        self._push(promote_at, "promote", g, s)
+        self._restart_at(rejoin_at, g, m)
+        group.busy_until = rejoin_at
+
+    def _promote(self, at: int, g: int, n: int) -> None:
+        group = self._groups[g]
+        node = group.nodes[n]
+        if not node.up:  # cannot happen while the group is busy; be safe anyway
+            return
+        version = group.data_version
+        group.data_version = {"stateVersion": version["stateVersion"] + 1,
+                              "timestamp": at - self._rng.randint(0, 50),
+                              "counter": version["counter"] + 1}
+        node.broker_id = 0
+        self._register(at, group, node)
+
+    def _fault_topic_change(self, at: int, g: int, live: list[int], slaves: list[int]) -> None:
+        group, rng = self._groups[g], self._rng
+        master = group.master()
+        assert master is not None
+        table = dict(group.topics)
+        system = {"TBW102", group.cluster, group.name}
+        changes = []
+        for _ in range(rng.randint(1, 3)):
+            user = [name for name in table if name not in system]
+            op = rng.choice(("perm", "queues", "add", "add", "drop")) if user else "add"
+            if op == "add":
+                candidates = [t for t in rng.sample(self._pool, min(8, len(self._pool)))
+                              if t["topicName"] not in table]
+                topic = candidates[0] if candidates else self._new_pool_topic()
+                table[topic["topicName"]] = topic
+                changes.append(f"+{topic['topicName']}")
+                continue
+            name = rng.choice(user)
+            if op == "drop":
+                del table[name]
+                changes.append(f"-{name}")
+            elif op == "perm":
+                old = table[name]
+                perm = rng.choice([p for p in (2, 4, 6) if p != old["perm"]])
+                table[name] = self._topic(name, old["readQueueNums"], old["writeQueueNums"], perm)
+                changes.append(f"{name} perm {perm}")
+            else:
+                old = table[name]
+                queues = rng.choice([q for q in (1, 2, 4, 8, 16, 32) if q != old["readQueueNums"]])
+                table[name] = self._topic(name, queues, queues, old["perm"])
+                changes.append(f"{name} queues {queues}")
+        group.topics = table
+        version = group.data_version
+        group.data_version = {"stateVersion": version["stateVersion"],
+                              "timestamp": at - rng.randint(0, 50),
+                              "counter": version["counter"] + 1}
+        self._record(at, "topic_change", group, master, ", ".join(changes))
+        self._register(at, group, master)
+
+    def _fault_filter_servers(self, at: int, g: int, live: list[int], slaves: list[int]) -> None:
+        group, rng = self._groups[g], self._rng
+        node = group.nodes[rng.choice(live)]
+        if node.filters:
+            node.filters = []
+        else:
+            node.filters = [f"{node.host}:{30000 + i}" for i in range(rng.randint(1, 2))]
+        node.filters_dirty = True
+        self._record(at, "filter_servers", group, node, ",".join(node.filters) or "cleared")
+
+
+def with_disorder(events: Iterable[Event], disorder_ms: int, seed: int | str) -> Iterator[Event]:
+    """Arrival order for events given in eventTime order: each is delayed by a seeded random
+    0..disorder_ms and they arrive by (eventTime + delay, original position)."""
+    if disorder_ms <= 0:
+        yield from events
+        return
+    rng = random.Random(f"routelake-arrival:{seed}")
+    pending: list[tuple[int, int, Event]] = []
+    for position, event in enumerate(events):
+        now = event["eventTime"]
+        while pending and pending[0][0] <= now:  # later events all have a key >= now
+            yield heapq.heappop(pending)[2]
+        heapq.heappush(pending, (now + rng.randint(0, disorder_ms), position, event))
+    while pending:
+        yield heapq.heappop(pending)[2]
+
+
+def iter_history(seed: int | str, brokers: int, topics: int, duration_ms: int | None,
+                 period_ms: int = DEFAULT_PERIOD_MS, start_ms: int = DEFAULT_START_MS,
+                 disorder_ms: int = 0, *, simulator: FleetSimulator | None = None,
+                 **options: Any) -> Iterator[Event]:
+    """Events in arrival order; endless when duration_ms is None. `options` go to
+    FleetSimulator (heartbeats_per_period, fault_interval_ms)."""
+    sim = simulator or FleetSimulator(seed, brokers, topics, period_ms, start_ms, **options)
+    until = None if duration_ms is None else sim.start_ms + duration_ms
+    return with_disorder(sim.events(until), disorder_ms, seed)
+
+
+def generate_history(seed: int | str, brokers: int, topics: int, duration_ms: int,
+                     period_ms: int = DEFAULT_PERIOD_MS, start_ms: int = DEFAULT_START_MS,
+                     disorder_ms: int = 0, **options: Any) -> list[Event]:
+    """The whole history (eventTime in [start_ms, start_ms + duration_ms)) in arrival order.
+
+    REGISTER events of one group share their topicConfigTable/dataVersion objects: treat the
+    result as read-only.
+    """
+    return list(iter_history(seed, brokers, topics, duration_ms, period_ms, start_ms,
+                             disorder_ms, **options))
+
+
+def simulate_history(seed: int | str, brokers: int, topics: int, duration_ms: int,
+                     period_ms: int = DEFAULT_PERIOD_MS, start_ms: int = DEFAULT_START_MS,
+                     disorder_ms: int = 0, **options: Any) -> tuple[list[Event], list[Fault]]:
+    """Like generate_history, plus the log of injected faults."""
+    sim = FleetSimulator(seed, brokers, topics, period_ms, start_ms, **options)
+    events = list(iter_history(seed, brokers, topics, duration_ms, period_ms, start_ms,
+                               disorder_ms, simulator=sim))
+    return events, sim.faults
+
+
+class EventEncoder:
+    """Compact JSON bytes of an event, identical to json.dumps(event, separators=(",", ":")).
+
+    A group's topicConfigTable object is shared by its REGISTER events until it changes, so
+    its JSON is cached by identity (bounded by total size).
+    """
+
+    def __init__(self, cache_bytes: int = 256 * 1024 * 1024) -> None:
+        self._cache: OrderedDict[int, tuple[object, str]] = OrderedDict()
+        self._cache_bytes = cache_bytes
+        self._size = 0
+
+    def _table_json(self, table: object) -> str:
+        key = id(table)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] is table:
+            self._cache.move_to_end(key)
+            return hit[1]
+        text = json.dumps(table, separators=_JSON_SEPARATORS)
+        if hit is not None:
+            self._size -= len(self._cache.pop(key)[1])
+        self._cache[key] = (table, text)
+        self._size += len(text)
+        while self._size > self._cache_bytes and len(self._cache) > 1:
+            self._size -= len(self._cache.popitem(last=False)[1][1])
+        return text
+
+    def __call__(self, event: Event) -> bytes:
+        parts = []
+        for key, value in event.items():
+            text = (self._table_json(value) if key == "topicConfigTable"
+                    else json.dumps(value, separators=_JSON_SEPARATORS))
+            parts.append(f"{json.dumps(key)}:{text}")
+        return ("{" + ",".join(parts) + "}").encode()
+
+
+def encode_event(event: Event) -> bytes:
+    return json.dumps(event, separators=_JSON_SEPARATORS).encode()
+
+
+# ---- delivery -------------------------------------------------------------------------------
+
+
+class ArchiveWriter:
+    """Writes lines into `events-<UTC window start>.jsonl.gz`, one file per `minutes` of event
+    time; a file is closed once the arrival stream (disorder <= lag_ms) cannot reach it."""
+
+    def __init__(self, directory: str | Path, minutes: int = DEFAULT_ARCHIVE_MINUTES,
+                 lag_ms: int = 0) -> None:
+        if minutes < 1:
+            raise ValueError("archive window must be at least 1 minute")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.window_ms = minutes * 60_000
+        self.lag_ms = lag_ms
+        self.files: list[Path] = []
+        self._open: dict[int, tuple[BinaryIO, gzip.GzipFile]] = {}
+        self._closed: set[int] = set()
+        self._max_time = 0
+
+    def path_for(self, window_start: int) -> Path:
+        stamp = datetime.fromtimestamp(window_start / 1000, UTC).strftime("%Y%m%dT%H%M%SZ")
+        return self.directory / f"events-{stamp}.jsonl.gz"
+
+    def write(self, event_time: int, line: bytes) -> None:
+        window = event_time - event_time % self.window_ms
+        if window not in self._open:
+            path = self.path_for(window)
+            raw = open(path, "ab" if window in self._closed else "wb")
+            # mtime=0 and no file name: the same history gives byte-identical archives
+            self._open[window] = (raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
+                                                      mtime=0))
+            if path not in self.files:
+                self.files.append(path)
+        self._open[window][1].write(line + b"\n")
+        self._max_time = max(self._max_time, event_time)
+        for start in [w for w in self._open if w + self.window_ms <= self._max_time - self.lag_ms]:
+            self._close(start)
+
+    def _close(self, window: int) -> None:
+        raw, zipped = self._open.pop(window)
+        zipped.close()
+        raw.close()
+        self._closed.add(window)
+
+    def close(self) -> None:
+        for window in list(self._open):
+            self._close(window)
+
+    def __enter__(self) -> ArchiveWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def make_producer(bootstrap: str, **overrides: Any) -> Any:
+    """A kafka-python producer for route events: gzip, 64 MiB requests, idempotent, acks=all."""
+    from kafka import KafkaProducer
+
+    settings: dict[str, Any] = {
+        "bootstrap_servers": bootstrap, "client_id": "routelake-simulator",
+        "compression_type": "gzip", "max_request_size": MAX_MESSAGE_BYTES,
+        "linger_ms": 20, "batch_size": 256 * 1024, "acks": "all",
+        "allow_auto_create_topics": False, "max_block_ms": 30_000,
+    }
+    settings.update(overrides)
+    return KafkaProducer(**settings)
+
+
+class _Sender:
+    """Sends records and remembers the first delivery failure."""
+
+    def __init__(self, producer: Any, topic: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.sent = 0
+        self.bytes = 0
+        self.error: BaseException | None = None
+
+    def _failed(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+
+    def send(self, key: bytes | None, value: bytes) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"delivery to {self.topic} failed: {self.error!r}")
+        self.producer.send(self.topic, key=key, value=value).add_errback(self._failed)
+        self.sent += 1
+        self.bytes += len(value)
+
+    def finish(self) -> None:
+        self.producer.flush()
+        if self.error is not None:
+            raise RuntimeError(f"delivery to {self.topic} failed: {self.error!r}")
+
+
+def _accepts_connections(addr: str, timeout_s: float = 2.0) -> bool:
+    host, _, port = addr.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def check_topic(bootstrap: str, topic: str) -> None:
+    """Fail fast (instead of a 30 s metadata timeout in the producer) if `topic` is missing."""
+    from routing_lib.kafka_local import topic_partitions
+
+    if not any(_accepts_connections(addr.strip()) for addr in bootstrap.split(",")):
+        raise RuntimeError(f"nothing listens on {bootstrap} (start Kafka: scripts/kafka.sh start)")
+    try:
+        partitions = topic_partitions(bootstrap, topic)
+    except Exception as exc:  # kafka-python raises assorted connection/metadata errors here
+        raise RuntimeError(f"cannot reach Kafka on {bootstrap}: {exc!r} "
+                           "(start it: scripts/kafka.sh start)") from exc
+    if not partitions:
+        raise RuntimeError(f"topic {topic!r} does not exist on {bootstrap} "
+                           f"(create it: scripts/kafka.sh topic --topic {topic})")
+
+
+@dataclass
+class SimulateStats:
+    events: int = 0
+    bytes: int = 0
+    first_event_time: int | None = None
+    last_event_time: int | None = None
+    files: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def simulate(bootstrap: str | None, topic: str, brokers: int, topics: int, period_ms: int,
+             seed: int | str, rate_limit: bool, duration_s: float | None,
+             archive_dir: str | Path | None, *, start_ms: int | None = None,
+             disorder_ms: int = 0, heartbeats_per_period: int = DEFAULT_HEARTBEATS_PER_PERIOD,
+             fault_interval_ms: int | None = DEFAULT_FAULT_INTERVAL_MS,
+             archive_minutes: int = DEFAULT_ARCHIVE_MINUTES, progress_s: float | None = 10.0,
+             log: Callable[[str], None] | None = None,
+             producer_overrides: dict[str, Any] | None = None) -> SimulateStats:
+    """Run the fleet: produce to Kafka (bootstrap not None) and/or write archives.
+
+    start_ms defaults to the wall clock, or to now - duration when not rate limited with a
+    finite duration (so the whole history lies in the past). With rate_limit each event is sent
+    when the wall clock reaches its eventTime (live mode: eventTime ~ wall clock ms); archiving
+    alone (bootstrap None) is never rate limited.
+    Without a duration it runs until interrupted (KeyboardInterrupt ends it cleanly).
+    """
+    if bootstrap is None and archive_dir is None:
+        raise ValueError("nothing to do: give a Kafka bootstrap address and/or an archive dir")
+    if duration_s is None and archive_dir is not None and bootstrap is None:
+        raise ValueError("archiving needs a duration")
+    say = log or (lambda text: print(text, file=sys.stderr))
+    duration_ms = None if duration_s is None else int(duration_s * 1000)
+    if start_ms is None:
+        start_ms = _now_ms()
+        if not rate_limit and duration_ms is not None:
+            start_ms -= duration_ms
+    stats = SimulateStats()
+    encoder = EventEncoder()
+    producer = sender = None
+    if bootstrap is not None:
+        check_topic(bootstrap, topic)
+        producer = make_producer(bootstrap, **(producer_overrides or {}))
+        sender = _Sender(producer, topic)
+    archive = (ArchiveWriter(archive_dir, archive_minutes, disorder_ms)
+               if archive_dir is not None else None)
+    began = time.monotonic()
+    wall_start = _now_ms()
+    next_report = began + (progress_s or 0)
+    events = iter_history(seed, brokers, topics, duration_ms, period_ms, start_ms, disorder_ms,
+                          heartbeats_per_period=heartbeats_per_period,
+                          fault_interval_ms=fault_interval_ms)
+    try:
+        for event in events:
+            event_time = event["eventTime"]
+            if rate_limit and sender is not None:
+                wait_ms = (event_time - start_ms) - (_now_ms() - wall_start)
+                if wait_ms > 0:
+                    time.sleep(wait_ms / 1000)
+            line = encoder(event)
+            if sender is not None:
+                sender.send(event["brokerName"].encode(), line)
+            if archive is not None:
+                archive.write(event_time, line)
+            stats.events += 1
+            stats.bytes += len(line)
+            if stats.first_event_time is None:
+                stats.first_event_time = event_time
+            stats.last_event_time = event_time
+            if progress_s and time.monotonic() >= next_report:
+                next_report += progress_s
+                say(f"simulate: {stats.events} events, {stats.bytes / 1e6:.1f} MB, "
+                    f"eventTime {event_time}")
+    except KeyboardInterrupt:
+        say("simulate: interrupted, flushing")
+    finally:
+        if archive is not None:
+            archive.close()
+            stats.files = list(archive.files)
+        if producer is not None and sender is not None:
+            try:
+                sender.finish()
+            finally:
+                producer.close()
+    stats.seconds = time.monotonic() - began
+    return stats
+
+
+def iter_file_lines(path: str | Path) -> Iterator[bytes]:
+    """The lines of a .jsonl / .jsonl.gz file as bytes, without line terminators (a final
+    newline does not start another line)."""
+    path = Path(path)
+    opener: Callable[..., Any] = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as handle:
+        for line in handle:
+            yield line.removesuffix(b"\n").removesuffix(b"\r")
+
+
+def line_key(line: bytes) -> bytes | None:
+    """The brokerName of a line that is a JSON object with a string brokerName, else None."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    name = obj.get("brokerName") if isinstance(obj, dict) else None
+    return name.encode() if isinstance(name, str) and name else None
+
+
+def produce_files(bootstrap: str, topic: str, files: Iterable[str | Path], *,
+                  log: Callable[[str], None] | None = None,
+                  producer_overrides: dict[str, Any] | None = None) -> int:
+    """Send every line of every file in order (lines as they are, malformed ones included),
+    keyed by the line's brokerName when it has one. Returns the number of messages sent."""
+    say = log or (lambda text: print(text, file=sys.stderr))
+    check_topic(bootstrap, topic)
+    producer = make_producer(bootstrap, **(producer_overrides or {}))
+    try:
+        sender = _Sender(producer, topic)
+        for path in files:
+            before = sender.sent
+            try:
+                for line in iter_file_lines(path):
+                    sender.send(line_key(line), line)
+            except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                sender.finish()
+                raise RuntimeError(f"cannot read {path} after {sender.sent - before} lines: "
+                                   f"{exc}") from exc
+            say(f"produce: {path}: {sender.sent - before} messages")
+        sender.finish()
+        return sender.sent
+    finally:
+        producer.close()
+
+
+# ---- command line ---------------------------------------------------------------------------
+
+
+def _kafka_defaults(args: argparse.Namespace) -> tuple[str, str]:
+    from routing_lib.config import load_config
+
+    kafka = load_config(getattr(args, "config", None)).kafka
+    return args.bootstrap or kafka.bootstrap_servers, args.topic or kafka.topic
+
+
+def add_simulate_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap", help="Kafka bootstrap (default: config kafka)")
+    parser.add_argument("--topic", help="Kafka topic (default: config kafka.topic)")
+    parser.add_argument("--brokers", type=int, default=8, help="broker groups (default 8)")
+    parser.add_argument("--topics", type=int, default=20, help="user topics per broker")
+    parser.add_argument("--period-ms", type=int, default=DEFAULT_PERIOD_MS,
+                        help="registration period (default 30000)")
+    parser.add_argument("--heartbeats-per-period", type=int,
+                        default=DEFAULT_HEARTBEATS_PER_PERIOD)
+    parser.add_argument("--fault-interval-ms", type=int, default=DEFAULT_FAULT_INTERVAL_MS,
+                        help="mean time between faults per group; 0 = no faults")
+    parser.add_argument("--seed", default="1")
+    parser.add_argument("--duration", type=float, dest="duration_s",
+                        help="seconds of event time (default: run until interrupted)")
+    parser.add_argument("--start-ms", type=int,
+                        help="first eventTime (default: now, or now - duration if not "
+                             "rate limited)")
+    parser.add_argument("--disorder-ms", type=int, default=0,
+                        help="shuffle arrival order within this bound")
+    parser.add_argument("--no-rate-limit", dest="rate_limit", action="store_false",
+                        help="send as fast as possible instead of at the wall clock")
+    parser.add_argument("--archive", metavar="DIR",
+                        help="write .jsonl.gz archives instead of producing (with --produce: "
+                             "as well)")
+    parser.add_argument("--archive-minutes", type=int, default=DEFAULT_ARCHIVE_MINUTES,
+                        help="event-time minutes per archive file (default 10)")
+    parser.add_argument("--produce", action="store_true",
+                        help="with --archive: also produce to Kafka")
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    bootstrap, topic = _kafka_defaults(args)
+    produce = args.archive is None or args.produce
+    seed: int | str = int(args.seed) if str(args.seed).lstrip("-").isdigit() else args.seed
+    stats = simulate(bootstrap if produce else None, topic, args.brokers, args.topics,
+                     args.period_ms, seed, args.rate_limit and produce, args.duration_s,
+                     args.archive, start_ms=args.start_ms, disorder_ms=args.disorder_ms,
+                     heartbeats_per_period=args.heartbeats_per_period,
+                     fault_interval_ms=args.fault_interval_ms,
+                     archive_minutes=args.archive_minutes)
+    where = [f"{topic} on {bootstrap}"] if produce else []
+    where += [f"{len(stats.files)} files in {args.archive}"] if args.archive else []
+    print(f"simulate: {stats.events} events ({stats.bytes / 1e6:.1f} MB, eventTime "
+          f"{stats.first_event_time}..{stats.last_event_time}) -> {' and '.join(where)} "
+          f"in {stats.seconds:.1f} s")
+    return 0
+
+
+def add_produce_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", help=".jsonl or .jsonl.gz files, sent in order")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap (default: config kafka)")
+    parser.add_argument("--topic", help="Kafka topic (default: config kafka.topic)")
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    bootstrap, topic = _kafka_defaults(args)
+    sent = produce_files(bootstrap, topic, args.files)
+    print(f"produce: {sent} messages -> {topic} on {bootstrap}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m routing_lib.simulator",
+                                     description="Broker fleet simulator / archive producer.")
+    parser.add_argument("--config", help="TOML file overriding conf/routelake.toml")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_simulate_args(commands.add_parser("simulate", help="simulate a broker fleet"))
+    add_produce_args(commands.add_parser("produce", help="send archive files to Kafka"))
+    args = parser.parse_args(argv)
+    try:
+        return run_simulate(args) if args.command == "simulate" else run_produce(args)
+    except (RuntimeError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""StreamingQueryListener: Spark's own progress figures (state rows, Kafka lag) into metrics."""
+
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from routing_lib.metrics import JobMetrics
+
+log = logging.getLogger("routelake.progress")
+
+
+class ProgressListener(StreamingQueryListener):
+    def __init__(self, metrics: JobMetrics):
+        self.metrics = metrics
+
+    def onQueryStarted(self, event) -> None:  # noqa: N802 (Spark's names)
+        log.info("query started: %s", event.id)
+
+    def onQueryProgress(self, event) -> None:  # noqa: N802
+        progress = event.progress
+        state_rows = sum(op.numRowsTotal for op in progress.stateOperators)
+        self.metrics.set("routelake_state_rows", state_rows)
+        lag = 0.0
+        for source in progress.sources:
+            behind = (source.metrics or {}).get("maxOffsetsBehindLatest")
+            if behind is not None:
+                lag = max(lag, float(behind))
+        self.metrics.set("routelake_kafka_offsets_behind_latest", lag)
+        log.info("progress batch %d: %d input rows, %.0f rows/s, state rows %d, lag %g",
+                 progress.batchId, progress.numInputRows, progress.processedRowsPerSecond or 0,
+                 state_rows, lag)
+
+    def onQueryIdle(self, event) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event) -> None:  # noqa: N802
+        log.info("query terminated: %s %s", event.id, event.exception or "")

@@ -1,0 +1,60 @@
+"""The streaming job: Kafka -> the same pipeline as the backfill -> Delta (`routectl run`)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+
+from routing_lib.config import Config, project_path
+from routing_lib.core.group_routes import RouteFlags
+from routing_lib.metrics import JobMetrics, serve_metrics
+from routing_lib.spark.delta_writer import BatchReport
+from routing_lib.spark.pipeline import JobSettings, start_query
+from routing_lib.spark.session import build_spark
+from routing_lib.spark.sources import kafka_stream
+
+log = logging.getLogger("routelake.job")
+
+
+def run_stream(config: Config, available_now: bool = False, metrics_port: int | None = None,
+               stop_event: threading.Event | None = None) -> JobMetrics:
+    """Run until stopped (SIGTERM, Ctrl-C, stop_event) or, with available_now, until caught up."""
+    stop_event = stop_event or threading.Event()
+    metrics = JobMetrics()
+    if metrics_port:
+        serve_metrics(metrics, metrics_port)
+    spark = build_spark(config, "routelake-stream")
+    from routing_lib.spark.listener import ProgressListener
+
+    spark.streams.addListener(ProgressListener(metrics))
+
+    def on_batch(report: BatchReport) -> None:
+        metrics.record_batch(report.watermark, report.counts, report.seconds)
+        log.info("batch %d published: watermark %d in %.2fs %s", report.batch_id,
+                 report.watermark, report.seconds, report.counts)
+
+    settings = JobSettings(
+        warehouse=str(project_path(config.paths.warehouse)),
+        checkpoint=str(project_path(config.paths.checkpoint)),
+        watermark_delay_ms=config.routes.watermark_delay_ms,
+        flags=RouteFlags(config.routes.delete_topic_with_broker_registration))
+    Path(settings.checkpoint).parent.mkdir(parents=True, exist_ok=True)
+    classified = kafka_stream(spark, config.kafka, config.routes.max_future_skew_ms)
+    query = start_query(spark, classified, settings, available_now,
+                        config.kafka.trigger_interval, on_batch)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop_event.set())
+    try:
+        while query.isActive and not stop_event.is_set():
+            query.awaitTermination(1)
+    finally:
+        if query.isActive:
+            log.info("stopping the query (an unfinished micro-batch is replayed on restart)")
+            query.stop()
+    if query.exception():
+        raise RuntimeError(f"streaming query failed: {query.exception()}")
+    return metrics

@@ -1,0 +1,671 @@
+"""Lookup service: RouteIndex, request processing, HTTP API, refresher, and one end-to-end run
+of the real server over a small Delta warehouse written with delta-rs (no Spark)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, Transaction, write_deltalake
+
+from routing_lib.core.replay import default_watermark, fleet_rows, replay
+from routing_lib.core.tables import (
+    BROKER_ADDR,
+    BROKER_LIVE,
+    CLUSTER_ADDR,
+    FILTER_SERVER,
+    PROGRESS,
+    SIDE_TABLE_DDL,
+    TABLE_DDL,
+    TOPIC_QUEUE,
+)
+from routing_lib.lookup import jsonbody
+from routing_lib.lookup.consistency import SnapshotNotSettledError, load_settled
+from routing_lib.lookup.metrics import Metrics
+from routing_lib.lookup.processor import FAQ_URL, NAMESRV_VERSION, ResponseCode, answer
+from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
+from routing_lib.lookup.remoting import (
+    RPC_ONEWAY,
+    RPC_RESPONSE,
+    FrameDecoder,
+    RemotingCommand,
+    SerializeType,
+    encode,
+)
+from routing_lib.lookup.routes import RouteIndex
+from routing_lib.lookup.server import LookupService, create_app
+from routing_lib.lookup.topics import validate_topic
+from routing_lib.read.warehouse import RouteSnapshot
+from schemas import parse_event
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+# -- a hand-built snapshot --
+
+def queue(topic, broker, n, perm=6, sys_flag=0):
+    return {"topic": topic, "broker_name": broker, "read_queue_nums": n,
+            "write_queue_nums": n, "perm": perm, "topic_sys_flag": sys_flag}
+
+
+def addr(name, bid, address, cluster, acting=False, zone=None):
+    return {"broker_name": name, "broker_id": bid, "broker_addr": address, "cluster": cluster,
+            "enable_acting_master": acting, "zone_name": zone}
+
+
+def live(cluster, address, name, last=1_764_000_000_000):
+    return {"cluster_name": cluster, "broker_addr": address, "broker_name": name,
+            "last_update_timestamp": last, "heartbeat_timeout_millis": 120_000,
+            "ha_server_addr": None,
+            "data_version": {"state_version": 0, "timestamp": 1, "counter": 2}}
+
+
+def tables(orders_queues: int = 8, master_a: str = "10.0.0.1:10911") -> dict[str, list[dict]]:
+    return {
+        TOPIC_QUEUE: [
+            queue("Orders", "broker-a", orders_queues), queue("Orders", "broker-b", 4),
+            queue("Lonely", "broker-gone", 1),
+            queue("Half", "broker-b", 2), queue("Half", "broker-gone", 2),
+            queue("Acting", "broker-c", 4, perm=4), queue("ActingRW", "broker-c", 4, perm=6),
+            queue("rmq_sys_SYNC_BROKER_MEMBER_broker-c", "broker-c", 1, perm=4),
+            queue("TBW102", "broker-a", 8, perm=7),
+        ],
+        BROKER_ADDR: [
+            addr("broker-a", 0, master_a, "ClusterA", zone="zone-1"),
+            addr("broker-a", 1, "10.0.0.2:10911", "ClusterA", zone="zone-1"),
+            addr("broker-b", 0, "10.0.1.1:10911", "ClusterA"),
+            addr("broker-c", 2, "10.0.2.2:10911", "ClusterB", acting=True),
+            addr("broker-c", 12, "10.0.2.12:10911", "ClusterB", acting=True),
+            addr("broker-c", 1, "10.0.2.1:10911", "ClusterB", acting=True),
+        ],
+        CLUSTER_ADDR: [{"cluster_name": "ClusterA", "broker_name": "broker-a"},
+                       {"cluster_name": "ClusterA", "broker_name": "broker-b"},
+                       {"cluster_name": "ClusterB", "broker_name": "broker-c"}],
+        BROKER_LIVE: [live("ClusterB", "10.0.2.1:10911", "broker-c"),
+                      live("ClusterA", master_a, "broker-a"),
+                      live("ClusterA", "10.0.1.1:10911", "broker-b")],
+        FILTER_SERVER: [{"cluster_name": "ClusterA", "broker_addr": master_a,
+                         "broker_name": "broker-a", "filter_server_list": ["10.0.0.1:30000"]}],
+    }
+
+
+VERSIONS = {"topic_queue_table": 3, "broker_addr_table": 2, "cluster_addr_table": 1,
+            "broker_live_table": 5, "filter_server_table": 1, "route_progress": 7}
+
+
+def snapshot(**kw) -> RouteSnapshot:
+    return RouteSnapshot(tables(**kw), dict(VERSIONS), 1_764_000_050_000)
+
+
+@pytest.fixture(scope="module")
+def index() -> RouteIndex:
+    return RouteIndex(snapshot())
+
+
+def test_route_as_pickup_topic_route_data(index):
+    assert index.route("Orders") == {
+        "brokerDatas": [
+            {"brokerAddrs": {0: "10.0.0.1:10911", 1: "10.0.0.2:10911"}, "brokerName": "broker-a",
+             "cluster": "ClusterA", "enableActingMaster": False, "zoneName": "zone-1"},
+            {"brokerAddrs": {0: "10.0.1.1:10911"}, "brokerName": "broker-b",
+             "cluster": "ClusterA", "enableActingMaster": False}],
+        "filterServerTable": {"10.0.0.1:10911": ["10.0.0.1:30000"]},
+        "queueDatas": [
+            {"brokerName": "broker-a", "perm": 6, "readQueueNums": 8, "topicSysFlag": 0,
+             "writeQueueNums": 8},
+            {"brokerName": "broker-b", "perm": 6, "readQueueNums": 4, "topicSysFlag": 0,
+             "writeQueueNums": 4}]}
+    assert index.route("Lonely") is None  # its only broker is not in brokerAddrTable
+    assert index.route("Nope") is None
+    half = index.route("Half")  # queueDatas keep every broker, brokerDatas the known ones
+    assert [q["brokerName"] for q in half["queueDatas"]] == ["broker-b", "broker-gone"]
+    assert [b["brokerName"] for b in half["brokerDatas"]] == ["broker-b"]
+    assert half["filterServerTable"] == {}  # filter servers only for the route's brokers
+
+
+def test_route_bodies_both_forms(index):
+    body = index.route_body("Orders")
+    assert b'"brokerAddrs":{0:"10.0.0.1:10911",1:"10.0.0.2:10911"}' in body.legacy
+    assert b'"brokerAddrs":{"0":"10.0.0.1:10911","1":"10.0.0.2:10911"}' in body.standard
+    assert jsonbody.parse_legacy(body.legacy) == json.loads(body.standard)
+    assert index.route_body("Lonely") is None
+
+
+def test_acting_master_off_by_default(index):
+    assert index.route("Acting")["brokerDatas"][0]["brokerAddrs"] == {
+        1: "10.0.2.1:10911", 2: "10.0.2.2:10911", 12: "10.0.2.12:10911"}
+
+
+def test_acting_master_rewrite():
+    acting = RouteIndex(snapshot(), support_acting_master=True)
+    # Queues lost write perm, no master, enableActingMaster: min id presented as master.
+    assert acting.route("Acting")["brokerDatas"][0]["brokerAddrs"] == {
+        0: "10.0.2.1:10911", 2: "10.0.2.2:10911", 12: "10.0.2.12:10911"}
+    # Numeric order in both forms (not "12" before "2").
+    assert (b'"brokerAddrs":{"0":"10.0.2.1:10911","2":"10.0.2.2:10911",'
+            b'"12":"10.0.2.12:10911"}') in acting.route_body("Acting").standard
+    # Still writable: no rewrite. The sync-member system topics are never rewritten.
+    assert 0 not in acting.route("ActingRW")["brokerDatas"][0]["brokerAddrs"]
+    sync = acting.route("rmq_sys_SYNC_BROKER_MEMBER_broker-c")
+    assert 0 not in sync["brokerDatas"][0]["brokerAddrs"]
+    # Groups with a master are untouched; the shared index data is not mutated.
+    assert acting.route("Orders") == RouteIndex(snapshot()).route("Orders")
+    assert acting.cluster_info["brokerAddrTable"]["broker-c"]["brokerAddrs"] == {
+        1: "10.0.2.1:10911", 2: "10.0.2.2:10911", 12: "10.0.2.12:10911"}
+
+
+def test_acting_master_needs_the_broker_flag():
+    rows = tables()
+    for row in rows[BROKER_ADDR]:
+        row["enable_acting_master"] = False
+    plain = RouteIndex(RouteSnapshot(rows, {}, None), support_acting_master=True)
+    assert 0 not in plain.route("Acting")["brokerDatas"][0]["brokerAddrs"]
+
+
+def test_cluster_info_and_topic_lists(index):
+    assert index.cluster_info["clusterAddrTable"] == {"ClusterA": ["broker-a", "broker-b"],
+                                                      "ClusterB": ["broker-c"]}
+    assert sorted(index.cluster_info["brokerAddrTable"]) == ["broker-a", "broker-b", "broker-c"]
+    assert b'"brokerAddrs":{0:"10.0.0.1:10911"' in index.cluster_info_body.legacy
+    assert json.loads(index.topic_list_body.standard)["topicList"] == [
+        "Acting", "ActingRW", "Half", "Lonely", "Orders", "TBW102",
+        "rmq_sys_SYNC_BROKER_MEMBER_broker-c"]
+    assert index.cluster_topics["ClusterA"] == ("Half", "Orders", "TBW102")
+    assert json.loads(index.topics_by_cluster_body("ClusterB").standard)["topicList"] == [
+        "Acting", "ActingRW", "rmq_sys_SYNC_BROKER_MEMBER_broker-c"]
+    assert json.loads(index.topics_by_cluster_body("Unknown").standard) == {"topicList": []}
+    # getSystemTopicList: cluster and broker names, and one broker address.
+    assert index.system_topic_list == {
+        "brokerAddr": "10.0.0.1:10911",
+        "topicList": ["ClusterA", "ClusterB", "broker-a", "broker-b", "broker-c"]}
+    assert index.system_topics == ("ClusterA", "ClusterB", "TBW102", "broker-a", "broker-b",
+                                   "broker-c", "rmq_sys_SYNC_BROKER_MEMBER_broker-c")
+    assert [(b["clusterName"], b["brokerAddr"]) for b in index.live_brokers] == [
+        ("ClusterA", "10.0.0.1:10911"), ("ClusterA", "10.0.1.1:10911"),
+        ("ClusterB", "10.0.2.1:10911")]
+
+
+def test_index_is_read_only(index):
+    with pytest.raises(TypeError):
+        index.versions["topic_queue_table"] = 9  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        index.new_attribute = 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.iterdir()
+                                        if (p / "expected.json").exists()))
+def test_golden_states(name):
+    """Built from the reference replay: ClusterInfo and routes agree with expected.json."""
+    lines = (GOLDEN / name / "events.jsonl").read_text().splitlines()
+    events = [parse_event(line) for line in lines]
+    until = default_watermark(events, 10_000)
+    built = RouteIndex(RouteSnapshot(fleet_rows(replay(events, until).values()), {}, until))
+    expected = json.loads((GOLDEN / name / "expected.json").read_text())
+    info = json.loads(built.cluster_info_body.standard)
+    assert info["clusterAddrTable"] == expected["clusterAddrTable"]
+    assert {n: {k: b[k] for k in ("cluster", "brokerName", "brokerAddrs")}
+            for n, b in info["brokerAddrTable"].items()} == {
+        n: {k: b[k] for k in ("cluster", "brokerName", "brokerAddrs")}
+        for n, b in expected["brokerAddrTable"].items()}
+    assert list(built.topics) == sorted(expected["topicQueueTable"])
+    for topic, queues in expected["topicQueueTable"].items():
+        route = built.route(topic)
+        if not set(queues) & set(expected["brokerAddrTable"]):
+            assert route is None
+            continue
+        assert {q["brokerName"]: q for q in route["queueDatas"]} == queues
+        assert {b["brokerName"] for b in route["brokerDatas"]} == (
+            set(queues) & set(expected["brokerAddrTable"]))
+
+
+def test_golden_acting_master_fixture():
+    lines = (GOLDEN / "11_acting_master_perm_wipe" / "events.jsonl").read_text().splitlines()
+    events = [parse_event(line) for line in lines]
+    until = default_watermark(events, 10_000)
+    snap = RouteSnapshot(fleet_rows(replay(events, until).values()), {}, until)
+    assert RouteIndex(snap).route("Orders")["brokerDatas"][0]["brokerAddrs"] == {
+        1: "10.0.0.2:10911"}
+    assert RouteIndex(snap, True).route("Orders")["brokerDatas"][0]["brokerAddrs"] == {
+        0: "10.0.0.2:10911"}
+
+
+# -- request processing --
+
+def request(code, kind=SerializeType.JSON, version=NAMESRV_VERSION, flag=0, **ext):
+    return RemotingCommand(code=code, version=version, opaque=77, flag=flag, ext_fields=ext,
+                           serialize_type=kind)
+
+
+@pytest.mark.parametrize("kind", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_route_request(index, kind):
+    response = answer(index, request(105, kind, topic="Orders"))
+    assert (response.code, response.opaque, response.is_response) == (0, 77, True)
+    assert response.serialize_type == kind and response.remark is None
+    assert response.body == index.route_body("Orders").standard  # client >= V4_9_4
+    old = answer(index, request(105, kind, version=399, topic="Orders"))
+    assert old.body == index.route_body("Orders").legacy
+    asked = answer(index, request(105, kind, version=0, topic="Orders",
+                                  acceptStandardJsonOnly="true"))
+    assert asked.body == index.route_body("Orders").standard
+
+
+def test_route_request_errors(index):
+    missing = answer(index, request(105, topic="Lonely"))
+    assert missing.code == ResponseCode.TOPIC_NOT_EXIST == 17
+    assert missing.remark == ("No topic route info in name server for the topic: Lonely"
+                              f"\nSee {FAQ_URL} for further details.")
+    assert missing.body == b""
+    bad = answer(index, request(105, topic="no spaces"))
+    assert bad.code == ResponseCode.INVALID_PARAMETER and "illegal characters" in bad.remark
+    assert answer(index, request(105, topic="x" * 128)).code == ResponseCode.INVALID_PARAMETER
+    assert answer(index, request(105, topic="%RETRY%" + "x" * 200)).code == 17
+    assert answer(index, request(105)).code == ResponseCode.SYSTEM_ERROR
+
+
+def test_other_requests(index):
+    assert answer(index, request(106)).body == index.cluster_info_body.legacy
+    assert answer(index, request(206)).body == index.topic_list_body.legacy
+    assert answer(index, request(224, cluster="ClusterA")).body == (
+        index.topics_by_cluster_body("ClusterA").legacy)
+    assert answer(index, request(224)).code == ResponseCode.SYSTEM_ERROR
+    assert answer(index, request(304)).body == index.system_topic_list_body.legacy
+    unsupported = answer(index, request(103))
+    assert unsupported.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert unsupported.remark == " request type 103 not supported"
+    assert answer(index, request(105, flag=RPC_ONEWAY, topic="Orders")) is None
+    assert answer(index, request(105, flag=RPC_RESPONSE, topic="Orders")) is None
+    not_ready = answer(None, request(105, topic="Orders"))
+    assert (not_ready.code, not_ready.remark) == (1, "name server not ready")
+
+
+def test_topic_validator():
+    assert validate_topic("Orders") is None and validate_topic("%DLQ%g|x-1_2") is None
+    assert validate_topic(" \t") == "The specified topic is blank."
+    assert validate_topic("a/b").startswith("The specified topic: a/b, contains illegal")
+    assert validate_topic("ü") is not None
+
+
+# -- HTTP app and refresher, without Delta --
+
+class AppClient:
+    """Calls the ASGI app in process (httpx's ASGI transport), one event loop per call."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    def get(self, path: str) -> httpx.Response:
+        async def call() -> httpx.Response:
+            transport = httpx.ASGITransport(app=self.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://app") as c:
+                return await c.get(path)
+        return asyncio.run(call())
+
+
+def test_http_api_in_process(index):
+    holder, metrics = SnapshotHolder(), Metrics()
+    client = AppClient(create_app(holder, metrics))
+    assert client.get("/readyz").status_code == 503
+    assert client.get("/topics/Orders/route").status_code == 503
+    assert client.get("/healthz").json()["data"] == {"status": "ok"}
+    holder.current = Served.of(index)
+    ok = client.get("/topics/Orders/route")
+    assert ok.status_code == 200 and ok.headers["x-routelake-watermark"] == "1764000050000"
+    assert "topic_queue_table=3" in ok.headers["x-routelake-versions"]
+    envelope = ok.json()
+    assert envelope["versions"] == VERSIONS and envelope["watermark"] == 1_764_000_050_000
+    assert envelope["data"]["brokerDatas"][0]["brokerAddrs"] == {
+        "0": "10.0.0.1:10911", "1": "10.0.0.2:10911"}
+    assert client.get("/topics/Lonely/route").json()["error"]["code"] == 17
+    assert client.get("/topics/a%20b/route").status_code == 400
+    assert client.get("/topics/%25RETRY%25g/route").status_code == 404
+    assert client.get("/clusters").json()["data"]["clusterAddrTable"]["ClusterB"] == [
+        "broker-c"]
+    assert client.get("/clusters/ClusterB/topics").json()["data"]["topicList"][0] == "Acting"
+    assert client.get("/clusters/Nope/topics").status_code == 404
+    assert len(client.get("/brokers/live").json()["data"]) == 3
+    assert "TBW102" in client.get("/topics/system").json()["data"]["topicList"]
+    assert client.get("/readyz").status_code == 200
+    text = client.get("/metrics").text
+    assert 'routelake_lookup_requests_total{protocol="http",request="/topics/{topic}/route",' \
+           'code="200"} 1' in text
+    assert 'routelake_lookup_table_version{table="topic_queue_table"} 3' in text
+    assert "routelake_lookup_request_seconds_bucket" in text
+    assert "routelake_lookup_snapshot_age_seconds" in text
+
+
+def test_refresher_keeps_last_good(tmp_path, index):
+    holder, metrics = SnapshotHolder(), Metrics()
+    calls = []
+
+    def flaky(warehouse):
+        calls.append(warehouse)
+        if len(calls) == 1:
+            return snapshot()
+        raise OSError("disk gone")
+
+    refresher = Refresher(tmp_path / "missing", holder, metrics, loader=flaky)
+    assert asyncio.run(refresher.refresh_once()) == "swapped"
+    first = holder.current
+    # The warehouse is not there: polling its versions fails, the index stays.
+    assert asyncio.run(refresher.refresh_once()) == "error"
+    assert holder.current is first and metrics.refreshes == {"swapped": 1, "error": 1}
+    assert "WarehouseError" in metrics.last_refresh_error
+
+
+# -- end to end: real Delta tables, real server --
+
+APP_ID = "test-writer"
+
+
+def _split_top(ddl: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in ddl:
+        depth += (ch == "<") - (ch == ">")
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return parts + [cur.strip()]
+
+
+def _arrow_type(spec: str) -> pa.DataType:
+    spec = spec.strip()
+    upper = spec.upper()
+    if upper.startswith("STRUCT<"):
+        fields = [f.split(":", 1) for f in _split_top(spec[7:-1])]
+        return pa.struct([(n.strip(), _arrow_type(t)) for n, t in fields])
+    if upper.startswith("ARRAY<"):
+        return pa.list_(_arrow_type(spec[6:-1]))
+    return {"STRING": pa.string(), "INT": pa.int32(), "BIGINT": pa.int64(),
+            "BOOLEAN": pa.bool_(), "BINARY": pa.binary()}[upper]
+
+
+def arrow_schema(ddl: str) -> pa.Schema:
+    return pa.schema([(c.split(None, 1)[0], _arrow_type(c.split(None, 1)[1]))
+                      for c in _split_top(ddl)])
+
+
+class Warehouse:
+    """Writes like the pipeline does: route tables, then the progress row, each commit
+    carrying txn(appId, batch id)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.ddl = {**TABLE_DDL, PROGRESS: SIDE_TABLE_DDL[PROGRESS]}
+
+    def write(self, table: str, rows: list[dict], batch: int, mode: str = "overwrite") -> None:
+        data = pa.Table.from_pylist(rows, schema=arrow_schema(self.ddl[table]))
+        write_deltalake(self.root / table, data, mode=mode,
+                        commit_properties=CommitProperties(
+                            app_transactions=[Transaction(APP_ID, batch)]))
+
+    def progress(self, batch: int, watermark: int) -> None:
+        self.write(PROGRESS, [{"batch_id": batch, "watermark": watermark}], batch, mode="append")
+
+    def publish(self, batch: int, watermark: int, route_tables: dict[str, list[dict]],
+                pause_s: float = 0.0) -> None:
+        for table, rows in route_tables.items():
+            self.write(table, rows, batch)
+            time.sleep(pause_s)  # a slow writer: the refresher polls in between
+        self.progress(batch, watermark)
+
+
+class ServerThread:
+    def __init__(self, warehouse: Path, **options) -> None:
+        self.options = dict(warehouse=warehouse, poll_interval_s=0.05, **options)
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+        self.service: LookupService
+        self.error: BaseException | None = None
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.stop_event = asyncio.Event()
+        self.service = LookupService(**self.options)
+        try:
+            await self.service.start()
+        except BaseException as exc:
+            self.error = exc
+            raise
+        finally:
+            self.started.set()
+        try:
+            await self.service.wait(self.stop_event)
+        finally:
+            await self.service.stop()
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        assert self.started.wait(10) and self.error is None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.thread.join(15)
+        assert not self.thread.is_alive()
+
+
+class RemotingClient:
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.decoder = FrameDecoder()
+        self.pending: list[RemotingCommand] = []
+        self.opaque = 0
+
+    def call(self, code: int, kind=SerializeType.JSON, **ext) -> RemotingCommand:
+        self.opaque += 1
+        self.sock.sendall(encode(RemotingCommand(code=code, version=NAMESRV_VERSION,
+                                                 opaque=self.opaque, ext_fields=ext,
+                                                 serialize_type=kind)))
+        while not self.pending:
+            data = self.sock.recv(65536)
+            assert data, "connection closed"
+            self.pending += self.decoder.feed(data)
+        response = self.pending.pop(0)
+        assert response.opaque == self.opaque and response.is_response
+        return response
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def wait_until(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    sock.settimeout(5)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_settled_snapshot_detection(tmp_path):
+    wh = Warehouse(tmp_path)
+    wh.publish(0, 1000, tables())
+    assert load_settled(tmp_path).watermark == 1000
+    wh.write(TOPIC_QUEUE, tables(orders_queues=4)[TOPIC_QUEUE], 1)  # batch 1 half-committed
+    with pytest.raises(SnapshotNotSettledError, match="topic_queue_table"):
+        load_settled(tmp_path)
+    wh.progress(1, 2000)
+    assert load_settled(tmp_path).watermark == 2000
+
+
+def test_server_end_to_end(tmp_path):
+    wh = Warehouse(tmp_path)
+    old_w, new_w = 1_764_000_050_000, 1_764_000_060_000
+    wh.publish(0, old_w, tables())
+    with ServerThread(tmp_path, max_frame_bytes=4096) as server:
+        service = server.service
+        http = httpx.Client(base_url=f"http://127.0.0.1:{service.http_port}", timeout=5)
+        wait_until(lambda: http.get("/readyz").status_code == 200)
+
+        # Remoting, both serializations, several requests on one connection.
+        client = RemotingClient(service.port)
+        for kind in (SerializeType.JSON, SerializeType.ROCKETMQ):
+            response = client.call(105, kind, topic="Orders")
+            assert response.code == 0 and response.serialize_type == kind
+            route = json.loads(response.body)
+            assert route["brokerDatas"][0]["brokerAddrs"] == {"0": "10.0.0.1:10911",
+                                                             "1": "10.0.0.2:10911"}
+            assert client.call(105, kind, topic="Lonely").code == 17
+            assert client.call(105, kind, topic="bad topic!").code == 29
+            assert client.call(999, kind).code == 3
+        info = jsonbody.parse_legacy(client.call(106).body)
+        assert info["clusterAddrTable"]["ClusterA"] == ["broker-a", "broker-b"]
+        assert json.loads(client.call(206).body)["topicList"][0] == "Acting"
+        assert json.loads(client.call(224, cluster="ClusterB").body)["topicList"] == [
+            "Acting", "ActingRW", "rmq_sys_SYNC_BROKER_MEMBER_broker-c"]
+        assert json.loads(client.call(304).body)["brokerAddr"] == "10.0.0.1:10911"
+
+        # HTTP, with the snapshot's versions and watermark on every JSON response.
+        got = http.get("/topics/Orders/route")
+        assert got.status_code == 200 and got.json()["watermark"] == old_w
+        assert got.json()["versions"]["route_progress"] == 0
+        assert http.get("/topics").json()["data"]["topicList"][0] == "Acting"
+        assert http.get("/brokers/live").json()["watermark"] == old_w
+
+        # A stalled half-frame on one connection and a garbage frame on another do not
+        # disturb a third client; the bad ones get closed.
+        stalled = socket.create_connection(("127.0.0.1", service.port))
+        stalled.sendall(encode(RemotingCommand(code=105, ext_fields={"topic": "Orders"}))[:10])
+        garbage = socket.create_connection(("127.0.0.1", service.port))
+        garbage.sendall(b"\x00\x00\x00\x08\x09\x00\x00\x00garbage!")
+        oversize = socket.create_connection(("127.0.0.1", service.port))
+        oversize.sendall((1 << 20).to_bytes(4, "big"))
+        assert closed_by_peer(garbage) and closed_by_peer(oversize)
+        # A client that sends a lot and never reads its answers only stalls itself.
+        deaf = socket.create_connection(("127.0.0.1", service.port))
+
+        def flood() -> None:
+            with contextlib.suppress(OSError):  # ~20 MB of requests, far beyond the buffers
+                deaf.sendall(encode(RemotingCommand(code=106)) * 200_000)
+
+        flooder = threading.Thread(target=flood, daemon=True)
+        flooder.start()
+        time.sleep(0.5)
+        assert flooder.is_alive()  # back-pressure: the server stopped reading from it
+        assert client.call(105, topic="Orders").code == 0
+        assert http.get("/clusters").status_code == 200
+        stalled.close()
+        deaf.shutdown(socket.SHUT_RDWR)
+        deaf.close()
+        flooder.join(5)
+
+        # Refresh while clients loop: every answer is the old or the new state, whole.
+        old_route = http.get("/topics/Orders/route").json()["data"]
+        failures: list[str] = []
+        seen: dict[str, set] = {"http": set(), "remoting": set()}
+        stop = threading.Event()
+
+        def classify(route: dict) -> str:
+            shape = (route["queueDatas"][0]["readQueueNums"],
+                     route["brokerDatas"][0]["brokerAddrs"]["0"])
+            return {(8, "10.0.0.1:10911"): "old", (4, "10.0.0.9:10911"): "new"}.get(
+                shape, f"mixed {shape}")
+
+        def http_loop() -> None:
+            with httpx.Client(base_url=f"http://127.0.0.1:{service.http_port}",
+                              timeout=5) as c:
+                while not stop.is_set():
+                    r = c.get("/topics/Orders/route")
+                    if r.status_code != 200:
+                        failures.append(f"http {r.status_code}")
+                        continue
+                    body = r.json()
+                    state = classify(body["data"])
+                    expected_w = {"old": old_w, "new": new_w}.get(state)
+                    if body["watermark"] != expected_w:
+                        failures.append(f"http {state} with watermark {body['watermark']}")
+                    seen["http"].add(state)
+
+        def remoting_loop() -> None:
+            c = RemotingClient(service.port)
+            try:
+                while not stop.is_set():
+                    r = c.call(105, SerializeType.ROCKETMQ, topic="Orders")
+                    if r.code != 0:
+                        failures.append(f"remoting code {r.code}")
+                        continue
+                    seen["remoting"].add(classify(json.loads(r.body)))
+            finally:
+                c.close()
+
+        loops = [threading.Thread(target=http_loop), threading.Thread(target=remoting_loop)]
+        for t in loops:
+            t.start()
+        try:
+            time.sleep(0.2)
+            new = tables(orders_queues=4, master_a="10.0.0.9:10911")
+            # Route tables one by one with pauses longer than the poll interval, then the
+            # progress row: only the complete batch may ever be served.
+            wh.publish(1, new_w, {t: new[t] for t in (TOPIC_QUEUE, BROKER_ADDR, BROKER_LIVE,
+                                                      FILTER_SERVER)}, pause_s=0.2)
+            wait_until(lambda: http.get("/topics/Orders/route").json()["watermark"] == new_w)
+            time.sleep(0.2)
+        finally:
+            stop.set()
+            for t in loops:
+                t.join(10)
+        assert not failures, failures[:5]
+        assert all(states <= {"old", "new"} for states in seen.values()), seen
+        assert seen["http"] == {"old", "new"} and "new" in seen["remoting"]
+        assert classify(old_route) == "old"
+        assert json.loads(client.call(105, topic="Orders").body)["queueDatas"][0][
+            "readQueueNums"] == 4
+
+        # Metrics reflect it all; a broken warehouse keeps the last good snapshot.
+        text = http.get("/metrics").text
+        assert 'routelake_lookup_requests_total{protocol="remoting",request="105",code="0"}' \
+            in text
+        assert 'routelake_lookup_frame_errors_total{reason="FrameTooLargeError"} 1' in text
+        assert 'routelake_lookup_refresh_total{result="not_settled"}' in text
+        assert 'routelake_lookup_table_version{table="route_progress"} 1' in text
+        for entry in (tmp_path / PROGRESS / "_delta_log").iterdir():
+            entry.unlink()
+        wait_until(lambda: service.metrics.refreshes["error"] > 0)
+        assert http.get("/topics/Orders/route").json()["watermark"] == new_w
+        assert client.call(105, topic="Orders").code == 0
+        client.close()
+        http.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serve_stops_cleanly_on_signal(tmp_path, sig):
+    Warehouse(tmp_path).publish(0, 1000, tables())
+    code = ("from routing_lib.lookup.server import serve; "
+            f"serve({str(tmp_path)!r}, 0, 0, 0.05, 1 << 20, False)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).parent.parent)
+    try:
+        lines = []
+        for line in proc.stderr:  # wait for the listening line, then for the first snapshot
+            lines.append(line)
+            if "- ready" in line:
+                break
+        assert any("lookup service: remoting on 127.0.0.1:" in x for x in lines), lines
+        proc.send_signal(sig)
+        assert proc.wait(timeout=15) == 0
+        assert "lookup service stopped" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
