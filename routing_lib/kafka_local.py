@@ -43,7 +43,7 @@ SOCKET_REQUEST_MAX_BYTES = 100 * 1024 * 1024  # must stay above MAX_MESSAGE_BYTE
 NODE_ID = 1
 JARS_DIR = ".jars/kafka"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
-DEFAULT_PARTITIONS = 4
+DEFAULT_PARTITIONS = 1  # one partition: the job reads events in the order they were produced
 # Marks the broker's JVM command line so a recycled pid is never mistaken for it.
 MARKER_PROPERTY = "routelake.kafka.dir"
 

@@ -19,7 +19,8 @@ log = logging.getLogger("routelake.job")
 
 
 def run_stream(config: Config, available_now: bool = False, metrics_port: int | None = None,
-               stop_event: threading.Event | None = None) -> JobMetrics:
+               stop_event: threading.Event | None = None,
+               install_signal_handlers: bool = True) -> JobMetrics:
     """Run until stopped (SIGTERM, Ctrl-C, stop_event) or, with available_now, until caught up."""
     stop_event = stop_event or threading.Event()
     metrics = JobMetrics()
@@ -45,7 +46,7 @@ def run_stream(config: Config, available_now: bool = False, metrics_port: int | 
     query = start_query(spark, classified, settings, available_now,
                         config.kafka.trigger_interval, on_batch)
 
-    if threading.current_thread() is threading.main_thread():
+    if install_signal_handlers and threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop_event.set())
     try:

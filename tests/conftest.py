@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+
 import pytest
 
 from routing_lib.config import load_config
@@ -34,3 +37,34 @@ def backfill(spark, config, tmp_path):
 
     run.warehouse = warehouse
     return run
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(config) -> Iterator[str]:
+    """The local broker of conf/routelake.toml: reused if running, else started (and stopped
+    at the end)."""
+    from routing_lib import kafka_local
+
+    result = kafka_local.start(config.kafka)
+    try:
+        yield config.kafka.bootstrap_servers
+    finally:
+        if result.started:
+            kafka_local.stop(config.kafka)
+
+
+@pytest.fixture
+def topic(kafka_bootstrap: str) -> Iterator[str]:
+    """A fresh Kafka topic (one partition: read order = produce order), deleted afterwards."""
+    from kafka import KafkaAdminClient
+
+    from routing_lib import kafka_local
+
+    name = f"routelake-test-{uuid.uuid4().hex[:10]}"
+    assert kafka_local.create_topic(kafka_bootstrap, name, partitions=1)
+    yield name
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        admin.delete_topics([name])
+    finally:
+        admin.close()

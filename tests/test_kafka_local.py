@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 
 import pytest
 
@@ -27,31 +25,6 @@ from routing_lib.simulator import (
 pytestmark = pytest.mark.kafka
 
 Message = tuple[int, bytes | None, bytes]  # partition, key, value
-
-
-@pytest.fixture(scope="session")
-def kafka_bootstrap(config) -> Iterator[str]:
-    result = kafka_local.start(config.kafka)
-    print(f"\nkafka: {'started' if result.started else 'reused'} in {result.seconds:.1f} s")
-    try:
-        yield config.kafka.bootstrap_servers
-    finally:
-        if result.started:
-            kafka_local.stop(config.kafka)
-
-
-@pytest.fixture
-def topic(kafka_bootstrap: str) -> Iterator[str]:
-    from kafka import KafkaAdminClient
-
-    name = f"routelake-test-{uuid.uuid4().hex[:10]}"
-    assert kafka_local.create_topic(kafka_bootstrap, name, partitions=3)
-    yield name
-    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    try:
-        admin.delete_topics([name])
-    finally:
-        admin.close()
 
 
 def consume(bootstrap: str, topic: str, count: int, timeout_s: float = 30.0) -> list[Message]:
@@ -84,8 +57,11 @@ def test_start_is_idempotent_and_status_reports_it(config, kafka_bootstrap: str)
 
 
 def test_topic_exists_with_partitions(kafka_bootstrap: str, topic: str) -> None:
-    assert kafka_local.topic_partitions(kafka_bootstrap, topic) == 3
-    assert not kafka_local.create_topic(kafka_bootstrap, topic, partitions=3)
+    assert kafka_local.topic_partitions(kafka_bootstrap, topic) == 1
+    assert not kafka_local.create_topic(kafka_bootstrap, topic, partitions=1)
+    wide = topic + "-wide"
+    assert kafka_local.create_topic(kafka_bootstrap, wide, partitions=3)
+    assert kafka_local.topic_partitions(kafka_bootstrap, wide) == 3
 
 
 def test_produce_files_sends_lines_as_they_are(kafka_bootstrap: str, topic: str,

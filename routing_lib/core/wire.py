@@ -78,6 +78,20 @@ def topic_names(table: Mapping) -> list[str]:
     return [config.topicName for config in table.values()]
 
 
+def event_json(event: Event) -> str:
+    """The event as contract §2 JSON (for humans and the late-event table)."""
+    record = event.model_dump(exclude={"topicConfigTable"}, exclude_none=True)
+    if isinstance(event, RegisterEvent):
+        record["topicConfigTable"] = {
+            key: {k: v for k, v in _as_dict(config).items() if v is not None}
+            for key, config in event.topicConfigTable.items()}
+    return json.dumps(record, separators=(",", ":"))
+
+
+def _as_dict(config: object) -> dict:
+    return config._asdict() if isinstance(config, TopicRow) else config.model_dump()
+
+
 def pack_event(event: Event) -> str:
     head = json.dumps(event.model_dump(exclude={"topicConfigTable"}, exclude_none=True),
                       separators=(",", ":"))

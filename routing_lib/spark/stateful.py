@@ -20,7 +20,7 @@ from routing_lib.core.clock import GroupClock
 from routing_lib.core.codec import decode_clock, encode_clock
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, diff
-from routing_lib.core.wire import unpack_event
+from routing_lib.core.wire import event_json, unpack_event
 from routing_lib.ingest import CLOCK_KEY, DEAD_LETTER_KEY
 from routing_lib.spark.checkpoint import batch_watermark
 
@@ -43,7 +43,8 @@ def _current_batch_id() -> int | None:
     return int(value) if value is not None else None
 
 
-_published_cache: dict[int, int] = {}
+# Python workers are reused across queries, so the key includes the checkpoint.
+_published_cache: dict[tuple[str, int], int] = {}
 
 
 def published_watermark(checkpoint: str) -> int:
@@ -51,9 +52,10 @@ def published_watermark(checkpoint: str) -> int:
     batch_id = _current_batch_id()
     if batch_id is None:
         return 0
-    if batch_id not in _published_cache:
-        _published_cache[batch_id] = batch_watermark(checkpoint, batch_id - 1)
-    return _published_cache[batch_id]
+    key = (checkpoint, batch_id)
+    if key not in _published_cache:
+        _published_cache[key] = batch_watermark(checkpoint, batch_id - 1)
+    return _published_cache[key]
 
 
 def _frame(rows: list[tuple]) -> pd.DataFrame:
@@ -137,6 +139,6 @@ def _late_row(payload: str, source: str, position: int, published: int) -> tuple
     event = unpack_event(payload)
     row = {"event_time": event.eventTime, "broker_name": event.brokerName,
            "event_type": event.eventType, "source": source, "position": position,
-           "payload": event.model_dump_json(exclude_none=True), "published_watermark": published,
+           "payload": event_json(event), "published_watermark": published,
            "seen_at_ms": int(time.time() * 1000), "batch_id": _current_batch_id()}
     return ("late", LATE_EVENT, "append", json.dumps(row), None)

@@ -1,0 +1,514 @@
+"""Event-time history of the route tables: versioned intervals and broker liveness events.
+
+Four history tables (rows are dicts, snake_case columns):
+
+* `topic_route_history`: one row per version of topicQueueTable[topic][brokerName];
+* `broker_membership_history`: one row per interval in which `broker_addr` held `broker_id`
+  in brokerAddrTable[brokerName] (cluster = that entry's cluster);
+* `cluster_membership_history`: one row per interval in which clusterAddrTable[cluster]
+  listed `broker_name` (kept as its own table: a group's cluster set cannot be derived from
+  brokerAddrTable, e.g. a second cluster name registered for the same brokerName);
+* `broker_liveness_events`: REGISTERED / UNREGISTERED / EXPIRED / REJECTED, i.e. every time a
+  (cluster, addr) enters or leaves brokerLiveTable.
+
+Time. Intervals are half-open, `[valid_from, valid_to)`, valid_to None = still current, so a
+row is in State(T) iff `valid_from <= T and (valid_to is None or T < valid_to)`. An event at
+t changes State(T) for every T >= t. An expiry of deadline d changes State(T) for every
+T >= d + 1 (contract §3: expired iff deadline < T), whichever clock reading detected it (the
+next event of the group, or a micro-batch watermark). So an expiry transition is stamped
+`deadline + 1`, not its detection time: that keeps as-of exact and the rows independent of
+micro-batch boundaries. Transitions stamped this way stay in the clock's order (expiries
+with deadline < t come before the events at t).
+
+Identity. An interval row is identified by its key columns + valid_from (HISTORY_IDENTITY);
+a liveness event by its broker + event_time + seq. Several transitions can share one
+instant (events at the same ms, an expiry at d + 1 with an event at d + 1): a version both
+opened and closed at the same instant never existed in any State(T), so it is dropped
+(`delete`), which keeps rows of one key non-overlapping and non-empty.
+
+Streaming. All transitions of one instant happen in one GroupClock advance (a later event at
+that instant would be late), so per-group state between micro-batches is the GroupClock plus
+a small HistoryTracker (valid_from of every open interval, the liveness sequence).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from routing_lib.core.clock import Advance, Expiry, GroupClock
+from routing_lib.core.group_routes import BrokerKey, GroupRoutes, QueueData, RouteFlags, apply_event
+from routing_lib.core.tables import RoutesSnapshot, Row
+
+TOPIC_ROUTE_HISTORY = "topic_route_history"
+BROKER_MEMBERSHIP_HISTORY = "broker_membership_history"
+CLUSTER_MEMBERSHIP_HISTORY = "cluster_membership_history"
+BROKER_LIVENESS_EVENTS = "broker_liveness_events"
+INTERVAL_TABLES = (TOPIC_ROUTE_HISTORY, BROKER_MEMBERSHIP_HISTORY, CLUSTER_MEMBERSHIP_HISTORY)
+HISTORY_TABLES = INTERVAL_TABLES + (BROKER_LIVENESS_EVENTS,)
+
+# Interval table -> the key whose versions never overlap in time.
+HISTORY_KEYS: dict[str, tuple[str, ...]] = {
+    TOPIC_ROUTE_HISTORY: ("topic", "broker_name"),
+    BROKER_MEMBERSHIP_HISTORY: ("cluster", "broker_name", "broker_id", "broker_addr"),
+    CLUSTER_MEMBERSHIP_HISTORY: ("cluster_name", "broker_name"),
+}
+# Table -> columns identifying one row: the MERGE condition (plus event_date, for pruning).
+HISTORY_IDENTITY: dict[str, tuple[str, ...]] = {
+    **{t: keys + ("valid_from",) for t, keys in HISTORY_KEYS.items()},
+    BROKER_LIVENESS_EVENTS: ("broker_name", "cluster_name", "broker_addr", "event_time", "seq"),
+}
+# Interval table -> the columns a `close` sets.
+HISTORY_CLOSE_COLUMNS: dict[str, tuple[str, ...]] = {
+    TOPIC_ROUTE_HISTORY: ("valid_to", "ended_by", "end_event", "end_broker_addr"),
+    BROKER_MEMBERSHIP_HISTORY: ("valid_to", "end_reason", "end_event", "end_broker_addr"),
+    CLUSTER_MEMBERSHIP_HISTORY: ("valid_to", "end_reason", "end_event", "end_broker_addr"),
+}
+HISTORY_PARTITION_COLUMNS = ("event_date",)
+
+_START_END = ("start_event STRING, start_broker_addr STRING, {end} STRING, end_event STRING, "
+              "end_broker_addr STRING, event_date STRING")
+# Delta schemas (Spark DDL strings: this module stays Spark-free). event_date is 'YYYY-MM-DD'
+# (UTC) of valid_from / event_time: the partition column.
+HISTORY_TABLE_DDL: dict[str, str] = {
+    TOPIC_ROUTE_HISTORY:
+        "topic STRING, broker_name STRING, valid_from BIGINT, valid_to BIGINT, "
+        "read_queue_nums INT, write_queue_nums INT, perm INT, topic_sys_flag INT, "
+        "started_by STRING, " + _START_END.format(end="ended_by"),
+    BROKER_MEMBERSHIP_HISTORY:
+        "cluster STRING, broker_name STRING, broker_id BIGINT, broker_addr STRING, "
+        "valid_from BIGINT, valid_to BIGINT, start_reason STRING, "
+        + _START_END.format(end="end_reason"),
+    CLUSTER_MEMBERSHIP_HISTORY:
+        "cluster_name STRING, broker_name STRING, valid_from BIGINT, valid_to BIGINT, "
+        "start_reason STRING, " + _START_END.format(end="end_reason"),
+    BROKER_LIVENESS_EVENTS:
+        "broker_name STRING, cluster_name STRING, broker_addr STRING, event_time BIGINT, "
+        "seq INT, event_type STRING, broker_id BIGINT, last_update_timestamp BIGINT, "
+        "heartbeat_timeout_millis BIGINT, deadline BIGINT, event_date STRING",
+}
+
+# Transition kinds: the input event types, plus the clock's expiry.
+REGISTER, HEARTBEAT, UNREGISTER, EXPIRE = "REGISTER", "HEARTBEAT", "UNREGISTER", "EXPIRE"
+
+# Liveness event types.
+REGISTERED, UNREGISTERED, EXPIRED, REJECTED = "REGISTERED", "UNREGISTERED", "EXPIRED", "REJECTED"
+
+# Change ops, as the Delta writer applies them (see merge_history_batch).
+UPSERT, CLOSE, DELETE, APPEND = "upsert", "close", "delete", "append"
+
+
+def event_date(ms: int) -> str:
+    """UTC calendar day of an epoch-ms time (integer arithmetic: no float rounding)."""
+    return (_EPOCH + timedelta(milliseconds=ms)).date().isoformat()
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+# ---- transitions: GroupClock.advance, one state change at a time ------------------------------
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One applied event, or the expiry of the brokers sharing one deadline."""
+
+    kind: str  # REGISTER | HEARTBEAT | UNREGISTER | EXPIRE
+    time: int  # eventTime; for EXPIRE deadline + 1, the first T whose State(T) shows it
+    before: RoutesSnapshot
+    after: RoutesSnapshot
+    broker: BrokerKey  # the event's (cluster, addr); for EXPIRE the one the cascade blames
+    broker_id: int | None = None  # the event's brokerId
+    expired: tuple[tuple[BrokerKey, int], ...] = ()  # EXPIRE: (broker, deadline), in order
+    detected_at: int | None = None  # EXPIRE: the clock reading (batch-dependent: not stored)
+
+
+def iter_transitions(clock: GroupClock, watermark: int, flags: RouteFlags,
+                     advance: Advance | None = None) -> Iterator[Transition]:
+    """GroupClock.advance(watermark, flags), yielding each transition with its snapshots.
+
+    Leaves `clock` (routes, pending, watermark) and `advance` exactly as GroupClock.advance
+    would; consume it to the end."""
+    if watermark <= clock.watermark:
+        return
+    advance = advance if advance is not None else Advance()
+    routes = clock.routes
+    snapshot = RoutesSnapshot.of(routes)
+    while clock.pending and clock.pending[0].event_time <= watermark:
+        item = heapq.heappop(clock.pending)
+        for transition in _expiries(routes, item.event_time, snapshot, advance):
+            snapshot = transition.after
+            yield transition
+        event = item.event
+        apply_event(routes, event, flags)
+        advance.applied.append(item)
+        after = RoutesSnapshot.of(routes)
+        yield Transition(event.eventType, item.event_time, snapshot, after,
+                         (event.clusterName, event.brokerAddr), event.brokerId)
+        snapshot = after
+    yield from _expiries(routes, watermark, snapshot, advance)
+    clock.watermark = watermark
+
+
+def _expiries(routes: GroupRoutes, now: int, snapshot: RoutesSnapshot, advance: Advance
+              ) -> Iterator[Transition]:
+    """routes.expire(now), one deadline at a time: GroupRoutes.expire handles brokers in
+    (deadline, key) order, so expiring up to each deadline in turn gives the same tables."""
+    while (deadline := routes.next_deadline()) is not None and deadline < now:
+        expired = routes.expire(deadline + 1)
+        advance.expiries += [Expiry(key, d, now) for key, d in expired]
+        after = RoutesSnapshot.of(routes)
+        yield Transition(EXPIRE, deadline + 1, snapshot, after, _blamed(snapshot, expired),
+                         expired=tuple(expired), detected_at=now)
+        snapshot = after
+
+
+def _blamed(before: RoutesSnapshot, expired: list[tuple[BrokerKey, int]]) -> BrokerKey:
+    """Of brokers expiring together, the last one listed in brokerAddrTable: its removal is
+    the one that can cascade (group removal, perm wipe)."""
+    in_table = _listed(before)
+    listed = [key for key, _ in expired if key in in_table]
+    return (listed or [key for key, _ in expired])[-1]
+
+
+def _listed(snapshot: RoutesSnapshot) -> set[BrokerKey]:
+    if snapshot.broker_data is None:
+        return set()
+    cluster, addrs = snapshot.broker_data[0], snapshot.broker_data[1]
+    return {(cluster, addr) for _, addr in addrs}
+
+
+def advance_transitions(clock: GroupClock, watermark: int, flags: RouteFlags
+                        ) -> tuple[Advance, list[Transition]]:
+    advance = Advance()
+    transitions = list(iter_transitions(clock, watermark, flags, advance))
+    return advance, transitions
+
+
+# ---- one transition -> interval ends and starts, liveness events ------------------------------
+
+
+@dataclass(frozen=True)
+class IntervalEnd:
+    table: str
+    key: tuple
+    columns: Row  # the HISTORY_CLOSE_COLUMNS values
+
+
+@dataclass(frozen=True)
+class IntervalStart:
+    table: str
+    key: tuple
+    row: Row  # the whole row: valid_from = the transition's time, valid_to None
+
+
+@dataclass
+class TransitionHistory:
+    ends: list[IntervalEnd] = field(default_factory=list)
+    starts: list[IntervalStart] = field(default_factory=list)
+    liveness: list[Row] = field(default_factory=list)  # without seq: the tracker numbers them
+
+
+_MISSING = object()
+
+
+def _changed(old: Mapping[Any, Any], new: Mapping[Any, Any]) -> tuple[list, list]:
+    """Keys whose interval ends (gone or new value), keys whose interval starts."""
+    if old == new:
+        return [], []
+    ended = sorted(k for k, v in old.items() if new.get(k, _MISSING) != v)
+    started = sorted(k for k, v in new.items() if old.get(k, _MISSING) != v)
+    return ended, started
+
+
+def _topics(name: str, s: RoutesSnapshot) -> dict[tuple[str, str], QueueData]:
+    return {(topic, name): q for topic, q in s.topics.items()}
+
+
+def _members(name: str, s: RoutesSnapshot) -> dict[tuple[str, str, int, str], bool]:
+    if s.broker_data is None:
+        return {}
+    cluster, addrs = s.broker_data[0], s.broker_data[1]
+    return {(cluster, name, broker_id, addr): True for broker_id, addr in addrs}
+
+
+def _clusters(name: str, s: RoutesSnapshot) -> dict[tuple[str, str], bool]:
+    return {(cluster, name): True for cluster in s.clusters}
+
+
+def _start_columns(reason_column: str, reason: str, t: Transition) -> Row:
+    return {"valid_to": None, reason_column: reason, "start_event": t.kind,
+            "start_broker_addr": t.broker[1], "event_date": event_date(t.time)}
+
+
+def _end_columns(table: str, reason: str, t: Transition, addr: str | None = None) -> Row:
+    values = (t.time, reason, t.kind, addr or t.broker[1])
+    return dict(zip(HISTORY_CLOSE_COLUMNS[table], values, strict=True))
+
+
+def transition_history(name: str, t: Transition) -> TransitionHistory:
+    """What one transition of group `name` does to the history tables (stateless: an end
+    names its key only; HistoryTracker knows which valid_from it closes)."""
+    out = TransitionHistory()
+    # Only a REGISTER adds or rewrites routes; UNREGISTER and EXPIRE remove or wipe perms.
+    by_register = t.kind == REGISTER
+
+    old_topics, new_topics = _topics(name, t.before), _topics(name, t.after)
+    ended, started = _changed(old_topics, new_topics)
+    for key in ended:
+        if key in new_topics:
+            reason = "CONFIG_CHANGED" if by_register else "PERM_WIPED"
+        else:  # a registration drops it only with deleteTopicWithBrokerRegistration
+            reason = "TOPIC_DELETED" if by_register else "GROUP_REMOVED"
+        out.ends.append(IntervalEnd(TOPIC_ROUTE_HISTORY, key,
+                                    _end_columns(TOPIC_ROUTE_HISTORY, reason, t)))
+    for key in started:
+        q = new_topics[key]
+        if key in old_topics:
+            reason = "CONFIG_CHANGED" if by_register else "PERM_WIPED"
+        else:
+            reason = "TOPIC_ADDED"
+        row = {"topic": key[0], "broker_name": name, "valid_from": t.time,
+               "read_queue_nums": q.read_queue_nums, "write_queue_nums": q.write_queue_nums,
+               "perm": q.perm, "topic_sys_flag": q.topic_sys_flag,
+               **_start_columns("started_by", reason, t),
+               "ended_by": None, "end_event": None, "end_broker_addr": None}
+        out.starts.append(IntervalStart(TOPIC_ROUTE_HISTORY, key, row))
+
+    old_members, new_members = _members(name, t.before), _members(name, t.after)
+    ended, started = _changed(old_members, new_members)
+    new_ids = {k[2]: k[3] for k in new_members}
+    old_ids_of_addr = {k[3]: k[2] for k in old_members}
+    old_addr_of_id = {k[2]: k[3] for k in old_members}
+    for key in ended:
+        _, _, broker_id, addr = key
+        if t.kind == EXPIRE:
+            reason = EXPIRED
+        elif t.kind == UNREGISTER:
+            reason = UNREGISTERED if addr == t.broker[1] else "REMOVED"
+        elif addr == t.broker[1]:
+            reason = "ROLE_SWITCH"  # the same address registered under another id
+        elif new_ids.get(broker_id, addr) != addr:
+            reason = "REPLACED"  # another address took the id
+        else:
+            reason = "REMOVED"
+        out.ends.append(IntervalEnd(
+            BROKER_MEMBERSHIP_HISTORY, key,
+            _end_columns(BROKER_MEMBERSHIP_HISTORY, reason, t,
+                         addr if t.kind == EXPIRE else None)))
+    for key in started:
+        cluster, _, broker_id, addr = key
+        if old_ids_of_addr.get(addr, broker_id) != broker_id:
+            reason = "ROLE_SWITCH"
+        elif old_addr_of_id.get(broker_id, addr) != addr:
+            reason = "TAKEOVER"
+        else:
+            reason = REGISTERED
+        row = {"cluster": cluster, "broker_name": name, "broker_id": broker_id,
+               "broker_addr": addr, "valid_from": t.time,
+               **_start_columns("start_reason", reason, t),
+               "end_reason": None, "end_event": None, "end_broker_addr": None}
+        out.starts.append(IntervalStart(BROKER_MEMBERSHIP_HISTORY, key, row))
+
+    ended, started = _changed(_clusters(name, t.before), _clusters(name, t.after))
+    for key in ended:
+        reason = "REMOVED" if by_register else "GROUP_REMOVED"
+        out.ends.append(IntervalEnd(CLUSTER_MEMBERSHIP_HISTORY, key,
+                                    _end_columns(CLUSTER_MEMBERSHIP_HISTORY, reason, t)))
+    for key in started:
+        row = {"cluster_name": key[0], "broker_name": name, "valid_from": t.time,
+               **_start_columns("start_reason", REGISTERED, t),
+               "end_reason": None, "end_event": None, "end_broker_addr": None}
+        out.starts.append(IntervalStart(CLUSTER_MEMBERSHIP_HISTORY, key, row))
+
+    out.liveness = _liveness(name, t)
+    return out
+
+
+def _liveness(name: str, t: Transition) -> list[Row]:
+    before, after = t.before.live, t.after.live
+    if before.keys() == after.keys():
+        return []
+    listed_id = {addr: broker_id for broker_id, addr in
+                 (t.before.broker_data[1] if t.before.broker_data else ())}
+    rows = []
+    if t.kind == EXPIRE:
+        removed = [key for key, _ in t.expired if key in before and key not in after]
+        kind = EXPIRED
+    else:
+        removed = sorted(before.keys() - after.keys())
+        kind = UNREGISTERED if t.kind == UNREGISTER else REJECTED
+    for key in removed:
+        live = before[key]
+        rows.append(_liveness_row(name, key, t.time, kind,
+                                  t.broker_id if kind == REJECTED else listed_id.get(key[1]),
+                                  live.last_update_timestamp, live.heartbeat_timeout_millis,
+                                  live.deadline if kind == EXPIRED else None))
+    for key in sorted(after.keys() - before.keys()):
+        live = after[key]
+        rows.append(_liveness_row(name, key, t.time, REGISTERED, t.broker_id,
+                                  live.last_update_timestamp, live.heartbeat_timeout_millis,
+                                  None))
+    return rows
+
+
+def _liveness_row(name: str, key: BrokerKey, time: int, kind: str, broker_id: int | None,
+                  last_update: int, timeout: int, deadline: int | None) -> Row:
+    return {"broker_name": name, "cluster_name": key[0], "broker_addr": key[1],
+            "event_time": time, "event_type": kind, "broker_id": broker_id,
+            "last_update_timestamp": last_update, "heartbeat_timeout_millis": timeout,
+            "deadline": deadline, "event_date": event_date(time)}
+
+
+# ---- per-group state between micro-batches ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HistoryChange:
+    """One row operation for the Delta writer. `row` always holds the identity columns and
+    event_date; `upsert`/`append`: the whole row; `close`: + HISTORY_CLOSE_COLUMNS."""
+
+    table: str
+    op: str  # upsert | close | delete | append
+    row: Row
+
+    @property
+    def identity(self) -> tuple:
+        return tuple(self.row[c] for c in HISTORY_IDENTITY[self.table])
+
+
+def _identity_row(table: str, key: tuple, valid_from: int) -> Row:
+    row = dict(zip(HISTORY_KEYS[table], key, strict=True))
+    row["valid_from"] = valid_from
+    row["event_date"] = event_date(valid_from)
+    return row
+
+
+HISTORY_STATE_FORMAT = 1
+
+
+@dataclass
+class HistoryTracker:
+    """One group's history bookkeeping: when each open interval started, and the liveness
+    sequence of the current instant. Lives in the group's state next to its GroupClock."""
+
+    broker_name: str
+    open_since: dict[str, dict[tuple, int]] = field(
+        default_factory=lambda: {t: {} for t in INTERVAL_TABLES})
+    instant: int = 0  # time of the latest liveness event
+    seq: int = 0  # liveness events already numbered at `instant`
+
+    def record(self, transition: Transition) -> list[HistoryChange]:
+        h = transition_history(self.broker_name, transition)
+        t = transition.time
+        out: list[HistoryChange] = []
+        for end in h.ends:
+            since = self.open_since[end.table].pop(end.key, None)
+            if since is None:
+                continue  # opened before this group's history was tracked: nothing to close
+            ident = _identity_row(end.table, end.key, since)
+            if since == t:  # opened and closed at one instant: no State(T) ever showed it
+                out.append(HistoryChange(end.table, DELETE, ident))
+            else:
+                out.append(HistoryChange(end.table, CLOSE, {**ident, **end.columns}))
+        for start in h.starts:
+            self.open_since[start.table][start.key] = t
+            out.append(HistoryChange(start.table, UPSERT, start.row))
+        for row in h.liveness:
+            if t != self.instant:
+                self.instant, self.seq = t, 0
+            out.append(HistoryChange(BROKER_LIVENESS_EVENTS, APPEND, {**row, "seq": self.seq}))
+            self.seq += 1
+        return out
+
+    def advance(self, clock: GroupClock, watermark: int, flags: RouteFlags
+                ) -> tuple[Advance, list[HistoryChange]]:
+        """clock.advance(watermark, flags), plus the history changes of what it did
+        (compacted: at most one change per row identity, ready for one MERGE)."""
+        advance = Advance()
+        changes: list[HistoryChange] = []
+        for transition in iter_transitions(clock, watermark, flags, advance):
+            changes += self.record(transition)
+        return advance, compact_changes(changes)
+
+    def is_idle(self) -> bool:
+        return not any(self.open_since.values())
+
+
+def encode_history(tracker: HistoryTracker) -> str:
+    return json.dumps({
+        "v": HISTORY_STATE_FORMAT,
+        "name": tracker.broker_name,
+        "open": {table: [[*key, since] for key, since in opens.items()]
+                 for table, opens in tracker.open_since.items()},
+        "instant": [tracker.instant, tracker.seq],
+    }, separators=(",", ":"))
+
+
+def decode_history(text: str) -> HistoryTracker:
+    s = json.loads(text)
+    if s.get("v") != HISTORY_STATE_FORMAT:
+        raise ValueError(f"unknown history state format {s.get('v')!r}")
+    open_since: dict[str, dict[tuple, int]] = {t: {} for t in INTERVAL_TABLES}
+    for table, items in s["open"].items():
+        open_since[table] = {tuple(item[:-1]): item[-1] for item in items}
+    instant, seq = s["instant"]
+    return HistoryTracker(s["name"], open_since, instant, seq)
+
+
+# ---- the writer's side: compaction and MERGE semantics ----------------------------------------
+
+
+def compact_changes(changes: Iterable[HistoryChange]) -> list[HistoryChange]:
+    """Fold a batch's changes to one per row identity (a Delta MERGE refuses two source rows
+    for one target row): upsert+close -> the closed row; otherwise the later change wins
+    (upsert+delete -> delete, delete+upsert -> upsert)."""
+    folded: dict[tuple[str, tuple], HistoryChange] = {}
+    for change in changes:
+        slot = (change.table, change.identity)
+        previous = folded.get(slot)
+        if previous is not None and previous.op == UPSERT and change.op == CLOSE:
+            change = HistoryChange(change.table, UPSERT, {**previous.row, **change.row})
+        folded[slot] = change
+    return list(folded.values())
+
+
+def merge_history_batch(tables: dict[str, dict[tuple, Row]],
+                        batch: Iterable[HistoryChange]) -> None:
+    """Apply one compacted batch like the writer's MERGE on HISTORY_IDENTITY:
+
+        matched & delete -> DELETE          matched & close  -> UPDATE SET close columns
+        matched & upsert -> UPDATE SET *    not matched & upsert/append -> INSERT
+        matched & append -> nothing         not matched & close/delete -> nothing
+
+    so re-applying a batch changes nothing. `tables`: table -> identity -> row."""
+    seen: set[tuple[str, tuple]] = set()
+    for change in batch:
+        slot = (change.table, change.identity)
+        if slot in seen:
+            raise ValueError(f"two changes for one row in a batch: {slot}")
+        seen.add(slot)
+        rows = tables.setdefault(change.table, {})
+        ident = change.identity
+        current = rows.get(ident)
+        if change.op == DELETE:
+            rows.pop(ident, None)
+        elif change.op == CLOSE:
+            if current is not None:
+                for column in HISTORY_CLOSE_COLUMNS[change.table]:
+                    current[column] = change.row[column]
+        elif change.op == UPSERT or (change.op == APPEND and current is None):
+            rows[ident] = dict(change.row)
+
+
+def apply_history_changes(rows: Mapping[str, Iterable[Row]],
+                          changes: Iterable[HistoryChange]) -> dict[str, list[Row]]:
+    """History rows after one batch of changes (compacted, then merged); sorted by identity."""
+    tables = {t: {tuple(r[c] for c in HISTORY_IDENTITY[t]): dict(r) for r in rows.get(t, ())}
+              for t in HISTORY_TABLES}
+    merge_history_batch(tables, compact_changes(changes))
+    return {t: [tables[t][i] for i in sorted(tables[t])] for t in HISTORY_TABLES}

@@ -1,0 +1,204 @@
+"""The streaming job against the real local Kafka broker: golden fixtures, many micro-batches,
+crashes, late events, clock skew, malformed values, huge registrations."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from routing_lib.core.dump import project
+from routing_lib.core.tables import (
+    DEAD_LETTER,
+    LATE_EVENT,
+    PROGRESS,
+    ROUTE_TABLES,
+    TABLE_KEYS,
+)
+from routing_lib.read.warehouse import load_snapshot
+from routing_lib.simulator import make_producer
+from tests.helpers import FIXTURES, GOLDEN, expected_dump, fixture_lines
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], keys: list[bytes | None] | None = None
+            ) -> None:
+    producer = make_producer(bootstrap)
+    try:
+        for i, value in enumerate(values):
+            producer.send(topic, key=keys[i] if keys else _key(value), value=value)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def _key(value: bytes) -> bytes | None:
+    try:
+        return json.loads(value)["brokerName"].encode()
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+@pytest.fixture
+def job(config, kafka_bootstrap, topic, tmp_path):
+    """job(**kafka_overrides) runs `routectl run --available-now` in-process; returns the dump."""
+    from routing_lib.stream_job import run_stream
+
+    warehouse, checkpoint = tmp_path / "warehouse", tmp_path / "checkpoint"
+    job_config = config.with_overrides("paths", warehouse=str(warehouse),
+                                       checkpoint=str(checkpoint))
+
+    def run(**kafka) -> dict:
+        cfg = job_config.with_overrides("kafka", topic=topic, bootstrap_servers=kafka_bootstrap,
+                                        **kafka)
+        run_stream(cfg, available_now=True, install_signal_handlers=False)
+        return project(load_snapshot(warehouse).dump())
+
+    run.warehouse, run.checkpoint, run.topic, run.bootstrap = (
+        warehouse, checkpoint, topic, kafka_bootstrap)
+    return run
+
+
+def rows(warehouse: Path, table: str) -> list[dict]:
+    return DeltaTable(str(warehouse / table)).to_pyarrow_table().to_pylist()
+
+
+def lines_of(name: str) -> list[bytes]:
+    return [line.encode() for line in fixture_lines(name)]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fixture_through_kafka(name, job):
+    produce(job.bootstrap, job.topic, lines_of(name))
+    assert job() == expected_dump(name)
+
+
+def test_tiny_micro_batches_give_the_same_tables(job):
+    name = "20_random_fleet_seed101"
+    produce(job.bootstrap, job.topic, lines_of(name))
+    assert job(max_offsets_per_trigger=40) == expected_dump(name)
+    progress = rows(job.warehouse, PROGRESS)
+    assert len(progress) >= 549 // 40
+    assert sum(r["input_rows"] for r in progress) == 549
+    assert sum(r["late"] for r in progress) == 0
+
+
+def test_late_event_goes_to_the_late_table(job):
+    name = "04_expiry_default_120s"
+    produce(job.bootstrap, job.topic, lines_of(name))
+    before = job()
+    watermark = before["watermark"]
+    late = json.loads(fixture_lines(name)[-1])
+    late.update(eventTime=watermark - 60_000, brokerName="broker-late", brokerAddr="10.7.7.7:1")
+    produce(job.bootstrap, job.topic, [json.dumps(late).encode()])
+    after = job()
+    assert after == before  # not applied
+    late_rows = rows(job.warehouse, LATE_EVENT)
+    assert [(r["broker_name"], r["event_time"], r["published_watermark"]) for r in late_rows] == [
+        ("broker-late", watermark - 60_000, watermark)]
+    assert late_rows[0]["source"].startswith(job.topic + "-")
+    assert sum(r["late"] for r in rows(job.warehouse, PROGRESS)) == 1
+
+
+def test_far_future_event_is_dead_lettered_and_expires_nobody(job):
+    now = int(time.time() * 1000)
+    register = json.loads(fixture_lines("01_master_registers")[0])
+    events = [dict(register, eventTime=now - 20_000),
+              dict(register, eventTime=now + 3_600_000, brokerName="skewed",
+                   brokerAddr="10.6.6.6:1")]
+    produce(job.bootstrap, job.topic, [json.dumps(e).encode() for e in events])
+    dump = job()
+    assert dump["watermark"] < now  # the skewed clock did not move it
+    assert [b["brokerAddr"] for b in dump["brokerLiveTable"]] == [register["brokerAddr"]]
+    dead = rows(job.warehouse, DEAD_LETTER)
+    assert len(dead) == 1 and "clock skew" in dead[0]["reason"]
+
+
+def test_malformed_values_are_dead_lettered_with_partition_and_offset(job):
+    good = lines_of("01_master_registers")
+    bad = [b"not json", b"\x00\xff\xfe binary", b"", b'{"eventType": "REGISTER"}']
+    produce(job.bootstrap, job.topic, bad + good, keys=[b"k"] * len(bad) + [None] * len(good))
+    assert job() == expected_dump("01_master_registers")
+    dead = rows(job.warehouse, DEAD_LETTER)
+    assert sorted(r["raw"] for r in dead) == sorted(bad)
+    partitions = {r["source"] for r in dead}
+    assert len(partitions) == 1 and partitions.pop().startswith(job.topic + "-")
+    assert sorted(r["position"] for r in dead) == [0, 1, 2, 3]  # offsets in that partition
+    assert all(r["reason"] for r in dead)
+
+
+def test_registration_with_20000_topics_through_kafka(job):
+    topics = {f"T{i:05d}": {"topicName": f"T{i:05d}", "readQueueNums": 4, "writeQueueNums": 4,
+                            "perm": 6, "topicSysFlag": 0} for i in range(20_000)}
+    register = json.loads(fixture_lines("01_master_registers")[0])
+    register["topicConfigTable"] = topics
+    clock = dict(json.loads(fixture_lines("01_master_registers")[2]),
+                 eventTime=register["eventTime"] + 30_000)
+    produce(job.bootstrap, job.topic, [json.dumps(register).encode(), json.dumps(clock).encode()])
+    dump = job()
+    assert len([t for t in dump["topicQueueTable"] if t.startswith("T")]) == 20_000
+
+
+def _start_job(job, *extra: str) -> subprocess.Popen:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    return subprocess.Popen(
+        [sys.executable, "-m", "routing_lib.cli", "run", "--kafka", job.bootstrap,
+         "--topic", job.topic, "--warehouse", str(job.warehouse),
+         "--checkpoint", str(job.checkpoint), *extra],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _wait_for_batches(job, count: int, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if len(rows(job.warehouse, PROGRESS)) >= count:
+                return
+        except Exception:  # noqa: BLE001 - the table does not exist yet
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"the job did not publish {count} batches in {timeout_s} s")
+
+
+def test_killed_job_restarts_from_checkpoint_without_duplicates(job):
+    name = "20_random_fleet_seed202"
+    lines = lines_of(name)
+    thirds = [lines[: len(lines) // 3], lines[len(lines) // 3: 2 * len(lines) // 3],
+              lines[2 * len(lines) // 3:]]
+    batches_seen = 0
+    for part in thirds:
+        produce(job.bootstrap, job.topic, part)
+        process = _start_job(job, "--max-offsets-per-trigger", "150",
+                             "--trigger-interval", "1 second")
+        batches_seen += 2
+        try:
+            _wait_for_batches(job, batches_seen)
+        finally:
+            process.send_signal(signal.SIGKILL)  # mid-stream, no clean shutdown
+            process.wait(30)
+    assert job() == expected_dump(name)
+    for table in ROUTE_TABLES:
+        keys = [tuple(r[k] for k in TABLE_KEYS[table]) for r in rows(job.warehouse, table)]
+        assert len(keys) == len(set(keys)), f"duplicate rows in {table}"
+    progress = rows(job.warehouse, PROGRESS)
+    batch_ids = [r["batch_id"] for r in progress]
+    assert len(batch_ids) == len(set(batch_ids)), "a batch was published twice"
+    assert sum(r["input_rows"] for r in progress) == len(lines)
+
+
+def test_available_now_via_cli_on_golden_fixture(job):
+    name = "08_role_switch"
+    produce(job.bootstrap, job.topic, lines_of(name))
+    process = _start_job(job, "--available-now")
+    assert process.wait(180) == 0
+    assert project(load_snapshot(job.warehouse).dump()) == expected_dump(name)
+    assert GOLDEN.exists()
