@@ -40,8 +40,9 @@ def to_loopback(value: Any) -> Any:
     return value
 
 
-def fixture_tables() -> tuple[dict[str, list[dict]], int]:
-    events = [parse_event(line) for line in (FIXTURE / "events.jsonl").read_text().splitlines()]
+def fixture_tables(fixture: Path = FIXTURE) -> tuple[dict[str, list[dict]], int]:
+    """The route tables at the fixture's final watermark (pure replay), on loopback."""
+    events = [parse_event(line) for line in (fixture / "events.jsonl").read_text().splitlines()]
     until = default_watermark(events, 10_000)
     rows = fleet_rows(replay(events, until).values())
     return {t: to_loopback(rows[t]) for t in ROUTE_TABLES}, until
@@ -75,6 +76,7 @@ def runs(served, tmp_path_factory):
         "missing": ("topicRoute", "-t", "NoSuchTopic"),
         "clusters": ("clusterList",),
         "topics": ("topicList",),
+        "topic_clusters": ("topicClusterList", "-t", "Topic34"),
     }
 
     def run(name: str) -> mqadmin.MQAdminResult:
@@ -164,3 +166,11 @@ def test_topic_list(served, runs):
     topics = mqadmin.parse_topic_list(ok(runs["topics"]).stdout)
     assert sorted(topics) == list(index.topics)
     assert len(topics) == 32
+
+
+def test_topic_cluster_list(served, runs):
+    """Route and ClusterInfo together: the cluster of the route's first broker."""
+    index, _ = served
+    first = index.route("Topic34")["brokerDatas"][0]["brokerName"]
+    want = [c for c, names in index.cluster_info["clusterAddrTable"].items() if first in names]
+    assert mqadmin.parse_topic_list(ok(runs["topic_clusters"]).stdout) == want == ["cluster-0"]

@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from routing_lib.core.clock import Advance, Expiry, GroupClock
-from routing_lib.core.group_routes import BrokerKey, GroupRoutes, QueueData, RouteFlags, apply_event
+from routing_lib.core.group_routes import BrokerKey, GroupRoutes, RouteFlags, apply_event
 from routing_lib.core.tables import RoutesSnapshot, Row
 
 TOPIC_ROUTE_HISTORY = "topic_route_history"
@@ -225,10 +225,6 @@ def _changed(old: Mapping[Any, Any], new: Mapping[Any, Any]) -> tuple[list, list
     return ended, started
 
 
-def _topics(name: str, s: RoutesSnapshot) -> dict[tuple[str, str], QueueData]:
-    return {(topic, name): q for topic, q in s.topics.items()}
-
-
 def _members(name: str, s: RoutesSnapshot) -> dict[tuple[str, str, int, str], bool]:
     if s.broker_data is None:
         return {}
@@ -252,32 +248,43 @@ def _end_columns(table: str, reason: str, t: Transition, addr: str | None = None
 
 def transition_history(name: str, t: Transition) -> TransitionHistory:
     """What one transition of group `name` does to the history tables (stateless: an end
-    names its key only; HistoryTracker knows which valid_from it closes)."""
+    names its key only; HistoryTracker knows which valid_from it closes).
+
+    Reasons. topic_route_history started_by: TOPIC_ADDED, CONFIG_CHANGED, PERM_WIPED;
+    ended_by: CONFIG_CHANGED, PERM_WIPED (acting-master groups losing their master),
+    GROUP_REMOVED (last address of the group gone), TOPIC_DELETED
+    (deleteTopicWithBrokerRegistration). broker_membership_history start_reason: REGISTERED,
+    ROLE_SWITCH (the address held another id just before), TAKEOVER (the id was another
+    address's); end_reason: UNREGISTERED, EXPIRED, ROLE_SWITCH, REPLACED (another address took
+    the id). cluster_membership_history: REGISTERED / GROUP_REMOVED. REMOVED is a fallback
+    that the current state machine never produces. start_event / end_event name the
+    transition kind, start_broker_addr / end_broker_addr the broker that caused it."""
     out = TransitionHistory()
     # Only a REGISTER adds or rewrites routes; UNREGISTER and EXPIRE remove or wipe perms.
     by_register = t.kind == REGISTER
 
-    old_topics, new_topics = _topics(name, t.before), _topics(name, t.after)
+    # Raw maps: unchanged values are the same objects, so the common no-op compares fast.
+    old_topics, new_topics = t.before.topics, t.after.topics
     ended, started = _changed(old_topics, new_topics)
-    for key in ended:
-        if key in new_topics:
+    for topic in ended:
+        if topic in new_topics:
             reason = "CONFIG_CHANGED" if by_register else "PERM_WIPED"
         else:  # a registration drops it only with deleteTopicWithBrokerRegistration
             reason = "TOPIC_DELETED" if by_register else "GROUP_REMOVED"
-        out.ends.append(IntervalEnd(TOPIC_ROUTE_HISTORY, key,
+        out.ends.append(IntervalEnd(TOPIC_ROUTE_HISTORY, (topic, name),
                                     _end_columns(TOPIC_ROUTE_HISTORY, reason, t)))
-    for key in started:
-        q = new_topics[key]
-        if key in old_topics:
+    for topic in started:
+        q = new_topics[topic]
+        if topic in old_topics:
             reason = "CONFIG_CHANGED" if by_register else "PERM_WIPED"
         else:
             reason = "TOPIC_ADDED"
-        row = {"topic": key[0], "broker_name": name, "valid_from": t.time,
+        row = {"topic": topic, "broker_name": name, "valid_from": t.time,
                "read_queue_nums": q.read_queue_nums, "write_queue_nums": q.write_queue_nums,
                "perm": q.perm, "topic_sys_flag": q.topic_sys_flag,
                **_start_columns("started_by", reason, t),
                "ended_by": None, "end_event": None, "end_broker_addr": None}
-        out.starts.append(IntervalStart(TOPIC_ROUTE_HISTORY, key, row))
+        out.starts.append(IntervalStart(TOPIC_ROUTE_HISTORY, (topic, name), row))
 
     old_members, new_members = _members(name, t.before), _members(name, t.after)
     ended, started = _changed(old_members, new_members)
