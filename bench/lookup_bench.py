@@ -72,6 +72,9 @@ LOOPBACK = "127.0.0.1"
 REGISTER_BROKER = 103
 GET_ROUTEINFO_BY_TOPIC = 105
 GET_BROKER_CLUSTER_INFO = 106
+GET_ALL_TOPIC_LIST = 206
+GET_TOPICS_BY_CLUSTER = 224
+GET_SYSTEM_TOPIC_LIST = 304
 # distribution/bin/runserver.sh (JDK 9+) for 5.3.3, with a 1 GiB heap instead of 4 GiB.
 NAMESRV_JVM_OPTS = ("-server", "-Xms1g", "-Xmx1g", "-XX:MetaspaceSize=128m",
                     "-XX:MaxMetaspaceSize=320m", "-XX:+UseG1GC", "-XX:G1HeapRegionSize=16m",
@@ -144,16 +147,54 @@ def port_open(port: int) -> bool:
 
 
 def machine_busy_seconds() -> float:
-    """CPU seconds spent by the whole machine (all cores, anything but idle/iowait) so far."""
+    """CPU seconds the whole machine (all cores) spent in processes so far, plus time the
+    hypervisor stole. Interrupt time is left out: loopback traffic is processed there and is
+    charged to no process, so it would look like other work."""
     ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, _irq, _softirq, steal = ticks
+    return (user + nice + system + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_idle(timeout: float, window: float = 5.0, threshold: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        before = machine_busy_seconds()
+        time.sleep(window)
+        busy = (machine_busy_seconds() - before) / window
+        if busy < threshold:
+            print(f"machine idle ({busy:.2f} cores busy over {window:g} s)", flush=True)
+            return
+        if time.monotonic() >= deadline:
+            print(f"machine still busy ({busy:.2f} cores) after {timeout:g} s: running anyway",
+                  flush=True)
+            return
 
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def all_processes_cpu() -> dict[int, tuple[str, float]]:
+    """pid -> (command name, CPU seconds so far) of every process (to name other work)."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                text = (entry / "stat").read_text()
+                name = text[text.index("(") + 1:text.rindex(")")]
+                fields = text.rsplit(")", 1)[1].split()
+                out[int(entry.name)] = (name, (int(fields[11]) + int(fields[12]))
+                                        / os.sysconf("SC_CLK_TCK"))
+    return out
+
+
+def top_others(before: dict, after: dict, exclude: set[int], seconds: float) -> str:
+    used = sorted(((cpu - before.get(pid, (name, 0.0))[1], pid, name)
+                   for pid, (name, cpu) in after.items() if pid not in exclude), reverse=True)
+    return ", ".join(f"{name}[{pid}] {cores / seconds:.2f}c" for cores, pid, name in used[:3]
+                     if cores / seconds >= 0.05)
 
 
 # -- a blocking remoting client (set-up and checks, not the load) --
@@ -288,6 +329,21 @@ def compare(java: Remoting, ours: Remoting, topics: list[str]) -> tuple[list[str
              for c in (java, ours)]
     if infos[0] != infos[1]:
         diffs.append(f"ClusterInfo: java {infos[0]} ours {infos[1]}")
+    # Topic lists (HashSet orders in Java: compared as sets; the system list's brokerAddr is
+    # any one broker's address on both sides).
+    requests = [("all topics (206)", GET_ALL_TOPIC_LIST, {})]
+    requests += [(f"topics of {c} (224)", GET_TOPICS_BY_CLUSTER, {"cluster": c})
+                 for c in sorted(infos[0]["clusterAddrTable"])]
+    requests.append(("system topics (304)", GET_SYSTEM_TOPIC_LIST, {}))
+    addrs = {a for b in infos[0]["brokerAddrTable"].values() for a in b["brokerAddrs"].values()}
+    for what, code, ext in requests:
+        answers = [c.call(code, ext) for c in (java, ours)]
+        lists = [jsonbody.parse_legacy(a.body) if a.code == 0 else {"code": a.code}
+                 for a in answers]
+        got = [(a.get("code"), sorted(a.get("topicList", ())), a.get("brokerAddr") in addrs
+                if "brokerAddr" in a else None) for a in lists]
+        if got[0] != got[1]:
+            diffs.append(f"{what}: java {got[0]} ours {got[1]}")
     return same, diffs
 
 
@@ -456,6 +512,7 @@ class Result:
     server_cpu: float  # cores used on average
     client_cpu: float
     other_cpu: float  # everything else on the machine meanwhile (other work disturbs)
+    others: str  # the biggest other processes then
 
 
 def measure(name: str, kind: str, port: int, server_pid: int, args: argparse.Namespace,
@@ -476,8 +533,11 @@ def measure(name: str, kind: str, port: int, server_pid: int, args: argparse.Nam
         time.sleep(max(0.0, m0 - time.monotonic()))
         pids = [server_pid] + [p.pid for p, _ in workers]
         cpu0 = [cpu_seconds(pid) for pid in pids] + [machine_busy_seconds()]
+        everyone0 = all_processes_cpu()
         time.sleep(max(0.0, m0 + args.duration - time.monotonic()))
         cpu1 = [cpu_seconds(pid) for pid in pids] + [machine_busy_seconds()]
+        others = top_others(everyone0, all_processes_cpu(), {*pids, os.getpid()},
+                            args.duration)
         count = errors = 0
         latencies = array.array("d")
         for proc, conn in workers:
@@ -503,7 +563,7 @@ def measure(name: str, kind: str, port: int, server_pid: int, args: argparse.Nam
     used = [(b - a) / args.duration for a, b in zip(cpu0, cpu1, strict=True)]
     server, client, machine_total = used[0], sum(used[1:-1]), used[-1]
     return Result(name, count, errors, count / args.duration, pct(0.50), pct(0.99),
-                  server, client, max(0.0, machine_total - server - client))
+                  server, client, max(0.0, machine_total - server - client), others)
 
 
 # -- the run --
@@ -543,6 +603,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--java-heap", default="1g")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
+    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+                        help="first wait up to this long for the machine to be idle (other "
+                             "work below 0.2 cores over 5 s)")
     args = parser.parse_args(argv)
 
     reason = mqadmin.missing_reason()
@@ -554,6 +617,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_term)
+    if args.wait_idle > 0:
+        wait_idle(args.wait_idle)
     tmp = Path(tempfile.mkdtemp(prefix="lookup-bench-"))
     logs = tmp / "logs"
     logs.mkdir()
@@ -592,10 +657,10 @@ def main(argv: list[str] | None = None) -> int:
         java_client, our_client = Remoting(java_port), Remoting(our_port)
         clients += [java_client, our_client]
         same, diffs = compare(java_client, our_client, topics)
-        info_same = not any(d.startswith("ClusterInfo") for d in diffs)
-        print(f"loaded Java NameServer with {sent} REGISTER_BROKER requests; "
-              f"GET_ROUTEINFO_BY_TOPIC identical for {len(same)}/{len(topics)} topics, "
-              f"GET_BROKER_CLUSTER_INFO {'identical' if info_same else 'DIFFERENT'}",
+        print(f"loaded Java NameServer with {sent} REGISTER_BROKER requests; same answers "
+              f"from both: GET_ROUTEINFO_BY_TOPIC (105) for {len(same)}/{len(topics)} topics; "
+              f"106, 206, 224 per cluster, 304: "
+              f"{'all identical' if len(diffs) == len(topics) - len(same) else 'DIFFERENT'}",
               flush=True)
         for diff in diffs[:5]:
             print(f"  DIFF {diff[:400]}", flush=True)
@@ -633,6 +698,12 @@ def main(argv: list[str] | None = None) -> int:
               f"share the {os.cpu_count()} cores with the server; 'other' is the rest of the "
               f"machine: work not part of this run that competed for the cores. Java brokers "
               f"still registered after the runs: {still})")
+        busy = [r for r in results if r.other_cpu > 0.2]
+        if busy:
+            print("WARNING: other work on the machine used "
+                  + "; ".join(f"{r.other_cpu:.2f} cores during '{r.name}' "
+                              f"({r.others or 'no single process'})" for r in busy)
+                  + ": these numbers are disturbed, rerun on a quiet machine")
         print("reproduce: scripts/fetch_rocketmq.sh && .venv/bin/python bench/lookup_bench.py "
               + shlex.join(argv if argv is not None else sys.argv[1:]))
         return 0 if all(r.errors == 0 for r in results) and still and not diffs else 1

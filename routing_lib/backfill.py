@@ -36,7 +36,8 @@ def run_backfill(config: Config, inputs: list[str], warehouse: str, as_of: int |
     settings = JobSettings(
         warehouse=str(Path(warehouse).resolve()), checkpoint=str(Path(checkpoint).resolve()),
         watermark_delay_ms=delay,
-        flags=RouteFlags(config.routes.delete_topic_with_broker_registration), as_of=as_of)
+        flags=RouteFlags(config.routes.delete_topic_with_broker_registration),
+        history=config.routes.history, as_of=as_of)
     classified = archive_stream(spark, paths, max_files_per_trigger)
     query = start_query(spark, classified, settings, available_now=True)
     query.awaitTermination()

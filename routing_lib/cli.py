@@ -94,6 +94,37 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+@command("as-of")
+def _as_of(args: argparse.Namespace, config: Config) -> int:
+    from routing_lib.read.history import as_of_dump
+
+    print(json.dumps(as_of_dump(_warehouse(args, config), args.at), indent=1, sort_keys=True))
+    return 0
+
+
+@command("history")
+def _history(args: argparse.Namespace, config: Config) -> int:
+    from routing_lib.read import history
+
+    warehouse = _warehouse(args, config)
+    if args.what == "plot":
+        from routing_lib.history_plot import plot_history
+
+        if not args.out:
+            raise UsageError("history plot needs --out FILE.png")
+        plot_history(warehouse, args.out)
+        print(f"wrote {args.out}")
+        return 0
+    if not args.name:
+        raise UsageError(f"history {args.what} needs a NAME")
+    if args.what == "topic":
+        result = history.topic_history(warehouse, args.name, getattr(args, "from"), args.to)
+    else:
+        result = history.broker_history(warehouse, args.name)
+    print(json.dumps(result, indent=1, default=str))
+    return 0
+
+
 @command("kafka")
 def _kafka(args: argparse.Namespace, config: Config) -> int:
     from routing_lib import kafka_local
@@ -175,6 +206,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warehouse")
     p.add_argument("--port", type=int, help="remoting port (default 9876)")
     p.add_argument("--http-port", type=int, help="HTTP port (default 8080)")
+    _add_common(p)
+
+    p = sub.add_parser("as-of", help="route tables at an event time, from the history tables")
+    p.add_argument("--at", type=int, required=True, help="event time, epoch ms")
+    p.add_argument("--warehouse")
+    _add_common(p)
+
+    p = sub.add_parser("history", help="history of a topic or broker group, or a plot")
+    p.add_argument("what", choices=["topic", "broker", "plot"])
+    p.add_argument("name", nargs="?", help="topic or brokerName")
+    p.add_argument("--from", type=int, help="event time, epoch ms (topic)")
+    p.add_argument("--to", type=int, help="event time, epoch ms (topic)")
+    p.add_argument("--out", help="PNG file (plot)")
+    p.add_argument("--warehouse")
     _add_common(p)
 
     p = sub.add_parser("kafka", help="local Kafka broker (KRaft): start | stop | status | topic")

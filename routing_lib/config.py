@@ -18,6 +18,7 @@ class RoutesConfig:
     max_future_skew_ms: int
     delete_topic_with_broker_registration: bool
     support_acting_master: bool
+    history: bool
 
 
 @dataclass(frozen=True)

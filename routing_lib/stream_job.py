@@ -40,7 +40,8 @@ def run_stream(config: Config, available_now: bool = False, metrics_port: int | 
         warehouse=str(project_path(config.paths.warehouse)),
         checkpoint=str(project_path(config.paths.checkpoint)),
         watermark_delay_ms=config.routes.watermark_delay_ms,
-        flags=RouteFlags(config.routes.delete_topic_with_broker_registration))
+        flags=RouteFlags(config.routes.delete_topic_with_broker_registration),
+        history=config.routes.history)
     Path(settings.checkpoint).parent.mkdir(parents=True, exist_ok=True)
     classified = kafka_stream(spark, config.kafka, config.routes.max_future_skew_ms)
     query = start_query(spark, classified, settings, available_now,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from routing_lib.core.dump import project
@@ -30,11 +31,26 @@ def reference_dump(lines: list[str], until: int | None = None) -> dict:
     return project(replay_dump(events, until))
 
 
+def split_lines(lines: list[str], parts: int, rng) -> list[list[str]]:
+    """Cut lines into `parts` consecutive chunks at random places (arrival order kept)."""
+    cuts = sorted(rng.sample(range(1, len(lines)), min(parts, len(lines)) - 1))
+    return [lines[a:b] for a, b in zip([0, *cuts], [*cuts, len(lines)], strict=True)]
+
+
 def write_files(folder: Path, chunks: list[list[str]], prefix: str = "part") -> list[Path]:
+    """One file per chunk, modification times in chunk order (file sources pick files in
+    modification-time order, and files written within one second tie)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for i, chunk in enumerate(chunks):
         path = folder / f"{prefix}-{i:04d}.jsonl"
         path.write_text("".join(line + "\n" for line in chunk))
         paths.append(path)
+    set_mtimes(paths, range(len(paths)))
     return paths
+
+
+def set_mtimes(paths: list[Path], order) -> None:
+    """Give paths[order[0]] the oldest modification time, and so on."""
+    for rank, index in enumerate(order):
+        os.utime(paths[index], (1_700_000_000 + rank, 1_700_000_000 + rank))

@@ -3,7 +3,6 @@ Delta: golden fixtures, batch boundaries, file order, re-runs, --as-of."""
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
@@ -17,21 +16,12 @@ from tests.helpers import (
     expected_dump,
     fixture_lines,
     reference_dump,
+    set_mtimes,
+    split_lines,
     write_files,
 )
 
 pytestmark = pytest.mark.spark
-
-
-def split(lines: list[str], parts: int, rng: random.Random) -> list[list[str]]:
-    cuts = sorted(rng.sample(range(1, len(lines)), min(parts, len(lines)) - 1))
-    return [lines[a:b] for a, b in zip([0, *cuts], [*cuts, len(lines)], strict=True)]
-
-
-def set_mtimes(paths, order) -> None:
-    """File sources pick files by modification time: make it explicit."""
-    for rank, index in enumerate(order):
-        os.utime(paths[index], (1_700_000_000 + rank, 1_700_000_000 + rank))
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -42,8 +32,7 @@ def test_backfill_matches_expected(name, backfill):
 @pytest.mark.parametrize("name", ["12_out_of_order_arrival", "20_random_fleet_seed101"])
 def test_one_file_per_micro_batch_gives_the_same_tables(name, backfill, tmp_path):
     lines = fixture_lines(name)
-    paths = write_files(tmp_path / "in", split(lines, 6, random.Random(7)))
-    set_mtimes(paths, range(len(paths)))
+    paths = write_files(tmp_path / "in", split_lines(lines, 6, random.Random(7)))
     assert backfill([tmp_path / "in"], max_files_per_trigger=1) == expected_dump(name)
     progress = DeltaTable(str(backfill.warehouse / PROGRESS)).to_pyarrow_table().to_pylist()
     assert len(progress) >= len(paths)  # one micro-batch per file, then the watermark's own
@@ -54,7 +43,7 @@ def test_one_file_per_micro_batch_gives_the_same_tables(name, backfill, tmp_path
 def test_file_order_does_not_matter(backfill, tmp_path):
     name = "20_random_fleet_seed202"
     rng = random.Random(11)
-    chunks = split(fixture_lines(name), 8, rng)
+    chunks = split_lines(fixture_lines(name), 8, rng)
     paths = write_files(tmp_path / "in", chunks)
     order = list(range(len(paths)))
     rng.shuffle(order)
@@ -67,7 +56,7 @@ def test_gzip_archives_in_nested_folders(backfill, tmp_path):
     import gzip
 
     name = "20_random_fleet_seed101"
-    chunks = split(fixture_lines(name), 3, random.Random(3))
+    chunks = split_lines(fixture_lines(name), 3, random.Random(3))
     for i, chunk in enumerate(chunks):
         folder = tmp_path / "archive" / f"day-{i}"
         folder.mkdir(parents=True)

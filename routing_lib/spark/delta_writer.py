@@ -10,13 +10,21 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from routing_lib.core.history import (
+    HISTORY_CLOSE_COLUMNS,
+    HISTORY_IDENTITY,
+    HISTORY_TABLE_DDL,
+    HISTORY_TABLES,
+)
 from routing_lib.core.tables import (
     DEAD_LETTER,
     LATE_EVENT,
@@ -28,7 +36,7 @@ from routing_lib.core.tables import (
 )
 
 log = logging.getLogger("routelake.writer")
-ALL_TABLES = {**TABLE_DDL, **SIDE_TABLE_DDL}
+ALL_TABLES = {**TABLE_DDL, **SIDE_TABLE_DDL, **HISTORY_TABLE_DDL}
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
@@ -39,8 +47,9 @@ def ensure_tables(spark: SparkSession, warehouse: str) -> None:
         path = Path(warehouse) / table
         if (path / "_delta_log").is_dir():
             continue
+        partitioning = "PARTITIONED BY (event_date) " if table in HISTORY_TABLE_DDL else ""
         spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({ddl}) USING delta "
-                  "TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+                  f"{partitioning}TBLPROPERTIES (delta.enableChangeDataFeed = true)")
 
 
 @dataclass
@@ -82,14 +91,20 @@ class DeltaRouteWriter:
             per_table = {(r["kind"], r["table"]): r["n"] for r in
                          batch.groupBy("kind", "table").agg(F.count("*").alias("n")).collect()}
             counts = self._sum_stats(batch) if ("stats", None) in per_table else {}
+            writes = [partial(self._merge, spark, batch, t) for t in ROUTE_TABLES
+                      if ("change", t) in per_table]
+            writes += [partial(self._merge_history, spark, batch, t) for t in HISTORY_TABLES
+                       if ("history", t) in per_table]
+            writes += [partial(self._append, batch.filter(F.col("kind") == kind), table)
+                       for kind, table in (("dead", DEAD_LETTER), ("late", LATE_EVENT))
+                       if (kind, table) in per_table]
+            watermark = self.watermark_of_batch(batch_id)
             with _idempotent(spark, self.app_id, batch_id):
-                for table in ROUTE_TABLES:
-                    if ("change", table) in per_table:
-                        self._merge(spark, batch, table)
-                for kind, table in (("dead", DEAD_LETTER), ("late", LATE_EVENT)):
-                    if (kind, table) in per_table:
-                        self._append(batch.filter(F.col("kind") == kind), table)
-                watermark = self.watermark_of_batch(batch_id)
+                # Tables are independent Delta logs: commit them concurrently (Spark runs
+                # jobs from several threads), then publish the batch's progress row last.
+                with ThreadPoolExecutor(max_workers=4) as pool:
+                    for future in [pool.submit(write) for write in writes]:
+                        future.result()
                 self._append_progress(spark, batch_id, watermark, counts)
         finally:
             batch.unpersist()
@@ -111,18 +126,42 @@ class DeltaRouteWriter:
                    .select("op", F.from_json("row_json", schema).alias("r"))
                    .select("op", "r.*"))
         keys = TABLE_KEYS[table]
-        changes.createOrReplaceTempView("routelake_changes")
+        view = f"routelake_changes_{table}"
+        changes.createOrReplaceTempView(view)
         columns = column_names(schema)
         on = " AND ".join(f"t.{k} <=> s.{k}" for k in keys)
         assign = ", ".join(f"t.{c} = s.{c}" for c in columns)
         insert_cols = ", ".join(columns)
         insert_vals = ", ".join(f"s.{c}" for c in columns)
         spark.sql(f"""
-            MERGE INTO delta.`{self.path(table)}` t USING routelake_changes s ON {on}
+            MERGE INTO delta.`{self.path(table)}` t USING {view} s ON {on}
             WHEN MATCHED AND s.op = 'delete' THEN DELETE
             WHEN MATCHED THEN UPDATE SET {assign}
             WHEN NOT MATCHED AND s.op = 'upsert' THEN INSERT ({insert_cols}) VALUES ({insert_vals})
         """)
+
+    def _merge_history(self, spark: SparkSession, batch: DataFrame, table: str) -> None:
+        """Insert opened intervals, close them later by identity (valid_from stays fixed)."""
+        ddl = HISTORY_TABLE_DDL[table]
+        changes = (batch.filter((F.col("kind") == "history") & (F.col("table") == table))
+                   .select("op", F.from_json("row_json", ddl).alias("r")).select("op", "r.*"))
+        view = f"routelake_changes_{table}"
+        changes.createOrReplaceTempView(view)
+        on = " AND ".join(f"t.{c} = s.{c}" for c in ("event_date", *HISTORY_IDENTITY[table]))
+        columns = column_names(ddl)
+        insert = (f"INSERT ({', '.join(columns)}) "
+                  f"VALUES ({', '.join(f's.{c}' for c in columns)})")
+        close = ", ".join(f"t.{c} = s.{c}" for c in HISTORY_CLOSE_COLUMNS.get(table, ()))
+        clauses = [f"WHEN NOT MATCHED AND s.op IN ('upsert', 'append') THEN {insert}"]
+        if table in HISTORY_CLOSE_COLUMNS:
+            clauses = [
+                "WHEN MATCHED AND s.op = 'delete' THEN DELETE",
+                f"WHEN MATCHED AND s.op = 'close' THEN UPDATE SET {close}",
+                "WHEN MATCHED AND s.op = 'upsert' THEN UPDATE SET "
+                + ", ".join(f"t.{c} = s.{c}" for c in columns),
+                *clauses]
+        spark.sql(f"MERGE INTO delta.`{self.path(table)}` t USING {view} s ON {on} "
+                  + " ".join(clauses))
 
     def _append(self, rows: DataFrame, table: str) -> None:
         ddl = SIDE_TABLE_DDL[table]

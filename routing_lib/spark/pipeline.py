@@ -33,6 +33,7 @@ class JobSettings:
     watermark_delay_ms: int
     flags: RouteFlags = RouteFlags()
     as_of: int | None = None
+    history: bool = True
 
 
 def route_changes(classified: DataFrame, settings: JobSettings) -> DataFrame:
@@ -42,7 +43,8 @@ def route_changes(classified: DataFrame, settings: JobSettings) -> DataFrame:
                    .withWatermark("event_ts", f"{delay} milliseconds"))
     stand_in = F.lit(_STAND_IN_EVENT_TIME).cast("timestamp").alias(
         "event_ts", metadata={"spark.watermarkDelayMs": delay})
-    step = make_step(StepSettings(settings.checkpoint, settings.flags, settings.as_of))
+    step = make_step(StepSettings(settings.checkpoint, settings.flags, settings.as_of,
+                                  settings.history))
     return (watermarked.drop("event_ts").withColumn("event_ts", stand_in)
             .groupBy("group_key")
             .applyInPandasWithState(step, OUTPUT_SCHEMA, STATE_SCHEMA, "append",

@@ -19,13 +19,14 @@ from pyspark.sql.streaming.state import GroupState
 from routing_lib.core.clock import GroupClock
 from routing_lib.core.codec import decode_clock, encode_clock
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags
+from routing_lib.core.history import HistoryTracker, decode_history, encode_history
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, diff
 from routing_lib.core.wire import event_json, unpack_event
 from routing_lib.ingest import CLOCK_KEY, DEAD_LETTER_KEY
 from routing_lib.spark.checkpoint import batch_watermark
 
-STATE_SCHEMA = "clock STRING"
-# kind: change | dead | late | stats. row_json: the row (or key for a delete) as JSON.
+STATE_SCHEMA = "clock STRING, history STRING"
+# kind: change | history | dead | late | stats. row_json: the row (or key for a delete) as JSON.
 OUTPUT_SCHEMA = "kind STRING, table STRING, op STRING, row_json STRING, raw BINARY"
 OUTPUT_COLUMNS = ["kind", "table", "op", "row_json", "raw"]
 
@@ -35,6 +36,7 @@ class StepSettings:
     checkpoint: str
     flags: RouteFlags
     as_of: int | None = None  # backfill --as-of: never move a group's clock past this
+    history: bool = True  # also emit event-time history changes
 
 
 def _current_batch_id() -> int | None:
@@ -93,7 +95,9 @@ def make_step(settings: StepSettings):
             for _ in frames:
                 pass
             return
-        clock = decode_clock(state.get[0]) if state.exists else GroupClock(GroupRoutes(group))
+        saved = state.get if state.exists else (None, None)
+        clock = decode_clock(saved[0]) if saved[0] else GroupClock(GroupRoutes(group))
+        tracker = decode_history(saved[1]) if saved[1] else HistoryTracker(group)
         before = RoutesSnapshot.of(clock.routes)
         watermark = state.getCurrentWatermarkMs()
         published = published_watermark(settings.checkpoint)
@@ -111,7 +115,11 @@ def make_step(settings: StepSettings):
                     out.append(_late_row(payload, source, int(position), published))
                 else:
                     clock.add(unpack_event(payload), (source, int(position)))
-        advance = clock.advance(target, settings.flags)
+        if settings.history:
+            advance, history = tracker.advance(clock, target, settings.flags)
+            out += [("history", c.table, c.op, json.dumps(c.row), None) for c in history]
+        else:
+            advance = clock.advance(target, settings.flags)
         changes = diff(group, before, RoutesSnapshot.of(clock.routes))
         for change in changes:
             payload = change.row if change.row is not None else dict(
@@ -123,10 +131,10 @@ def make_step(settings: StepSettings):
                           changes=len(changes)))
         yield _frame(out)
 
-        if clock.is_idle():
+        if clock.is_idle() and tracker.is_idle():
             state.remove()
             return
-        state.update((encode_clock(clock),))
+        state.update((encode_clock(clock), encode_history(tracker) if settings.history else None))
         wake_up = clock.wake_up_at()
         # Spark fires an event-time timeout once the watermark is strictly past it.
         if wake_up is not None and wake_up - 1 >= watermark:
