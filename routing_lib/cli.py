@@ -125,6 +125,13 @@ def _history(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+@command("demo")
+def _demo(args: argparse.Namespace, config: Config) -> int:
+    from routing_lib.demo import run_demo
+
+    return run_demo(config, args.brokers, args.topics, args.duration)
+
+
 @command("kafka")
 def _kafka(args: argparse.Namespace, config: Config) -> int:
     from routing_lib import kafka_local
@@ -220,6 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", type=int, help="event time, epoch ms (topic)")
     p.add_argument("--out", help="PNG file (plot)")
     p.add_argument("--warehouse")
+    _add_common(p)
+
+    p = sub.add_parser("demo", help="local Kafka + simulated fleet + job + lookup, live")
+    p.add_argument("--brokers", type=int, default=6, help="broker groups to simulate")
+    p.add_argument("--topics", type=int, default=10, help="topics per broker")
+    p.add_argument("--duration", type=float, help="seconds (default: until Ctrl-C)")
     _add_common(p)
 
     p = sub.add_parser("kafka", help="local Kafka broker (KRaft): start | stop | status | topic")
