@@ -7,8 +7,9 @@ PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 
 stamp=.venv/.routelake-setup
-want=$(cat pyproject.toml deploy/maven/pom.xml | sha1sum | cut -c1-16)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d .jars/spark ] && [ -d .jars/kafka ]; then
+want=$(cat pyproject.toml deploy/maven/pom.xml deploy/maven/rocketmq-tools/pom.xml | sha1sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d .jars/spark ] && [ -d .jars/kafka ] \
+   && [ -d .jars/rocketmq ]; then
   echo "set-up is current (.venv, .jars)"; exit 0
 fi
 
@@ -30,5 +31,7 @@ for jar in .jars/spark/*.jar; do
   if compgen -G "$pyspark_jars/${stem}-[0-9]*" >/dev/null; then rm "$jar"; fi
 done
 fetch_jars kafka .jars/kafka
+# RocketMQ's own Java client tools (mqadmin) and NameServer: tests and the lookup benchmark.
+scripts/fetch_rocketmq.sh
 echo "$want" > "$stamp"
 echo "set-up done: $(ls .jars/spark | wc -l) Spark jars, $(ls .jars/kafka | wc -l) Kafka jars"

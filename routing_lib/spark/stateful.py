@@ -101,7 +101,9 @@ def make_step(settings: StepSettings):
         before = RoutesSnapshot.of(clock.routes)
         watermark = state.getCurrentWatermarkMs()
         published = published_watermark(settings.checkpoint)
-        target = watermark if settings.as_of is None else min(watermark, settings.as_of)
+        target = watermark
+        if settings.as_of is not None:  # the published tables never go past as_of
+            published, target = min(published, settings.as_of), min(watermark, settings.as_of)
 
         out: list[tuple] = []
         input_rows = late = 0

@@ -1,0 +1,151 @@
+"""Warehouse housekeeping with delta-rs (no JVM): OPTIMIZE (bin-packing compaction) and
+VACUUM of every routelake table.
+
+    python -m routing_lib.housekeeping --warehouse DIR [--vacuum-hours H] [--dry-run]
+        [--disable-retention-check] [--since YYYY-MM-DD] [--before YYYY-MM-DD] [--table T]...
+
+Each micro-batch commits a few small files per table, so tables accumulate many small
+files; OPTIMIZE rewrites them into few large ones (a dataChange=false commit: readers, the
+change feed and as-of results see the same rows). The files it replaces stay on disk until
+VACUUM deletes files unreferenced for longer than the retention (default 168 h = Delta's
+default delta.deletedFileRetentionDuration). A shorter retention needs
+--disable-retention-check, the delta-rs counterpart of Spark's
+spark.databricks.delta.retentionDurationCheck.enabled=false. History tables are partitioned
+by event_date, so --since/--before limit their compaction to a range of days.
+See docs/housekeeping.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deltalake import DeltaTable
+
+from routing_lib.config import load_config, project_path
+from routing_lib.core.history import HISTORY_PARTITION_COLUMNS, HISTORY_TABLES
+from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, PROGRESS, ROUTE_TABLES
+
+DEFAULT_VACUUM_HOURS = 168
+WAREHOUSE_TABLES: tuple[str, ...] = (*ROUTE_TABLES, DEAD_LETTER, LATE_EVENT, PROGRESS,
+                                     *HISTORY_TABLES)
+
+
+@dataclass
+class TableReport:
+    table: str
+    files_before: int = 0  # data files of the current version
+    files_after: int = 0
+    compaction: dict[str, Any] = field(default_factory=dict)  # delta-rs optimize metrics
+    vacuumed: list[str] = field(default_factory=list)  # deleted (dry run: to be deleted)
+    skipped: str | None = None  # why the table was not touched
+    error: str | None = None
+
+    def line(self, dry_run: bool) -> str:
+        if self.skipped or self.error:
+            return f"{self.table}: {'ERROR ' + self.error if self.error else self.skipped}"
+        if dry_run:
+            return (f"{self.table}: {self.files_before} files; vacuum would delete "
+                    f"{len(self.vacuumed)}")
+        return (f"{self.table}: {self.files_before} -> {self.files_after} files "
+                f"(+{self.compaction.get('numFilesAdded', 0)} "
+                f"-{self.compaction.get('numFilesRemoved', 0)}); "
+                f"vacuum deleted {len(self.vacuumed)}")
+
+
+def partition_filters(table: str, since: str | None, before: str | None
+                      ) -> list[tuple[str, str, str]] | None:
+    """delta-rs partition filters restricting a history table to event_date in
+    [since, before) (dates as 'YYYY-MM-DD' strings, like the partition values)."""
+    if table not in HISTORY_TABLES:
+        return None
+    column = HISTORY_PARTITION_COLUMNS[0]
+    filters = [(column, ">=", since)] if since else []
+    filters += [(column, "<", before)] if before else []
+    return filters or None
+
+
+def housekeep_table(path: Path, vacuum_hours: int, dry_run: bool = False,
+                    disable_retention_check: bool = False,
+                    filters: list[tuple[str, str, str]] | None = None) -> TableReport:
+    report = TableReport(path.name)
+    if not (path / "_delta_log").is_dir():
+        report.skipped = "no Delta table here (skipped)"
+        return report
+    try:
+        table = DeltaTable(str(path))
+        report.files_before = len(table.file_uris())
+        if not dry_run:
+            report.compaction = table.optimize.compact(partition_filters=filters)
+            table.update_incremental()
+        report.files_after = len(table.file_uris())
+        # delta-rs lists every expired tombstone, also files an earlier VACUUM already
+        # deleted (they stay in the log until log cleanup): report the ones still on disk.
+        enforce = not disable_retention_check
+        expired = table.vacuum(retention_hours=vacuum_hours, dry_run=True,
+                               enforce_retention_duration=enforce)
+        report.vacuumed = [f for f in expired if (path / f.removeprefix("file://")).exists()]
+        if report.vacuumed and not dry_run:
+            table.vacuum(retention_hours=vacuum_hours, dry_run=False,
+                         enforce_retention_duration=enforce)
+    except Exception as exc:  # one table's failure must not stop the others
+        report.error = f"{type(exc).__name__}: {exc}"
+    return report
+
+
+def housekeep(warehouse: str | Path, vacuum_hours: int = DEFAULT_VACUUM_HOURS,
+              dry_run: bool = False, disable_retention_check: bool = False,
+              since: str | None = None, before: str | None = None,
+              tables: tuple[str, ...] = WAREHOUSE_TABLES) -> list[TableReport]:
+    """OPTIMIZE then VACUUM each table of the warehouse; one report per table."""
+    if vacuum_hours < 0:
+        raise ValueError("--vacuum-hours must be >= 0")
+    if vacuum_hours < DEFAULT_VACUUM_HOURS and not disable_retention_check:
+        raise ValueError(
+            f"a VACUUM retention of {vacuum_hours} h is below {DEFAULT_VACUUM_HOURS} h: readers "
+            "still on older versions (change feed consumers, a restarting job) would lose "
+            "files; pass --disable-retention-check if you are sure")
+    root = Path(warehouse)
+    if not root.is_dir():
+        raise FileNotFoundError(f"warehouse {root} does not exist")
+    return [housekeep_table(root / t, vacuum_hours, dry_run, disable_retention_check,
+                            partition_filters(t, since, before)) for t in tables]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m routing_lib.housekeeping",
+        description="OPTIMIZE and VACUUM every table of a routelake warehouse (delta-rs).")
+    parser.add_argument("--warehouse", help="default: [paths] warehouse of the config")
+    parser.add_argument("--vacuum-hours", type=int, default=DEFAULT_VACUUM_HOURS,
+                        help=f"VACUUM retention in hours (default {DEFAULT_VACUUM_HOURS})")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="compact nothing; list the files VACUUM would delete")
+    parser.add_argument("--disable-retention-check", action="store_true",
+                        help=f"allow --vacuum-hours below {DEFAULT_VACUUM_HOURS} (like "
+                        "spark.databricks.delta.retentionDurationCheck.enabled=false)")
+    parser.add_argument("--since", metavar="YYYY-MM-DD",
+                        help="history tables: compact only event_date >= this day")
+    parser.add_argument("--before", metavar="YYYY-MM-DD",
+                        help="history tables: compact only event_date < this day")
+    parser.add_argument("--table", action="append", choices=WAREHOUSE_TABLES,
+                        help="only this table (repeatable; default: all)")
+    args = parser.parse_args(argv)
+    warehouse = project_path(args.warehouse or load_config().paths.warehouse)
+    try:
+        reports = housekeep(warehouse, args.vacuum_hours, args.dry_run,
+                            args.disable_retention_check, args.since, args.before,
+                            tuple(args.table) if args.table else WAREHOUSE_TABLES)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for report in reports:
+        print(report.line(args.dry_run))
+    return 1 if any(r.error for r in reports) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
