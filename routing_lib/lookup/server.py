@@ -18,6 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+
+try:
+    import uvloop
+except ImportError:  # optional: the service works on the default loop too
+    uvloop = None
 from fastapi import FastAPI, Response
 
 from routing_lib.lookup import jsonbody
@@ -328,4 +333,6 @@ def serve(warehouse: str, port: int, http_port: int, poll_interval_s: float,
     service = LookupService(warehouse, host=host, port=port, http_port=http_port,
                             poll_interval_s=poll_interval_s, max_frame_bytes=max_frame_bytes,
                             support_acting_master=support_acting_master)
-    asyncio.run(_serve_until_signal(service))
+    # uvloop (libuv) serves both protocols faster than the default asyncio loop.
+    runner = uvloop.run if uvloop is not None else asyncio.run
+    runner(_serve_until_signal(service))
