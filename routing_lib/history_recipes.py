@@ -37,7 +37,7 @@ from routing_lib.core.tables import Row
 from routing_lib.read.warehouse import open_table
 
 # A dict of history tables: DataFrames from load_frames, or row lists from load_history.
-History = Mapping[str, "pd.DataFrame | Sequence[Row]"]
+History = Mapping[str, pd.DataFrame | Sequence[Row]]
 
 _NULLABLE_INTS = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
 
@@ -213,12 +213,11 @@ def write_perm_lost(history: History, start: int, end: int) -> pd.DataFrame:
     why (PERM_WIPED: an acting-master group lost its master; CONFIG_CHANGED: the master
     re-registered it read-only); previous_valid_to < lost_at means the route was absent in
     between."""
-    versions = _frame(history, TOPIC_ROUTE_HISTORY).sort_values("valid_from")
+    versions = _frame(history, TOPIC_ROUTE_HISTORY).sort_values("valid_from", kind="stable")
     by_key = versions.groupby(["topic", "broker_name"], sort=False)
     versions = versions.assign(previous_perm=by_key["perm"].shift(),
                                previous_valid_to=by_key["valid_to"].shift())
     lost = versions[(versions["valid_from"] >= start) & (versions["valid_from"] < end)
-                    & versions["previous_perm"].notna()
                     & ((versions["previous_perm"].fillna(0) & PERM_WRITE) != 0)
                     & ((versions["perm"] & PERM_WRITE) == 0)]
     out = lost.rename(columns={"valid_from": "lost_at"})[

@@ -2,13 +2,16 @@
 VACUUM of every routelake table.
 
     python -m routing_lib.housekeeping --warehouse DIR [--vacuum-hours H] [--dry-run]
-        [--disable-retention-check] [--since YYYY-MM-DD] [--before YYYY-MM-DD] [--table T]...
+        [--disable-retention-check] [--lite] [--since YYYY-MM-DD] [--before YYYY-MM-DD]
+        [--table T]...
 
 Each micro-batch commits a few small files per table, so tables accumulate many small
 files; OPTIMIZE rewrites them into few large ones (a dataChange=false commit: readers, the
 change feed and as-of results see the same rows). The files it replaces stay on disk until
 VACUUM deletes files unreferenced for longer than the retention (default 168 h = Delta's
-default delta.deletedFileRetentionDuration). A shorter retention needs
+default delta.deletedFileRetentionDuration): by default like Spark's VACUUM, every such file
+including old change-feed files (_change_data/) and leftovers of failed writes; with --lite
+only files the log marks as removed. A shorter retention needs
 --disable-retention-check, the delta-rs counterpart of Spark's
 spark.databricks.delta.retentionDurationCheck.enabled=false. History tables are partitioned
 by event_date, so --since/--before limit their compaction to a range of days.
@@ -69,7 +72,7 @@ def partition_filters(table: str, since: str | None, before: str | None
 
 
 def housekeep_table(path: Path, vacuum_hours: int, dry_run: bool = False,
-                    disable_retention_check: bool = False,
+                    disable_retention_check: bool = False, lite: bool = False,
                     filters: list[tuple[str, str, str]] | None = None) -> TableReport:
     report = TableReport(path.name)
     if not (path / "_delta_log").is_dir():
@@ -84,13 +87,12 @@ def housekeep_table(path: Path, vacuum_hours: int, dry_run: bool = False,
         report.files_after = len(table.file_uris())
         # delta-rs lists every expired tombstone, also files an earlier VACUUM already
         # deleted (they stay in the log until log cleanup): report the ones still on disk.
-        enforce = not disable_retention_check
-        expired = table.vacuum(retention_hours=vacuum_hours, dry_run=True,
-                               enforce_retention_duration=enforce)
+        options = {"retention_hours": vacuum_hours, "full": not lite,
+                   "enforce_retention_duration": not disable_retention_check}
+        expired = table.vacuum(dry_run=True, **options)
         report.vacuumed = [f for f in expired if (path / f.removeprefix("file://")).exists()]
         if report.vacuumed and not dry_run:
-            table.vacuum(retention_hours=vacuum_hours, dry_run=False,
-                         enforce_retention_duration=enforce)
+            table.vacuum(dry_run=False, **options)
     except Exception as exc:  # one table's failure must not stop the others
         report.error = f"{type(exc).__name__}: {exc}"
     return report
@@ -98,7 +100,7 @@ def housekeep_table(path: Path, vacuum_hours: int, dry_run: bool = False,
 
 def housekeep(warehouse: str | Path, vacuum_hours: int = DEFAULT_VACUUM_HOURS,
               dry_run: bool = False, disable_retention_check: bool = False,
-              since: str | None = None, before: str | None = None,
+              lite: bool = False, since: str | None = None, before: str | None = None,
               tables: tuple[str, ...] = WAREHOUSE_TABLES) -> list[TableReport]:
     """OPTIMIZE then VACUUM each table of the warehouse; one report per table."""
     if vacuum_hours < 0:
@@ -111,7 +113,7 @@ def housekeep(warehouse: str | Path, vacuum_hours: int = DEFAULT_VACUUM_HOURS,
     root = Path(warehouse)
     if not root.is_dir():
         raise FileNotFoundError(f"warehouse {root} does not exist")
-    return [housekeep_table(root / t, vacuum_hours, dry_run, disable_retention_check,
+    return [housekeep_table(root / t, vacuum_hours, dry_run, disable_retention_check, lite,
                             partition_filters(t, since, before)) for t in tables]
 
 
@@ -127,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--disable-retention-check", action="store_true",
                         help=f"allow --vacuum-hours below {DEFAULT_VACUUM_HOURS} (like "
                         "spark.databricks.delta.retentionDurationCheck.enabled=false)")
+    parser.add_argument("--lite", action="store_true",
+                        help="VACUUM only files the log marks as removed (keeps old "
+                        "_change_data files and orphans)")
     parser.add_argument("--since", metavar="YYYY-MM-DD",
                         help="history tables: compact only event_date >= this day")
     parser.add_argument("--before", metavar="YYYY-MM-DD",
@@ -137,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     warehouse = project_path(args.warehouse or load_config().paths.warehouse)
     try:
         reports = housekeep(warehouse, args.vacuum_hours, args.dry_run,
-                            args.disable_retention_check, args.since, args.before,
+                            args.disable_retention_check, args.lite, args.since, args.before,
                             tuple(args.table) if args.table else WAREHOUSE_TABLES)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -3,7 +3,8 @@
 # JVM). Stop the streaming job first, or run between `routectl run --available-now` runs: see
 # docs/housekeeping.md.
 #   scripts/housekeeping.sh [--warehouse DIR] [--vacuum-hours H] [--dry-run]
-#                           [--disable-retention-check] [--since DAY] [--before DAY] [--table T]
+#                           [--disable-retention-check] [--lite] [--since DAY] [--before DAY]
+#                           [--table T]...
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="$root/.venv/bin/python"

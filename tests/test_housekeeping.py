@@ -3,7 +3,9 @@ commits: fewer files, same rows. No Spark."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -93,6 +95,25 @@ def test_default_retention_keeps_replaced_files(warehouse):
     assert all(after[t][2] == before[t][2] for t in before)
     old = DeltaTable(str(warehouse / TOPIC_QUEUE), version=1).to_pyarrow_table()
     assert old.num_rows == 4  # time travel to a pre-OPTIMIZE version still works
+
+
+def test_full_vacuum_removes_old_orphans_and_change_data(warehouse):
+    table = warehouse / TOPIC_QUEUE
+    old, fresh = time.time() - 30 * 24 * 3600, time.time()
+    strays = {table / "_change_data" / "cdc-old.snappy.parquet": old,
+              table / "part-orphan-old.snappy.parquet": old,
+              table / "part-orphan-new.snappy.parquet": fresh}
+    for path, mtime in strays.items():
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"not referenced by the log")
+        os.utime(path, (mtime, mtime))
+    housekeep(warehouse, lite=True, tables=(TOPIC_QUEUE,))  # tombstones only: strays stay
+    assert all(path.exists() for path in strays)
+    report = housekeep(warehouse, tables=(TOPIC_QUEUE,))[0]  # like Spark's VACUUM, 168 h
+    assert {p: p.exists() for p in strays} == {p: m == fresh for p, m in strays.items()}
+    assert sorted(Path(f).name for f in report.vacuumed) == [
+        "cdc-old.snappy.parquet", "part-orphan-old.snappy.parquet"]
+    assert len(DeltaTable(str(table)).file_uris()) == 1
 
 
 def test_dry_run_changes_nothing(warehouse):
