@@ -83,6 +83,21 @@ def naive_limit(spark, folder: Path) -> tuple[float, dict]:
     return time.monotonic() - started, row.asDict()
 
 
+def timed_backfill(config, archive: Path, warehouse: Path, spark, count: int, label: str
+                   ) -> float:
+    from routing_lib.backfill import run_backfill
+    from routing_lib.read.warehouse import load_snapshot
+
+    started = time.monotonic()
+    run_backfill(config, [str(archive)], str(warehouse), spark=spark)
+    seconds = time.monotonic() - started
+    snapshot = load_snapshot(warehouse)
+    print(f"backfill ({label}): {seconds:.1f} s, {count / seconds:,.0f} events/s, "
+          f"{len(snapshot.tables['broker_live_table'])} live brokers, "
+          f"{len(snapshot.tables['topic_queue_table'])} topic routes")
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -91,11 +106,11 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=100)
     parser.add_argument("--files", type=int, default=16)
     parser.add_argument("--workdir", default=".work/bench")
+    parser.add_argument("--history-off-too", action="store_true",
+                        help="also time the backfill with the history tables off (ratio)")
     args = parser.parse_args()
 
-    from routing_lib.backfill import run_backfill
     from routing_lib.config import load_config
-    from routing_lib.read.warehouse import load_snapshot
     from routing_lib.spark.session import build_spark
 
     work = Path(args.workdir)
@@ -113,14 +128,13 @@ def main() -> None:
     print(f"naive limit (bare Spark read, full schema): {naive_s:.1f} s, "
           f"{count / naive_s:,.0f} events/s, {row['topic_configs']} topic configs")
 
-    started = time.monotonic()
-    run_backfill(config, [str(archive)], str(work / "warehouse"), spark=spark)
-    backfill_s = time.monotonic() - started
-    snapshot = load_snapshot(work / "warehouse")
-    print(f"backfill: {backfill_s:.1f} s, {count / backfill_s:,.0f} events/s, "
-          f"{len(snapshot.tables['broker_live_table'])} live brokers, "
-          f"{len(snapshot.tables['topic_queue_table'])} topic routes")
+    backfill_s = timed_backfill(config, archive, work / "warehouse", spark, count, "history on")
     print(f"ratio backfill/naive (events/s): {naive_s / backfill_s:.3f}")
+    if args.history_off_too:
+        off = config.with_overrides("routes", history=False)
+        off_s = timed_backfill(off, archive, work / "warehouse-nohistory", spark, count,
+                               "history off")
+        print(f"history on / off (time): {backfill_s / off_s:.2f}")
     spark.stop()
 
 

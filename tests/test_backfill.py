@@ -21,13 +21,17 @@ from tests.helpers import (
     split_lines,
     write_files,
 )
+from tests.lookup_check import assert_lookup_matches_dump
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.mark.parametrize("name", FIXTURES)
-def test_backfill_matches_expected(name, backfill):
-    assert backfill([GOLDEN / name / "events.jsonl"]) == expected_dump(name)
+def test_backfill_matches_expected_and_lookup_serves_it(name, backfill):
+    dump = backfill([GOLDEN / name / "events.jsonl"])
+    assert dump == expected_dump(name)
+    # The lookup service over this warehouse answers every topic as the tables say.
+    assert_lookup_matches_dump(backfill.warehouse, dump)
 
 
 @pytest.mark.parametrize("name", ["12_out_of_order_arrival", "20_random_fleet_seed101"])

@@ -202,3 +202,24 @@ def test_available_now_via_cli_on_golden_fixture(job):
     assert process.wait(180) == 0
     assert project(load_snapshot(job.warehouse).dump()) == expected_dump(name)
     assert GOLDEN.exists()
+
+
+def test_streaming_and_backfill_write_identical_history(job, config, spark, tmp_path):
+    from routing_lib.backfill import run_backfill
+    from routing_lib.core.history import HISTORY_TABLES
+    from routing_lib.read.history import load_history
+
+    name = "20_random_fleet_seed101"
+    produce(job.bootstrap, job.topic, lines_of(name))
+    streamed = job(max_offsets_per_trigger=200)
+    backfilled = tmp_path / "backfilled"
+    run_backfill(config, [str(GOLDEN / name / "events.jsonl")], str(backfilled), spark=spark)
+    assert project(load_snapshot(backfilled).dump()) == streamed
+    from_stream, from_backfill = load_history(job.warehouse), load_history(backfilled)
+    for table in HISTORY_TABLES:
+        assert from_stream[table], table
+        assert _canonical(from_stream[table]) == _canonical(from_backfill[table]), table
+
+
+def _canonical(rows: list[dict]) -> list[str]:
+    return sorted(json.dumps(row, sort_keys=True, default=str) for row in rows)
