@@ -312,6 +312,12 @@ class AppClient:
         return asyncio.run(call())
 
 
+def test_openapi_document_lists_the_api():
+    document = AppClient(create_app(SnapshotHolder(), Metrics())).get("/openapi.json").json()
+    assert {"/topics/{topic}/route", "/topics", "/clusters", "/clusters/{cluster}/topics",
+            "/brokers/live", "/healthz", "/readyz"} <= set(document["paths"])
+
+
 def test_http_api_in_process(index):
     holder, metrics = SnapshotHolder(), Metrics()
     client = AppClient(create_app(holder, metrics))

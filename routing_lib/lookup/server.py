@@ -40,6 +40,7 @@ from routing_lib.lookup.remoting import (
     RemotingCodecError,
     encode,
 )
+from routing_lib.lookup.routes import Body, RouteIndex
 from routing_lib.lookup.topics import validate_topic
 
 log = logging.getLogger("routelake.lookup")
@@ -102,7 +103,8 @@ class _ObserveHttp:
 
 
 def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
-    app = FastAPI(title="routelake lookup", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="routelake lookup", docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json")
     app.add_middleware(_ObserveHttp, metrics=metrics)
 
     # Handlers are `async def`: they run on the event loop, never in a thread, and read
@@ -121,26 +123,21 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
             return _error(served, 404, ResponseCode.TOPIC_NOT_EXIST, no_route_remark(topic))
         return _envelope(served, 200, "data", body.standard)
 
-    @app.get("/topics")
-    async def topics() -> Response:
-        served = holder.current
-        if served is None:
-            return _not_ready(metrics.last_refresh_error)
-        return _envelope(served, 200, "data", served.index.topic_list_body.standard)
+    def serve_body(path: str, body_of: Callable[[RouteIndex], Body]) -> None:
+        """A GET answered with one of the index's pre-encoded bodies."""
 
-    @app.get("/topics/system")
-    async def system_topics() -> Response:
-        served = holder.current
-        if served is None:
-            return _not_ready(metrics.last_refresh_error)
-        return _envelope(served, 200, "data", served.index.system_topics_body.standard)
+        async def handler() -> Response:
+            served = holder.current
+            if served is None:
+                return _not_ready(metrics.last_refresh_error)
+            return _envelope(served, 200, "data", body_of(served.index).standard)
 
-    @app.get("/clusters")
-    async def clusters() -> Response:
-        served = holder.current
-        if served is None:
-            return _not_ready(metrics.last_refresh_error)
-        return _envelope(served, 200, "data", served.index.cluster_info_body.standard)
+        app.add_api_route(path, handler, methods=["GET"], name=path)
+
+    serve_body("/topics", lambda index: index.topic_list_body)
+    serve_body("/topics/system", lambda index: index.system_topics_body)
+    serve_body("/clusters", lambda index: index.cluster_info_body)
+    serve_body("/brokers/live", lambda index: index.live_brokers_body)
 
     @app.get("/clusters/{cluster}/topics")
     async def cluster_topics(cluster: str) -> Response:
@@ -151,13 +148,6 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
             return _error(served, 404, ResponseCode.SYSTEM_ERROR, f"no cluster {cluster}")
         return _envelope(served, 200, "data",
                          served.index.topics_by_cluster_body(cluster).standard)
-
-    @app.get("/brokers/live")
-    async def live_brokers() -> Response:
-        served = holder.current
-        if served is None:
-            return _not_ready(metrics.last_refresh_error)
-        return _envelope(served, 200, "data", served.index.live_brokers_body.standard)
 
     @app.get("/healthz")
     async def healthz() -> Response:
