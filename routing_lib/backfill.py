@@ -32,7 +32,7 @@ def run_backfill(config: Config, inputs: list[str], warehouse: str, as_of: int |
         tick_dir = Path(checkpoint) / "as-of" / str(as_of)
         tick_dir.mkdir(parents=True, exist_ok=True)
         (tick_dir / CLOCK_FILE).write_text(str(as_of + delay))
-        paths.append(str(tick_dir))
+        paths.append(str(tick_dir / CLOCK_FILE))
     settings = JobSettings(
         warehouse=str(Path(warehouse).resolve()), checkpoint=str(Path(checkpoint).resolve()),
         watermark_delay_ms=delay,

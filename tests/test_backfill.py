@@ -53,7 +53,7 @@ def test_file_order_does_not_matter(backfill, tmp_path):
     order = list(range(len(paths)))
     rng.shuffle(order)
     set_mtimes(paths, order)
-    # Given in shuffled order, as files and as a folder
+    # Given as files in shuffled order (modification times shuffled the same way)
     assert backfill([paths[i] for i in order]) == expected_dump(name)
 
 

@@ -88,9 +88,13 @@ class DeltaRouteWriter:
         spark = batch.sparkSession
         batch = batch.persist()
         try:
-            per_table = {(r["kind"], r["table"]): r["n"] for r in
-                         batch.groupBy("kind", "table").agg(F.count("*").alias("n")).collect()}
-            counts = self._sum_stats(batch) if ("stats", None) in per_table else {}
+            # One Spark action for the plan: rows per (kind, table), and the small stats rows.
+            summary = batch.groupBy("kind", "table").agg(
+                F.count("*").alias("n"),
+                F.collect_list(F.when(F.col("kind") == "stats", F.col("row_json"))).alias("stats"),
+            ).collect()
+            per_table = {(r["kind"], r["table"]): r["n"] for r in summary}
+            counts = _sum_stats(text for r in summary for text in r["stats"])
             writes = [partial(self._merge, spark, batch, t) for t in ROUTE_TABLES
                       if ("change", t) in per_table]
             writes += [partial(self._merge_history, spark, batch, t) for t in HISTORY_TABLES
@@ -111,14 +115,6 @@ class DeltaRouteWriter:
         report = BatchReport(batch_id, watermark, counts, time.monotonic() - started)
         if self.on_batch:
             self.on_batch(report)
-
-    @staticmethod
-    def _sum_stats(batch: DataFrame) -> dict[str, int]:
-        totals: dict[str, int] = {}
-        for row in batch.filter(F.col("kind") == "stats").select("row_json").collect():
-            for name, value in json.loads(row["row_json"]).items():
-                totals[name] = totals.get(name, 0) + int(value)
-        return totals
 
     def _merge(self, spark: SparkSession, batch: DataFrame, table: str) -> None:
         schema = TABLE_DDL[table]
@@ -179,6 +175,14 @@ class DeltaRouteWriter:
         row = tuple(values.get(n, counts.get(n, 0)) for n in names)
         (spark.createDataFrame([row], SIDE_TABLE_DDL[PROGRESS])
          .write.format("delta").mode("append").save(self.path(PROGRESS)))
+
+
+def _sum_stats(stats_json) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for text in stats_json:
+        for name, value in json.loads(text).items():
+            totals[name] = totals.get(name, 0) + int(value)
+    return totals
 
 
 def column_names(ddl: str) -> list[str]:

@@ -53,8 +53,7 @@ def archive_stream(spark: SparkSession, paths: list[str],
         reader = spark.readStream.format("binaryFile").schema(_BINARY_FILE_SCHEMA)
         if Path(path).is_dir():
             reader = reader.option("recursiveFileLookup", "true")
-            glob = ARCHIVE_GLOB if not (Path(path) / CLOCK_FILE).exists() else "*"
-            reader = reader.option("pathGlobFilter", glob)
+            reader = reader.option("pathGlobFilter", ARCHIVE_GLOB)
         else:
             # The file source reads folders: read the file's folder, filtered to its name.
             reader = reader.option("pathGlobFilter", _glob_escape(Path(path).name))
