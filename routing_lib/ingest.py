@@ -7,12 +7,15 @@ message (source = topic-partition, position = offset). Both paths call `classify
 from __future__ import annotations
 
 import gzip
+import logging
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from routing_lib.core.wire import pack_event
-from schemas.route_event import ValidationFailure, parse_event
+from schemas.route_event import INT64_MAX, INT64_MIN, ValidationFailure, parse_event
+
+log = logging.getLogger("routelake.ingest")
 
 # Group keys that are not broker names (a broker name is never empty, so these cannot clash).
 DEAD_LETTER_KEY = "\x00dead-letter"
@@ -32,7 +35,27 @@ class Classified:
 
 def classify(raw: bytes, source: str, position: int, now_ms: int | None,
              max_future_skew_ms: int) -> Classified:
-    """Validate one record. `now_ms` is the job clock (None for backfills: no skew check)."""
+    """Validate one record. `now_ms` is the job clock (None for backfills: no skew check).
+
+    Never raises: whatever goes wrong with one record makes that record a dead letter, so one
+    poison record cannot stop a backfill or halt the stream at its offset forever.
+    """
+    try:
+        classified = _classify(raw, source, position, now_ms, max_future_skew_ms)
+        if not INT64_MIN <= classified.event_time <= INT64_MAX:  # Arrow would refuse the row
+            raise OverflowError(f"eventTime {classified.event_time} does not fit a BIGINT")
+        return classified
+    except Exception as exc:  # the last line of defence: the schema should have caught it
+        log.warning("record %s:%s failed validation unexpectedly: %r", source, position, exc)
+        return dead_letter(raw, source, position, internal_error_reason(exc))
+
+
+def internal_error_reason(exc: BaseException) -> str:
+    return f"internal error: {type(exc).__name__}: {str(exc)[:500]}"
+
+
+def _classify(raw: bytes, source: str, position: int, now_ms: int | None,
+              max_future_skew_ms: int) -> Classified:
     try:
         event = parse_event(raw)
         if now_ms is not None and event.eventTime > now_ms + max_future_skew_ms:

@@ -30,6 +30,13 @@ MAX_QUEUE_NUMS = 65535
 DEFAULT_QUEUE_NUMS = 16
 DEFAULT_PERM = 6
 DEFAULT_HEARTBEAT_TIMEOUT_MILLIS = 120_000
+# Integer ranges: Java's long and int (RocketMQ's field types; Delta BIGINT and INT columns).
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# The last millisecond of year 9999 (UTC): the latest time Python's datetime (history's
+# event_date) and Spark's timestamp_millis (the watermark) both represent. Later eventTimes are
+# no real clock's reading, and they would crash those conversions, so they are dead letters.
+MAX_EVENT_TIME_MS = 253_402_300_799_999
 
 TopicName = Annotated[
     StrictStr, Field(min_length=1, max_length=TOPIC_NAME_MAX_LENGTH, pattern=TOPIC_NAME_PATTERN)
@@ -38,7 +45,9 @@ GroupName = Annotated[StrictStr, Field(min_length=1, max_length=NAME_MAX_LENGTH)
 QueueNums = Annotated[StrictInt, Field(ge=0, le=MAX_QUEUE_NUMS)]
 Perm = Annotated[StrictInt, Field(ge=0, le=7)]
 BrokerAddr = Annotated[StrictStr, Field(pattern=ADDR_PATTERN, max_length=NAME_MAX_LENGTH)]
-EpochMillis = Annotated[StrictInt, Field(gt=0)]
+EpochMillis = Annotated[StrictInt, Field(gt=0, le=MAX_EVENT_TIME_MS)]
+Int64 = Annotated[StrictInt, Field(ge=INT64_MIN, le=INT64_MAX)]
+Int32 = Annotated[StrictInt, Field(ge=INT32_MIN, le=INT32_MAX)]
 
 
 class _Model(BaseModel):
@@ -47,9 +56,9 @@ class _Model(BaseModel):
 
 
 class DataVersion(_Model):
-    stateVersion: StrictInt = 0
-    timestamp: StrictInt = 0
-    counter: StrictInt = 0
+    stateVersion: Int64 = 0
+    timestamp: Int64 = 0
+    counter: Int64 = 0
 
 
 class TopicConfig(_Model):
@@ -57,7 +66,7 @@ class TopicConfig(_Model):
     readQueueNums: QueueNums = DEFAULT_QUEUE_NUMS
     writeQueueNums: QueueNums = DEFAULT_QUEUE_NUMS
     perm: Perm = DEFAULT_PERM
-    topicSysFlag: StrictInt = 0
+    topicSysFlag: Int32 = 0
     order: StrictBool | None = None
 
 
@@ -66,7 +75,7 @@ class _BrokerEvent(_Model):
     clusterName: GroupName
     brokerAddr: BrokerAddr
     brokerName: GroupName
-    brokerId: Annotated[StrictInt, Field(ge=0)]
+    brokerId: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]
 
 
 class RegisterEvent(_BrokerEvent):
@@ -75,7 +84,7 @@ class RegisterEvent(_BrokerEvent):
     dataVersion: DataVersion
     topicConfigTable: dict[TopicName, TopicConfig]
     filterServerList: list[StrictStr] | None = None
-    heartbeatTimeoutMillis: Annotated[StrictInt, Field(gt=0)] | None = None
+    heartbeatTimeoutMillis: Annotated[StrictInt, Field(gt=0, le=INT64_MAX)] | None = None
     enableActingMaster: StrictBool | None = None
     zoneName: StrictStr | None = None
 

@@ -64,3 +64,51 @@ BAD_RECORDS: list[tuple[str, bytes, str]] = [
     ("filterServerList not a list", _with(filterServerList="10.0.0.1:1"), "filterServerList"),
     ("heartbeatTimeoutMillis zero", _with(heartbeatTimeoutMillis=0), "heartbeatTimeoutMillis"),
 ]
+
+
+# ---- integer ranges (issue 13): every integer field at and past its column's bounds ---------
+
+_NUMBER = "\x00number\x00"  # placeholder, replaced by the number's literal JSON text
+
+
+def _with_number(path: tuple[str, ...], literal: str, base: dict | None = None) -> bytes:
+    record = json.loads(json.dumps(base or _GOOD))
+    target = record
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = _NUMBER
+    return json.dumps(record).replace(json.dumps(_NUMBER), literal).encode()
+
+
+_HEARTBEAT = {key: _GOOD[key] for key in ("eventTime", "clusterName", "brokerAddr",
+                                          "brokerName", "brokerId")} | {"eventType": "HEARTBEAT"}
+
+# field path -> a value that fits Python (and maybe int64) but not the field's column/Java type
+INTEGER_FIELDS: dict[tuple[str, ...], str] = {
+    ("eventTime",): str(2**62),  # int64, but past year 9999: no calendar holds it
+    ("brokerId",): str(2**63),
+    ("heartbeatTimeoutMillis",): str(2**63),
+    ("dataVersion", "stateVersion"): str(2**63),
+    ("dataVersion", "timestamp"): str(2**63),
+    ("dataVersion", "counter"): str(2**63),
+    ("topicConfigTable", "T", "topicSysFlag"): str(2**31),  # INT column, Java int
+    ("topicConfigTable", "T", "readQueueNums"): "65536",
+    ("topicConfigTable", "T", "writeQueueNums"): "65536",
+    ("topicConfigTable", "T", "perm"): "8",
+}
+OUT_OF_RANGE_LITERALS = {"2^63": str(2**63), "-2^63-1": str(-(2**63) - 1), "10^30": str(10**30),
+                         "exponent float": "1e3", "huge exponent": "1e400"}
+
+INTEGER_RANGE_RECORDS: list[tuple[str, bytes, str]] = [
+    (f"{'.'.join(path)} = {label}", _with_number(path, literal), path[-1])
+    for path in INTEGER_FIELDS for label, literal in OUT_OF_RANGE_LITERALS.items()
+] + [
+    (f"{'.'.join(path)} fits Python, not its column", _with_number(path, literal), path[-1])
+    for path, literal in INTEGER_FIELDS.items()
+] + [
+    ("HEARTBEAT eventTime = 10^30 (issue 13's record)",
+     _with_number(("eventTime",), str(10**30), _HEARTBEAT), "eventTime"),
+    ("HEARTBEAT brokerId = 2^63", _with_number(("brokerId",), str(2**63), _HEARTBEAT),
+     "brokerId"),
+]
+BAD_RECORDS += INTEGER_RANGE_RECORDS

@@ -99,3 +99,26 @@ def test_replayed_batch_changes_nothing(spark, backfill, tmp_path):
     assert rows(warehouse, BROKER_LIVE) == lives
     assert len([r for r in rows(warehouse, DEAD_LETTER) if r["source"] == "s"]) == 1
     assert len(rows(warehouse, TOPIC_QUEUE)) == 3
+
+
+def test_integers_at_their_bounds_reach_the_tables(backfill, tmp_path):
+    """Issue 13: the widest values the schema accepts go through Arrow, the state timeout (a
+    deadline past INT64_MAX) and every Delta column without failing the query."""
+    from routing_lib.core.dump import project
+    from routing_lib.core.replay import replay_dump
+    from schemas import parse_event
+    from tests.test_poison_records import extreme_register
+
+    high = extreme_register(low=False)
+    records = [dict(high, brokerId=0), dict(high, brokerAddr="10.9.0.2:10911"),
+               dict(extreme_register(low=True), brokerName="edge-low",
+                    brokerAddr="10.9.0.3:10911", eventTime=high["eventTime"] - 10)]
+    path = tmp_path / "edges.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    dump = backfill([path], as_of=high["eventTime"])
+    events = [parse_event(json.dumps(r)) for r in records]
+    assert dump == project(replay_dump(events, high["eventTime"]))
+    # the 1 ms timeout of the low-values broker has passed; the INT64_MAX one never does
+    assert {b["brokerAddr"] for b in dump["brokerLiveTable"]} == {"10.9.0.1:10911",
+                                                                 "10.9.0.2:10911"}
+    assert rows(backfill.warehouse, DEAD_LETTER) == []

@@ -222,3 +222,22 @@ def test_streaming_and_backfill_write_identical_history(job, config, spark, tmp_
 
 def _canonical(rows: list[dict]) -> list[str]:
     return sorted(json.dumps(row, sort_keys=True, default=str) for row in rows)
+
+
+def test_integer_range_records_do_not_stop_the_stream(job):
+    """Issue 13: out-of-range integers are dead letters; the job passes their offsets and keeps
+    applying what follows, in this run and the next."""
+    from tests.bad_records import INTEGER_RANGE_RECORDS
+
+    bad = [raw for _, raw, _ in INTEGER_RANGE_RECORDS]
+    first, rest = lines_of("02_master_and_slave")[:2], lines_of("02_master_and_slave")[2:]
+    produce(job.bootstrap, job.topic, first + bad, keys=[None] * (len(first) + len(bad)))
+    job()
+    dead = rows(job.warehouse, DEAD_LETTER)
+    assert sorted(r["position"] for r in dead) == list(range(2, 2 + len(bad)))
+    assert sorted(r["raw"] for r in dead) == sorted(bad)
+    produce(job.bootstrap, job.topic, rest)
+    assert job() == expected_dump("02_master_and_slave")
+    progress = rows(job.warehouse, PROGRESS)
+    assert sum(r["input_rows"] for r in progress) == len(first) + len(bad) + len(rest)
+    assert sum(r["dead_lettered"] for r in progress) == len(bad)

@@ -35,6 +35,21 @@ class Advance:
 
     applied: list[PendingEvent] = field(default_factory=list)
     expiries: list[Expiry] = field(default_factory=list)
+    # Events whose application raised (a bug, not bad input: validation rejects that), with
+    # the exception text. The caller dead-letters them; the clock goes on with the rest.
+    failed: list[tuple[PendingEvent, str]] = field(default_factory=list)
+
+
+def apply_guarded(routes: GroupRoutes, item: PendingEvent, flags: RouteFlags,
+                  advance: Advance) -> bool:
+    """apply_event as a last line of defence: one event that raises cannot stop its group."""
+    try:
+        apply_event(routes, item.event, flags)
+    except Exception as exc:
+        advance.failed.append((item, f"internal error: {type(exc).__name__}: {str(exc)[:500]}"))
+        return False
+    advance.applied.append(item)
+    return True
 
 
 @dataclass
@@ -58,8 +73,7 @@ class GroupClock:
         while self.pending and self.pending[0].event_time <= watermark:
             item = heapq.heappop(self.pending)
             result.expiries += self._expire(item.event_time)
-            apply_event(self.routes, item.event, flags)
-            result.applied.append(item)
+            apply_guarded(self.routes, item, flags, result)
         result.expiries += self._expire(watermark)
         self.watermark = watermark
         return result

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from routing_lib.core.clock import Advance, Expiry, GroupClock
-from routing_lib.core.group_routes import BrokerKey, GroupRoutes, RouteFlags, apply_event
+from routing_lib.core.clock import Advance, Expiry, GroupClock, apply_guarded
+from routing_lib.core.group_routes import BrokerKey, GroupRoutes, RouteFlags
 from routing_lib.core.tables import RoutesSnapshot, Row
 
 TOPIC_ROUTE_HISTORY = "topic_route_history"
@@ -144,8 +144,14 @@ def iter_transitions(clock: GroupClock, watermark: int, flags: RouteFlags,
             snapshot = transition.after
             yield transition
         event = item.event
-        apply_event(routes, event, flags)
-        advance.applied.append(item)
+        if not apply_guarded(routes, item, flags, advance):
+            # A failed event may have changed part of the tables: record what it left.
+            after = RoutesSnapshot.of(routes)
+            if after != snapshot:
+                yield Transition(event.eventType, item.event_time, snapshot, after,
+                                 (event.clusterName, event.brokerAddr), event.brokerId)
+            snapshot = after
+            continue
         after = RoutesSnapshot.of(routes)
         yield Transition(event.eventType, item.event_time, snapshot, after,
                          (event.clusterName, event.brokerAddr), event.brokerId)

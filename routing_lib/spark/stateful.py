@@ -8,6 +8,7 @@ JSON; the timeout is the next watermark at which the clock would change somethin
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,9 +22,12 @@ from routing_lib.core.codec import decode_clock, encode_clock
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags
 from routing_lib.core.history import HistoryTracker, decode_history, encode_history
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, diff
-from routing_lib.core.wire import event_json, unpack_event
-from routing_lib.ingest import CLOCK_KEY, DEAD_LETTER_KEY
+from routing_lib.core.wire import event_json, pack_event, unpack_event
+from routing_lib.ingest import CLOCK_KEY, DEAD_LETTER_KEY, internal_error_reason
 from routing_lib.spark.checkpoint import batch_watermark
+from schemas.route_event import INT64_MAX
+
+log = logging.getLogger("routelake.step")
 
 STATE_SCHEMA = "clock STRING, history STRING"
 # kind: change | history | dead | late | stats. row_json: the row (or key for a delete) as JSON.
@@ -106,31 +110,44 @@ def make_step(settings: StepSettings):
             published, target = min(published, settings.as_of), min(watermark, settings.as_of)
 
         out: list[tuple] = []
-        input_rows = late = 0
+        input_rows = late = failed = 0
         for pdf in frames:
             input_rows += len(pdf)
             for event_time, source, position, payload in zip(
                     pdf["event_time"], pdf["source"], pdf["position"], pdf["payload"],
                     strict=True):
-                if clock.is_late(int(event_time), published):
-                    late += 1
-                    out.append(_late_row(payload, source, int(position), published))
-                else:
-                    clock.add(unpack_event(payload), (source, int(position)))
+                try:
+                    if clock.is_late(int(event_time), published):
+                        out.append(_late_row(payload, source, int(position), published))
+                        late += 1
+                    else:
+                        clock.add(unpack_event(payload), (source, int(position)))
+                except Exception as exc:  # last line of defence: this record only
+                    out.append(_internal_dead_letter(payload, source, int(position), exc))
+                    failed += 1
         if settings.history:
             advance, history = tracker.advance(clock, target, settings.flags)
             out += [("history", c.table, c.op, json.dumps(c.row), None) for c in history]
         else:
             advance = clock.advance(target, settings.flags)
+        for item, reason in advance.failed:
+            source, position = item.arrival
+            out.append(_dead_row(pack_event(item.event), source, position, reason))
+        failed += len(advance.failed)
         changes = diff(group, before, RoutesSnapshot.of(clock.routes))
         for change in changes:
             payload = change.row if change.row is not None else dict(
                 zip(TABLE_KEYS[change.table], change.key, strict=True))
             op = "upsert" if change.row is not None else "delete"
             out.append(("change", change.table, op, json.dumps(payload), None))
-        out.append(_stats(input_rows=input_rows, accepted=input_rows - late, late=late,
-                          applied=len(advance.applied), expired=len(advance.expiries),
-                          changes=len(changes)))
+        # An event that failed in the step is counted as accepted when it arrived (it passed
+        # validation) and as dead-lettered now, so input = accepted + late + dead still holds
+        # once per record: `accepted` excludes the records that failed on arrival.
+        arrived_failed = failed - len(advance.failed)
+        out.append(_stats(input_rows=input_rows, accepted=input_rows - late - arrived_failed,
+                          late=late, applied=len(advance.applied),
+                          expired=len(advance.expiries), changes=len(changes),
+                          dead_lettered=arrived_failed, failed_in_step=len(advance.failed)))
         yield _frame(out)
 
         if clock.is_idle() and tracker.is_idle():
@@ -139,10 +156,23 @@ def make_step(settings: StepSettings):
         state.update((encode_clock(clock), encode_history(tracker) if settings.history else None))
         wake_up = clock.wake_up_at()
         # Spark fires an event-time timeout once the watermark is strictly past it.
-        if wake_up is not None and wake_up - 1 >= watermark:
+        # A deadline past INT64_MAX (a huge heartbeatTimeoutMillis) is never reached by a
+        # watermark, and the timeout must fit a Java long.
+        if wake_up is not None and watermark <= wake_up - 1 <= INT64_MAX:
             state.setTimeoutTimestamp(wake_up - 1)
 
     return step
+
+
+def _dead_row(payload: str, source: str, position: int, reason: str) -> tuple:
+    row = {"raw_text": payload, "source": source, "position": position, "reason": reason,
+           "seen_at_ms": int(time.time() * 1000), "batch_id": _current_batch_id()}
+    return ("dead", DEAD_LETTER, "append", json.dumps(row), payload.encode())
+
+
+def _internal_dead_letter(payload: str, source: str, position: int, exc: Exception) -> tuple:
+    log.warning("event %s:%s failed in the stateful step: %r", source, position, exc)
+    return _dead_row(payload, source, position, internal_error_reason(exc))
 
 
 def _late_row(payload: str, source: str, position: int, published: int) -> tuple:

@@ -1,0 +1,198 @@
+"""Issue 13: integers at and past their columns' bounds, and the last line of defence.
+
+A record the schema accepts must fit every column it reaches; a record that makes stage one or
+the stateful step raise anyway is dead-lettered with the exception's message, and the rest of
+the batch goes on.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from pyspark.sql.streaming.state import GroupState
+
+from routing_lib import ingest
+from routing_lib.core import clock as clock_module
+from routing_lib.core.clock import GroupClock
+from routing_lib.core.group_routes import DEFAULT_FLAGS, GroupRoutes
+from routing_lib.core.history import HISTORY_TABLE_DDL, HistoryTracker
+from routing_lib.core.tables import DEAD_LETTER, SIDE_TABLE_DDL, TABLE_DDL, rows_of
+from routing_lib.core.wire import pack_event
+from routing_lib.spark.sources import _classify_archives, make_kafka_classifier
+from routing_lib.spark.stateful import STATE_SCHEMA, StepSettings, make_step
+from schemas import parse_event
+from schemas.route_event import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_EVENT_TIME_MS,
+)
+from tests.bad_records import INTEGER_RANGE_RECORDS
+from tests.helpers import fixture_lines
+
+assert STATE_SCHEMA == "clock STRING, history STRING"  # what _group_state builds
+
+_RANGES = {"BIGINT": (INT64_MIN, INT64_MAX), "INT": (INT32_MIN, INT32_MAX)}
+
+
+def extreme_register(low: bool) -> dict:
+    """A valid REGISTER with every integer field at its lowest or highest accepted value."""
+    int64 = INT64_MIN if low else INT64_MAX
+    return {"eventType": "REGISTER", "eventTime": 1 if low else MAX_EVENT_TIME_MS,
+            "clusterName": "Edge", "brokerAddr": "10.9.0.1:10911", "brokerName": "edge",
+            "brokerId": 0 if low else INT64_MAX, "haServerAddr": None,
+            "heartbeatTimeoutMillis": 1 if low else INT64_MAX,
+            "dataVersion": {"stateVersion": int64, "timestamp": int64, "counter": int64},
+            "topicConfigTable": {"Edge": {
+                "topicName": "Edge", "readQueueNums": 0 if low else 65535,
+                "writeQueueNums": 0 if low else 65535, "perm": 0 if low else 7,
+                "topicSysFlag": INT32_MIN if low else INT32_MAX}}}
+
+
+def _column_types(ddl: str) -> dict[str, str]:
+    """Top-level and struct-member integer columns of a DDL string: name -> INT | BIGINT."""
+    types: dict[str, str] = {}
+    for token in ddl.replace("STRUCT<", ", ").replace(">", "").split(","):
+        name, _, kind = token.strip().replace(":", "").partition(" ")
+        if kind.strip() in _RANGES:
+            types[name] = kind.strip()
+    return types
+
+
+def _integers(row: dict, prefix: str = ""):
+    for name, value in row.items():
+        if isinstance(value, dict):
+            yield from _integers(value, prefix)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            yield name, value
+
+
+@pytest.mark.parametrize("low", [True, False], ids=["lowest", "highest"])
+def test_every_accepted_integer_fits_its_delta_column(low):
+    master = extreme_register(low)
+    slave = dict(master, brokerAddr="10.9.0.2:10911", brokerId=1 if low else INT64_MAX)
+    master["brokerId"] = 0  # only a master's topic configs reach topic_queue_table
+    clock, tracker = GroupClock(GroupRoutes("edge")), HistoryTracker("edge")
+    for n, record in enumerate([master, slave]):
+        clock.add(parse_event(json.dumps(record)), ("f", n))
+    _, history = tracker.advance(clock, master["eventTime"], DEFAULT_FLAGS)
+    columns = {}
+    for ddl in [*TABLE_DDL.values(), *SIDE_TABLE_DDL.values(), *HISTORY_TABLE_DDL.values()]:
+        columns |= _column_types(ddl)
+    rows = [(table, row) for table, table_rows in rows_of(clock.routes).items()
+            for row in table_rows] + [(change.table, change.row) for change in history]
+    checked = set()
+    for table, row in rows:
+        for name, value in _integers(row):
+            low_bound, high_bound = _RANGES[columns[name]]
+            assert low_bound <= value <= high_bound, (table, name, value)
+            checked.add(name)
+    assert {"broker_id", "heartbeat_timeout_millis", "counter", "topic_sys_flag",
+            "read_queue_nums", "perm", "last_update_timestamp"} <= checked
+
+
+def test_a_deadline_past_int64_sets_no_timeout_it_could_not_hold():
+    event = parse_event(json.dumps(extreme_register(low=False)))
+    clock = GroupClock(GroupRoutes("edge"))
+    clock.add(event, ("f", 1))
+    clock.advance(MAX_EVENT_TIME_MS, DEFAULT_FLAGS)
+    assert clock.wake_up_at() > INT64_MAX  # the step must not pass this to Spark
+    state = _group_state()
+    out = _run_step([(MAX_EVENT_TIME_MS, "f", 2, pack_event(event))], state,
+                    watermark=MAX_EVENT_TIME_MS - 10_000)
+    assert state.exists and not out.empty
+
+
+def test_integer_range_records_are_dead_letters_naming_the_field():
+    for kind, raw, field in INTEGER_RANGE_RECORDS:
+        classified = ingest.classify(raw, "f", 1, None, 0)
+        assert classified.group_key == ingest.DEAD_LETTER_KEY, kind
+        assert field in classified.reason, (kind, classified.reason)
+
+
+# ---- the last line of defence ------------------------------------------------------------------
+
+
+def _poisoned_parse(marker: bytes):
+    real = ingest.parse_event
+
+    def parse(raw):
+        if marker in raw:
+            raise RuntimeError("injected failure")
+        return real(raw)
+    return parse
+
+
+def test_stage_one_failure_dead_letters_one_archive_line(monkeypatch):
+    lines = [line.encode() for line in fixture_lines("02_master_and_slave")]
+    monkeypatch.setattr(ingest, "parse_event", _poisoned_parse(b'"brokerId":1,'))
+    content = b"".join(line + b"\n" for line in lines)
+    frames = list(_classify_archives(iter([pd.DataFrame({"path": ["file:/a.jsonl"],
+                                                         "content": [content]})])))
+    rows = pd.concat(frames)
+    dead = rows[rows.group_key == ingest.DEAD_LETTER_KEY]
+    poisoned = [n for n, line in enumerate(lines, start=1) if b'"brokerId":1,' in line]
+    assert poisoned and sorted(dead.position) == poisoned
+    assert set(dead.reason) == {"internal error: RuntimeError: injected failure"}
+    assert len(rows) == len(lines)  # every other line classified as usual
+
+
+def test_stage_one_failure_dead_letters_one_kafka_record(monkeypatch):
+    monkeypatch.setattr(ingest, "parse_event", _poisoned_parse(b"POISON"))
+    good = fixture_lines("01_master_registers")[0].encode()
+    frame = pd.DataFrame({"value": [good, b"POISON", good], "topic": ["t"] * 3,
+                          "partition": [0] * 3, "offset": [7, 8, 9]})
+    (out,) = list(make_kafka_classifier(300_000)(iter([frame])))
+    assert list(out.group_key == ingest.DEAD_LETTER_KEY) == [False, True, False]
+    assert out.reason[1].startswith("internal error: RuntimeError")
+
+
+def _group_state(clock_json: str | None = None, watermark: int = 0) -> GroupState:
+    from pyspark.sql.types import Row, StringType, StructField, StructType
+
+    return GroupState(optionalValue=Row(clock_json, None) if clock_json else Row(),
+                      batchProcessingTimeMs=0, eventTimeWatermarkMs=watermark,
+                      timeoutConf="EventTimeTimeout", hasTimedOut=False, watermarkPresent=True,
+                      defined=clock_json is not None, updated=False, removed=False,
+                      timeoutTimestamp=-1, keyAsUnsafe=b"",
+                      valueSchema=StructType([StructField(name, StringType())
+                                              for name in ("clock", "history")]))
+
+
+def _run_step(events: list[tuple], state: GroupState, watermark: int,
+              group: str = "edge") -> pd.DataFrame:
+    state._event_time_watermark_ms = watermark
+    step = make_step(StepSettings("/nonexistent-checkpoint", DEFAULT_FLAGS, history=True))
+    frame = pd.DataFrame(events, columns=["event_time", "source", "position", "payload"])
+    return pd.concat(list(step((group,), iter([frame]), state)))
+
+
+def test_stateful_step_failure_dead_letters_one_event_and_applies_the_rest(monkeypatch):
+    lines = fixture_lines("02_master_and_slave")
+    events = [parse_event(line) for line in lines]
+    group = events[0].brokerName
+    real_apply = clock_module.apply_event
+
+    def apply(routes, event, flags):
+        if event.brokerId == 1:
+            raise RuntimeError("injected failure")
+        real_apply(routes, event, flags)
+
+    monkeypatch.setattr(clock_module, "apply_event", apply)
+    rows = [(e.eventTime, "t-0", n, pack_event(e)) for n, e in enumerate(events)
+            if e.brokerName == group]
+    out = _run_step(rows, _group_state(), watermark=max(e.eventTime for e in events))
+    dead = out[out.kind == "dead"]
+    poisoned = [n for n, e in enumerate(events) if e.brokerName == group and e.brokerId == 1]
+    assert poisoned
+    assert sorted(json.loads(r)["position"] for r in dead.row_json) == poisoned
+    assert all(json.loads(r)["reason"] == "internal error: RuntimeError: injected failure"
+               for r in dead.row_json)
+    assert set(dead.table) == {DEAD_LETTER}
+    stats = json.loads(out[out.kind == "stats"].row_json.iloc[0])
+    assert stats["failed_in_step"] == len(poisoned)
+    assert stats["applied"] == len(rows) - len(poisoned)
+    assert (out.kind == "change").any()  # the master's events still changed the tables
