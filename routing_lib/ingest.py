@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from routing_lib.core.wire import pack_event
-from schemas.route_event import INT64_MAX, INT64_MIN, ValidationFailure, parse_event
+from schemas.route_event import INT64_MAX, INT64_MIN, TickEvent, ValidationFailure, parse_event
 
 log = logging.getLogger("routelake.ingest")
 
 # Group keys that are not broker names (a broker name is never empty, so these cannot clash).
 DEAD_LETTER_KEY = "\x00dead-letter"
-CLOCK_KEY = "\x00clock"
+CLOCK_KEY = "\x00clock"  # a backfill's --as-of tick (not an input record)
+TICK_KEY = "\x00tick"  # a collector's TICK events: input records that only move the watermark
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ def _classify(raw: bytes, source: str, position: int, now_ms: int | None,
                 f"job clock {now_ms} (clock skew)")
     except ValidationFailure as failure:
         return dead_letter(raw, source, position, failure.reason)
+    if isinstance(event, TickEvent):
+        return Classified(TICK_KEY, event.eventTime, source, position, None, None, None)
     return Classified(event.brokerName, event.eventTime, source, position, pack_event(event),
                       None, None)
 

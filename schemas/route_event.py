@@ -97,12 +97,17 @@ class UnregisterEvent(_BrokerEvent):
     eventType: Literal["UNREGISTER"]
 
 
-RouteEvent = Annotated[
-    RegisterEvent | HeartbeatEvent | UnregisterEvent, Field(discriminator="eventType")
-]
-_EVENT_ADAPTER: TypeAdapter[RegisterEvent | HeartbeatEvent | UnregisterEvent] = TypeAdapter(
-    RouteEvent
-)
+class TickEvent(_Model):
+    """A collector's clock tick: it only moves the watermark (contract §2, "Clock ticks")."""
+
+    eventType: Literal["TICK"]
+    eventTime: EpochMillis
+    source: StrictStr | None = None
+
+
+AnyEvent = RegisterEvent | HeartbeatEvent | UnregisterEvent | TickEvent
+RouteEvent = Annotated[AnyEvent, Field(discriminator="eventType")]
+_EVENT_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(RouteEvent)
 
 
 class ValidationFailure(ValueError):
@@ -122,7 +127,7 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
 
-def parse_event(raw: bytes | str) -> RegisterEvent | HeartbeatEvent | UnregisterEvent:
+def parse_event(raw: bytes | str) -> AnyEvent:
     """Decode and validate one record (a Kafka value or an archive line).
 
     Raises ValidationFailure with a readable reason for anything contract §2 rejects.
@@ -146,7 +151,7 @@ def parse_event(raw: bytes | str) -> RegisterEvent | HeartbeatEvent | Unregister
     return validate_event(obj)
 
 
-def validate_event(obj: object) -> RegisterEvent | HeartbeatEvent | UnregisterEvent:
+def validate_event(obj: object) -> AnyEvent:
     if not isinstance(obj, dict):
         raise ValidationFailure(f"not a JSON object but {type(obj).__name__}")
     if "eventType" not in obj:
@@ -158,8 +163,9 @@ def validate_event(obj: object) -> RegisterEvent | HeartbeatEvent | UnregisterEv
     return _check_port(event)
 
 
-def _check_port(event: RegisterEvent | HeartbeatEvent | UnregisterEvent
-                ) -> RegisterEvent | HeartbeatEvent | UnregisterEvent:
+def _check_port(event: AnyEvent) -> AnyEvent:
+    if isinstance(event, TickEvent):
+        return event
     port = int(event.brokerAddr.rsplit(":", 1)[1])
     if not 0 < port <= 65535:
         raise ValidationFailure(f"brokerAddr: port {port} out of range")

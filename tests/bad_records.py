@@ -112,3 +112,11 @@ INTEGER_RANGE_RECORDS: list[tuple[str, bytes, str]] = [
      "brokerId"),
 ]
 BAD_RECORDS += INTEGER_RANGE_RECORDS
+
+# TICK (contract §2, "Clock ticks"): validated like any event
+BAD_RECORDS += [
+    ("TICK without eventTime", b'{"eventType": "TICK", "source": "c1"}', "eventTime"),
+    ("TICK with eventTime 0", b'{"eventType": "TICK", "eventTime": 0}', "eventTime"),
+    ("TICK with a numeric source", b'{"eventType": "TICK", "eventTime": 5, "source": 1}',
+     "source"),
+]

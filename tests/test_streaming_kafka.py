@@ -241,3 +241,18 @@ def test_integer_range_records_do_not_stop_the_stream(job):
     progress = rows(job.warehouse, PROGRESS)
     assert sum(r["input_rows"] for r in progress) == len(first) + len(bad) + len(rest)
     assert sum(r["dead_lettered"] for r in progress) == len(bad)
+
+
+def test_ticks_move_the_watermark_and_late_ticks_are_dropped_not_late_tabled(job):
+    name = "13_tick_expires_silent_fleet"
+    produce(job.bootstrap, job.topic, lines_of(name))
+    dump = job()
+    assert dump == expected_dump(name)
+    old_tick = {"eventType": "TICK", "eventTime": dump["watermark"] - 50_000, "source": "c2"}
+    produce(job.bootstrap, job.topic, [json.dumps(old_tick).encode()])
+    assert job() == dump
+    assert rows(job.warehouse, LATE_EVENT) == []
+    progress = rows(job.warehouse, PROGRESS)
+    total = len(lines_of(name)) + 1
+    assert sum(r["input_rows"] for r in progress) == total  # every TICK counted
+    assert sum(r["accepted"] + r["late"] + r["dead_lettered"] for r in progress) == total

@@ -11,13 +11,16 @@ from collections.abc import Iterable
 from routing_lib.core.dump import canonical_dump
 from routing_lib.core.group_routes import DEFAULT_FLAGS, Event, GroupRoutes, RouteFlags, apply_event
 from routing_lib.core.tables import ROUTE_TABLES, Row, rows_of
+from schemas.route_event import TickEvent
 
 
-def replay(events: Iterable[Event], until: int, flags: RouteFlags = DEFAULT_FLAGS
+def replay(events: Iterable[Event | TickEvent], until: int, flags: RouteFlags = DEFAULT_FLAGS
            ) -> dict[str, GroupRoutes]:
     """Every event with eventTime <= until, in (eventTime, arrival) order."""
+    # A TICK changes no table; expiry is monotone, so the final expire(until) covers its time.
     ordered = sorted(
-        ((e.eventTime, i, e) for i, e in enumerate(events) if e.eventTime <= until),
+        ((e.eventTime, i, e) for i, e in enumerate(events)
+         if e.eventTime <= until and not isinstance(e, TickEvent)),
         key=lambda item: item[:2])
     groups: dict[str, GroupRoutes] = {}
     for event_time, _, event in ordered:
@@ -38,10 +41,11 @@ def fleet_rows(groups: Iterable[GroupRoutes]) -> dict[str, list[Row]]:
     return tables
 
 
-def replay_dump(events: list[Event], until: int, flags: RouteFlags = DEFAULT_FLAGS) -> dict:
+def replay_dump(events: list[Event | TickEvent], until: int,
+                flags: RouteFlags = DEFAULT_FLAGS) -> dict:
     return canonical_dump(fleet_rows(replay(events, until, flags).values()), until)
 
 
-def default_watermark(events: list[Event], watermark_delay_ms: int) -> int:
+def default_watermark(events: list[Event | TickEvent], watermark_delay_ms: int) -> int:
     """The watermark a job reaches after seeing these events: max eventTime - delay."""
     return max(e.eventTime for e in events) - watermark_delay_ms

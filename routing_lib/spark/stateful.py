@@ -23,7 +23,7 @@ from routing_lib.core.group_routes import GroupRoutes, RouteFlags
 from routing_lib.core.history import HistoryTracker, decode_history, encode_history
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, diff
 from routing_lib.core.wire import event_json, pack_event, unpack_event
-from routing_lib.ingest import CLOCK_KEY, DEAD_LETTER_KEY, internal_error_reason
+from routing_lib.ingest import CLOCK_KEY, DEAD_LETTER_KEY, TICK_KEY, internal_error_reason
 from routing_lib.spark.checkpoint import batch_watermark
 from schemas.route_event import INT64_MAX
 
@@ -98,6 +98,10 @@ def make_step(settings: StepSettings):
         if group == CLOCK_KEY:  # a backfill's as-of tick: it only moves the watermark
             for _ in frames:
                 pass
+            return
+        if group == TICK_KEY:  # TICK events: they moved the watermark; nothing else to do
+            ticks = sum(len(pdf) for pdf in frames)
+            yield _frame([_stats(input_rows=ticks, accepted=ticks, ticks=ticks)])
             return
         saved = state.get if state.exists else (None, None)
         clock = decode_clock(saved[0]) if saved[0] else GroupClock(GroupRoutes(group))
