@@ -18,6 +18,7 @@ from pydantic import (
     StrictStr,
     TypeAdapter,
     ValidationError,
+    model_validator,
 )
 
 # RocketMQ's TopicValidator: characters and length of a topic name.
@@ -87,6 +88,20 @@ class RegisterEvent(_BrokerEvent):
     heartbeatTimeoutMillis: Annotated[StrictInt, Field(gt=0, le=INT64_MAX)] | None = None
     enableActingMaster: StrictBool | None = None
     zoneName: StrictStr | None = None
+
+
+    @model_validator(mode="after")
+    def _keys_are_topic_names(self) -> RegisterEvent:
+        # RocketMQ keys topicConfigTable by topicName; a differing key is a broken collector.
+        for key, config in self.topicConfigTable.items():
+            if key != config.topicName:
+                raise ValueError(f"topicConfigTable key {_clip(key)} differs from its "
+                                 f"topicName {_clip(config.topicName)}")
+        return self
+
+
+def _clip(text: str, limit: int = 64) -> str:
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} chars)"
 
 
 class HeartbeatEvent(_BrokerEvent):

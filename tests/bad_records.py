@@ -120,3 +120,8 @@ BAD_RECORDS += [
     ("TICK with a numeric source", b'{"eventType": "TICK", "eventTime": 5, "source": 1}',
      "source"),
 ]
+
+# contract §2: a topicConfigTable key must equal its value's topicName
+BAD_RECORDS.append(("topicConfigTable key unlike its topicName",
+                    _with(topicConfigTable={"T": {**_GOOD["topicConfigTable"]["T"],
+                                                  "topicName": "U"}}), "differs from"))
