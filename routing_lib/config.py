@@ -50,6 +50,15 @@ class ServeConfig:
     http_port: int
     poll_interval_s: float
     max_frame_bytes: int
+    collector_max_frame_bytes: int
+    max_connections: int
+    request_timeout_s: float
+    idle_timeout_s: float
+    http_keepalive_timeout_s: float
+    http_max_request_line_bytes: int
+    http_max_header_bytes: int
+    http_max_headers: int
+    http_max_body_bytes: int
 
 
 @dataclass(frozen=True)

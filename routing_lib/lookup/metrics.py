@@ -52,6 +52,7 @@ class Metrics:
         self.latency: dict[str, _Histogram] = {}
         self.refreshes: Counter[str] = Counter()  # result
         self.frame_errors: Counter[str] = Counter()  # exception class
+        self.rejections: Counter[tuple[str, str]] = Counter()  # (listener, reason)
         self.connections = 0
         self.last_refresh_error: str | None = None
 
@@ -81,6 +82,10 @@ class Metrics:
         name = family("frame_errors_total", "counter", "Connections closed on a bad frame.")
         for reason, n in sorted(self.frame_errors.items()):
             out.append(f"{name}{_labels(reason=reason)} {n}")
+        name = family("rejections_total", "counter",
+                      "Connections closed or requests refused by a limit, by listener, reason.")
+        for (listener, reason), n in sorted(self.rejections.items()):
+            out.append(f"{name}{_labels(listener=listener, reason=reason)} {n}")
         name = family("connections", "gauge", "Open remoting connections.")
         out.append(f"{name} {self.connections}")
         name = family("ready", "gauge", "1 once a snapshot is loaded.")

@@ -5,6 +5,12 @@ header, body. The header is JSON (fastjson bean of RemotingCommand) or ROCKETMQ 
 code short, language byte, version short, opaque int, flag int, remark (int len + UTF-8),
 extFields (int len + repeated [short keyLen, key, int valLen, val]); all big-endian.
 Anything the decoder cannot take is a RemotingCodecError, never another exception.
+
+JSON headers: the decoder takes a subset of what RocketMQ 5.3.3's fastjson decoder takes, and
+whatever it takes means the same to both (checked against RemotingCommand.decode): fastjson's
+extras (single quotes, bare keys, trailing commas, "105" or 105.0 for an int, nested values in
+extFields) are refused; what both take is read the Java way (`"code": null` is 0, extFields
+numbers keep BigDecimal's toString form: 1e400 -> "1E+400", 1.50 -> "1.50").
 """
 
 from __future__ import annotations
@@ -13,10 +19,16 @@ import json
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from enum import IntEnum
 from types import MappingProxyType
 
-DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024  # NettyDecoder's FRAME_MAX_LENGTH
+# NettyDecoder's FRAME_MAX_LENGTH: the decoder's default, for answers (a client reading a big
+# topic list) and for the collector's REGISTER_BROKER bodies. The lookup's own listener takes
+# far less (LOOKUP_MAX_FRAME_BYTES, `[serve] max_frame_bytes`).
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+# A read-only request is a header of a few hundred bytes (a few KB with ACL signatures).
+LOOKUP_MAX_FRAME_BYTES = 64 * 1024
 RPC_RESPONSE = 1 << 0  # flag bit 0: RESPONSE_COMMAND
 RPC_ONEWAY = 1 << 1  # flag bit 1: oneway request (no response expected)
 
@@ -79,6 +91,11 @@ class RemotingCommand:
 
 # -- encoding --
 
+def _utf8(text: str) -> bytes:
+    # A lone surrogate (JSON "\\ud800" decodes to one) becomes '?', as Java's getBytes does.
+    return text.encode("utf-8", "replace")
+
+
 def _check(value: int, bounds: tuple[int, int], what: str) -> None:
     if not bounds[0] <= value <= bounds[1]:
         raise ValueError(f"{what} {value} out of range {bounds}")
@@ -93,7 +110,7 @@ def _json_header(cmd: RemotingCommand) -> bytes:
     if cmd.remark:
         header["remark"] = cmd.remark
     header.update(serializeTypeCurrentRPC="JSON", version=cmd.version)
-    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    return _utf8(json.dumps(header, separators=(",", ":"), ensure_ascii=False))
 
 
 def _binary_header(cmd: RemotingCommand) -> bytes:
@@ -101,11 +118,11 @@ def _binary_header(cmd: RemotingCommand) -> bytes:
     _check(cmd.version, _INT16, "version")
     language = LANGUAGE_CODES.get(cmd.language, LANGUAGE_CODES["OTHER"])
     parts = [_FIXED.pack(cmd.code, language, cmd.version, cmd.opaque, cmd.flag)]
-    remark = cmd.remark.encode() if cmd.remark else b""
+    remark = _utf8(cmd.remark) if cmd.remark else b""
     parts += [_INT.pack(len(remark)), remark]
     ext = bytearray()
     for key, value in cmd.ext_fields.items():
-        k, v = key.encode(), value.encode()
+        k, v = _utf8(key), _utf8(value)
         if len(k) > _INT16[1]:
             raise ValueError(f"extFields key longer than {_INT16[1]} bytes")
         ext += _SHORT.pack(len(k)) + k + _INT.pack(len(v)) + v
@@ -115,6 +132,11 @@ def _binary_header(cmd: RemotingCommand) -> bytes:
 
 def encode(cmd: RemotingCommand) -> bytes:
     """The whole frame, length prefix included."""
+    return encode_head(cmd) + cmd.body
+
+
+def encode_head(cmd: RemotingCommand) -> bytes:
+    """The frame without its body: a server writes the (shared, pre-encoded) body separately."""
     _check(cmd.opaque, _INT32, "opaque")
     _check(cmd.flag, _INT32, "flag")
     if cmd.serialize_type == SerializeType.ROCKETMQ:
@@ -127,7 +149,7 @@ def encode(cmd: RemotingCommand) -> bytes:
         raise ValueError("header longer than 16 MiB")
     length = 4 + len(header) + len(cmd.body)
     mark = (int(cmd.serialize_type) << 24) | len(header)
-    return b"".join((struct.pack(">ii", length, mark), header, cmd.body))
+    return struct.pack(">ii", length, mark) + header
 
 
 # -- decoding --
@@ -142,39 +164,68 @@ def _str(data: bytes, what: str) -> str:
 def _int_field(header: dict, name: str, bounds: tuple[int, int]) -> int:
     value = header.get(name, 0)
     if value is None:
-        return 0
+        return 0  # fastjson leaves a primitive int at 0 for null
     if isinstance(value, bool) or not isinstance(value, int) or not bounds[0] <= value <= bounds[1]:
         raise MalformedFrameError(f"JSON header: bad {name}")
-    return value
+    return int(value)
+
+
+class _NegativeZero(int):
+    """JSON `-0`: 0 as a number, "-0" as a fastjson extFields string."""
+
+
+_NEGATIVE_ZERO = _NegativeZero(0)
+
+
+def _json_int(text: str) -> int:
+    return _NEGATIVE_ZERO if text == "-0" else int(text)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")  # NaN / Infinity: Python takes them, JSON does not
+
+
+# Decimals keep their written form (fastjson reads them as BigDecimal); built once, not per call.
+_JSON = json.JSONDecoder(parse_float=Decimal, parse_int=_json_int, parse_constant=_no_constant)
 
 
 def _ext_value(value: object) -> str:
-    # fastjson turns scalars into the HashMap<String,String> values; Java's toString forms.
+    # fastjson fills the HashMap<String,String> with the values' Java toString forms.
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int | float):
+    if value is _NEGATIVE_ZERO:
+        return "-0"
+    if isinstance(value, int):
         return str(value)
+    if isinstance(value, Decimal):  # BigDecimal.toString: same notation, but no -0
+        return str(value.copy_abs() if value.is_zero() else value)
     raise MalformedFrameError("JSON header: extFields values must be scalars")
+
+
+def _language(header: dict) -> str:
+    language = header.get("language", "JAVA")
+    if isinstance(language, str):
+        return language
+    if type(language) in (int, _NegativeZero) and language in _LANGUAGE_NAMES:
+        return _LANGUAGE_NAMES[language]  # fastjson: the enum by ordinal, nothing else
+    raise MalformedFrameError("JSON header: bad language")
 
 
 def _decode_json_header(raw: bytes) -> dict:
     try:
-        header = json.loads(_str(raw, "JSON header"))
+        header = _JSON.decode(_str(raw, "JSON header"))
     except (ValueError, RecursionError):
         raise MalformedFrameError("JSON header is not valid JSON") from None
     if not isinstance(header, dict):
         raise MalformedFrameError("JSON header is not an object")
-    language = header.get("language", "JAVA")
-    if isinstance(language, int) and not isinstance(language, bool):
-        language = _LANGUAGE_NAMES.get(language, "OTHER")
-    elif not isinstance(language, str):
-        raise MalformedFrameError("JSON header: bad language")
+    language = _language(header)
     remark = header.get("remark")
     if remark is not None and not isinstance(remark, str):
         raise MalformedFrameError("JSON header: bad remark")
-    ext = header.get("extFields") or {}
+    ext = header.get("extFields")
+    ext = {} if ext is None else ext  # fastjson refuses [], "", 0, false here: so do we
     if not isinstance(ext, dict):
         raise MalformedFrameError("JSON header: extFields is not an object")
     return dict(
@@ -243,7 +294,7 @@ def decode(data: bytes) -> RemotingCommand:
     """Exactly one whole frame, length prefix included."""
     decoder = FrameDecoder(max_frame_bytes=max(len(data), 8))
     commands = decoder.feed(data)
-    if len(commands) != 1 or decoder.buffered:
+    if len(commands) != 1 or decoder.buffered or decoder.error is not None:
         raise MalformedFrameError("not exactly one frame")
     return commands[0]
 
@@ -254,6 +305,9 @@ class FrameDecoder:
     The limit counts the whole frame with its length prefix (Netty's
     LengthFieldBasedFrameDecoder) and is checked as soon as the prefix is in, so an oversize
     frame is refused before its bytes are buffered. After an error the decoder stays failed.
+    Frames decoded before a bad one in the same feed() are returned (a server answers them,
+    as Netty passes them on before the exception); the error is then in `error` and raised by
+    the next feed(). A feed() that decodes nothing before the bad frame raises at once.
     """
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
@@ -262,37 +316,45 @@ class FrameDecoder:
         self.max_frame_bytes = max_frame_bytes
         self._buf = bytearray()
         self._pos = 0
-        self._error: RemotingCodecError | None = None
+        self.error: RemotingCodecError | None = None
 
     @property
     def buffered(self) -> int:
         return len(self._buf) - self._pos
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
-        if self._error is not None:
-            raise self._error
+        if self.error is not None:
+            raise self.error
         self._buf += data
-        commands = []
+        commands: list[RemotingCommand] = []
         try:
             while self.buffered >= 4:
-                length = _INT.unpack_from(self._buf, self._pos)[0]
-                if length < 0:
-                    raise MalformedFrameError(f"negative frame length {length}")
-                if length + 4 > self.max_frame_bytes:
-                    raise FrameTooLargeError(
-                        f"frame of {length + 4} bytes exceeds {self.max_frame_bytes}")
-                if self.buffered < 4 + length:
+                frame = self._next_frame()
+                if frame is None:
                     break
-                start = self._pos + 4
-                self._pos = start + length
-                with memoryview(self._buf) as view:  # released before the buffer is compacted
-                    frame = view[start:self._pos].tobytes()
                 commands.append(decode_frame(frame))
         except RemotingCodecError as exc:
-            self._error = exc
-            raise
+            self.error = exc
+            del self._buf[:]  # nothing after a bad frame is ever read: free it now
+            self._pos = 0
+            if not commands:
+                raise
         finally:
             if self._pos:  # compact what was consumed; keeps feed() linear overall
                 del self._buf[:self._pos]
                 self._pos = 0
         return commands
+
+    def _next_frame(self) -> bytes | None:
+        """The next whole frame (prefix stripped), or None while it is incomplete."""
+        length = _INT.unpack_from(self._buf, self._pos)[0]
+        if length < 0:
+            raise MalformedFrameError(f"negative frame length {length}")
+        if length + 4 > self.max_frame_bytes:
+            raise FrameTooLargeError(f"frame of {length + 4} bytes exceeds {self.max_frame_bytes}")
+        if self.buffered < 4 + length:
+            return None
+        start = self._pos + 4
+        self._pos = start + length
+        with memoryview(self._buf) as view:  # released before the buffer is compacted
+            return view[start:self._pos].tobytes()

@@ -3,6 +3,8 @@ both answering from the one RouteIndex the refresher keeps current, on one event
 
 Every HTTP JSON body is an envelope `{"data"|"error": ..., "versions": {...}, "watermark": W}`
 and carries the same two facts as headers (X-Routelake-Versions, X-Routelake-Watermark).
+Both listeners enforce `Limits` (frame and header sizes, deadlines, connection counts); what
+they refuse is counted per reason in /metrics and logged rate-limited (limits.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +28,13 @@ except ImportError:  # optional: the service works on the default loop too
     uvloop = None
 from fastapi import FastAPI, Response
 
+from routing_lib.config import load_config
 from routing_lib.lookup import jsonbody
+from routing_lib.lookup.http_guard import guarded_protocol
+from routing_lib.lookup.limits import Limits, Rejections, ThrottledLog, clip
 from routing_lib.lookup.metrics import Metrics
 from routing_lib.lookup.processor import (
+    NAMESRV_VERSION,
     RequestCode,
     ResponseCode,
     answer,
@@ -35,10 +42,10 @@ from routing_lib.lookup.processor import (
 )
 from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
 from routing_lib.lookup.remoting import (
-    DEFAULT_MAX_FRAME_BYTES,
     FrameDecoder,
     RemotingCodecError,
-    encode,
+    RemotingCommand,
+    encode_head,
 )
 from routing_lib.lookup.routes import Body, RouteIndex
 from routing_lib.lookup.topics import validate_topic
@@ -47,6 +54,9 @@ log = logging.getLogger("routelake.lookup")
 
 LOOPBACK = "127.0.0.1"
 READ_CHUNK = 64 * 1024
+# A batch of pipelined requests is answered into the socket buffer; past this much unsent,
+# wait for the client to read before answering more (its answers, not its requests, grow).
+WRITE_HIGH_WATER = 64 * 1024
 # Metric labels only for the codes we serve: a client cannot blow up the label set.
 _KNOWN_CODES = {v for k, v in vars(RequestCode).items() if k.isupper()}
 
@@ -70,9 +80,9 @@ def _error(served: Served | None, status: int, code: int, remark: str) -> Respon
     return _envelope(served, status, "error", jsonbody.standard({"code": code, "remark": remark}))
 
 
-def _not_ready(refresh_error: str | None) -> Response:
-    remark = "no snapshot loaded yet" + (f" (last error: {refresh_error})" if refresh_error else "")
-    return _error(None, 503, ResponseCode.SYSTEM_ERROR, remark)
+def _not_ready() -> Response:
+    # The refresh error names local paths: it goes to the log (refresher), not to clients.
+    return _error(None, 503, ResponseCode.SYSTEM_ERROR, "no snapshot loaded yet")
 
 
 class _ObserveHttp:
@@ -114,7 +124,7 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
     async def topic_route(topic: str) -> Response:
         served = holder.current
         if served is None:
-            return _not_ready(metrics.last_refresh_error)
+            return _not_ready()
         invalid = validate_topic(topic)
         if invalid is not None:
             return _error(served, 400, ResponseCode.INVALID_PARAMETER, invalid)
@@ -129,7 +139,7 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
         async def handler() -> Response:
             served = holder.current
             if served is None:
-                return _not_ready(metrics.last_refresh_error)
+                return _not_ready()
             return _envelope(served, 200, "data", body_of(served.index).standard)
 
         app.add_api_route(path, handler, methods=["GET"], name=path)
@@ -143,9 +153,9 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
     async def cluster_topics(cluster: str) -> Response:
         served = holder.current
         if served is None:
-            return _not_ready(metrics.last_refresh_error)
+            return _not_ready()
         if cluster not in served.index.cluster_topics:
-            return _error(served, 404, ResponseCode.SYSTEM_ERROR, f"no cluster {cluster}")
+            return _error(served, 404, ResponseCode.SYSTEM_ERROR, f"no cluster {clip(cluster)}")
         return _envelope(served, 200, "data",
                          served.index.topics_by_cluster_body(cluster).standard)
 
@@ -157,7 +167,7 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
     async def readyz() -> Response:
         served = holder.current
         if served is None:
-            return _not_ready(metrics.last_refresh_error)
+            return _not_ready()
         return _envelope(served, 200, "data", b'{"ready":true}')
 
     @app.get("/metrics")
@@ -184,17 +194,20 @@ class LookupService:
 
     def __init__(self, warehouse: str | Path, *, host: str = LOOPBACK, port: int = 0,
                  http_port: int = 0, poll_interval_s: float = 1.0,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 support_acting_master: bool = False, idle_timeout_s: float = 120.0) -> None:
+                 support_acting_master: bool = False, limits: Limits | None = None,
+                 max_frame_bytes: int | None = None, idle_timeout_s: float | None = None) -> None:
+        """`max_frame_bytes` and `idle_timeout_s`, if given, override those of `limits`."""
         self.warehouse = warehouse
         self.host = host
         self.port = port
         self.http_port = http_port
         self.poll_interval_s = poll_interval_s
-        self.max_frame_bytes = max_frame_bytes
-        # RocketMQ closes idle channels after serverChannelMaxIdleTimeSeconds (120 s).
-        self.idle_timeout_s = idle_timeout_s
+        overrides = {k: v for k, v in (("max_frame_bytes", max_frame_bytes),
+                                       ("idle_timeout_s", idle_timeout_s)) if v is not None}
+        self.limits = replace(limits or Limits(), **overrides)
         self.metrics = Metrics()
+        self.rejections = Rejections(self.metrics, log)
+        self._frame_log = ThrottledLog(log)
         self.holder = SnapshotHolder()
         self.refresher = Refresher(warehouse, self.holder, self.metrics, support_acting_master)
         self._stop = asyncio.Event()
@@ -210,7 +223,10 @@ class LookupService:
         http_socket = socket.create_server((self.host, self.http_port))
         self.http_port = http_socket.getsockname()[1]
         config = uvicorn.Config(create_app(self.holder, self.metrics), lifespan="off",
-                                log_config=None, access_log=False, timeout_graceful_shutdown=5)
+                                log_config=None, access_log=False, timeout_graceful_shutdown=5,
+                                http=guarded_protocol(self.limits, self.rejections), ws="none",
+                                server_header=False,
+                                timeout_keep_alive=self.limits.http_keepalive_timeout_s)
         self._http = _Uvicorn(config)
         self._tasks = [
             asyncio.create_task(self._http.serve(sockets=[http_socket]), name="lookup-http"),
@@ -255,39 +271,15 @@ class LookupService:
                           writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        peer = writer.get_extra_info("peername")
+        if len(self._connections) >= self.limits.max_connections:
+            self.rejections("remoting", "max_connections", peer)
+            writer.close()
+            return
         self._connections[task] = writer
         self.metrics.connections += 1
-        peer = writer.get_extra_info("peername")
-        decoder = FrameDecoder(self.max_frame_bytes)
         try:
-            while not self._stop.is_set():
-                try:
-                    data = await asyncio.wait_for(reader.read(READ_CHUNK), self.idle_timeout_s)
-                except TimeoutError:
-                    log.info("closing idle remoting connection from %s", peer)
-                    break
-                if not data:
-                    break
-                try:
-                    commands = decoder.feed(data)
-                except RemotingCodecError as exc:
-                    self.metrics.frame_errors[type(exc).__name__] += 1
-                    log.warning("closing remoting connection from %s: %s", peer, exc)
-                    break
-                for command in commands:
-                    if writer.is_closing():
-                        break  # the peer went away mid-batch: its answers have no reader
-                    started = time.perf_counter()
-                    served = self.holder.current  # one read per request: one snapshot
-                    response = answer(served.index if served else None, command)
-                    if response is not None:
-                        writer.write(encode(response))
-                    request = str(command.code) if command.code in _KNOWN_CODES else "other"
-                    self.metrics.observe("remoting", request,
-                                         str(response.code) if response else "none",
-                                         time.perf_counter() - started)
-                # Back-pressure per connection: a slow reader waits here, nobody else does.
-                await writer.drain()
+            await self._serve_connection(reader, writer, peer)
         except ConnectionError:
             pass  # the peer went away
         except Exception:  # a bug must cost one connection, not the server
@@ -298,6 +290,88 @@ class LookupService:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _serve_connection(self, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter, peer: object) -> None:
+        """Read, decode, answer until EOF, a bad frame or a timeout. Between frames the idle
+        timeout applies; once a frame has begun it must be whole within the request timeout
+        (a deadline that more bytes do not move)."""
+        loop = asyncio.get_running_loop()
+        decoder = FrameDecoder(self.limits.max_frame_bytes)
+        frame_deadline: float | None = None
+        while not self._stop.is_set():
+            if frame_deadline is None:
+                reason, timeout = "idle_timeout", self.limits.idle_timeout_s
+            else:
+                reason, timeout = "request_timeout", max(0.0, frame_deadline - loop.time())
+            try:
+                data = await asyncio.wait_for(reader.read(READ_CHUNK), timeout)
+            except TimeoutError:
+                self.rejections("remoting", reason, peer)
+                return
+            if not data:
+                return
+            try:
+                commands = decoder.feed(data)
+            except RemotingCodecError as exc:
+                self._frame_error(exc, peer)
+                return
+            if not decoder.buffered:
+                frame_deadline = None
+            elif commands or frame_deadline is None:  # a new frame began in this read
+                frame_deadline = loop.time() + self.limits.request_timeout_s
+            await self._answer_all(commands, writer, peer)
+            if decoder.error is not None:  # the frames before it are answered: now close
+                self._frame_error(decoder.error, peer)
+                return
+
+    async def _answer_all(self, commands: list[RemotingCommand], writer: asyncio.StreamWriter,
+                          peer: object) -> None:
+        for command in commands:
+            if writer.is_closing():
+                return  # the peer went away mid-batch: its answers have no reader
+            started = time.perf_counter()
+            served = self.holder.current  # one read per request: one snapshot
+            response = self._answer(served.index if served else None, command)
+            if response is not None:
+                writer.write(encode_head(response))
+                if response.body:  # the index's shared bytes: written, not copied into a frame
+                    writer.write(response.body)
+            request = str(command.code) if command.code in _KNOWN_CODES else "other"
+            self.metrics.observe("remoting", request,
+                                 str(response.code) if response else "none",
+                                 time.perf_counter() - started)
+            if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                await self._drain(writer, peer)
+        await self._drain(writer, peer)
+
+    def _answer(self, index: RouteIndex | None, command: RemotingCommand
+                ) -> RemotingCommand | None:
+        try:
+            response = answer(index, command)
+            if response is not None:
+                encode_head(response)  # what cannot be encoded is answered below instead
+            return response
+        except Exception:  # a bug must cost one request, not the connection
+            self._frame_log.log("answer", logging.ERROR, "answering request code %s failed",
+                                command.code, exc_info=True)
+            return None if command.is_oneway else command.response(
+                ResponseCode.SYSTEM_ERROR, "internal error", version=NAMESRV_VERSION)
+
+    async def _drain(self, writer: asyncio.StreamWriter, peer: object) -> None:
+        """Back-pressure per connection: a slow reader waits here, nobody else does; one that
+        reads nothing for the idle timeout is closed."""
+        try:
+            await asyncio.wait_for(writer.drain(), self.limits.idle_timeout_s)
+        except TimeoutError:
+            self.rejections("remoting", "write_timeout", peer)
+            raise ConnectionResetError("answers not read") from None
+
+    def _frame_error(self, exc: RemotingCodecError, peer: object) -> None:
+        name = type(exc).__name__
+        self.metrics.frame_errors[name] += 1
+        self._frame_log.log(name, logging.WARNING, "remoting: closing connection from %s: %s",
+                            peer, exc)
 
 
 async def _serve_until_signal(service: LookupService) -> None:
@@ -315,14 +389,18 @@ async def _serve_until_signal(service: LookupService) -> None:
 
 
 def serve(warehouse: str, port: int, http_port: int, poll_interval_s: float,
-          max_frame_bytes: int, support_acting_master: bool, *, host: str = LOOPBACK) -> None:
-    """Serve until Ctrl-C / SIGTERM (blocking; call from the main thread)."""
+          max_frame_bytes: int, support_acting_master: bool, *, host: str = LOOPBACK,
+          limits: Limits | None = None) -> None:
+    """Serve until Ctrl-C / SIGTERM (blocking; call from the main thread). Without `limits`,
+    those of conf/routelake.toml [serve] (and ROUTELAKE_SERVE_* variables) apply."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if limits is None:
+        limits = Limits.from_config(load_config().serve)
     service = LookupService(warehouse, host=host, port=port, http_port=http_port,
                             poll_interval_s=poll_interval_s, max_frame_bytes=max_frame_bytes,
-                            support_acting_master=support_acting_master)
+                            support_acting_master=support_acting_master, limits=limits)
     # uvloop (libuv) serves both protocols faster than the default asyncio loop.
     runner = uvloop.run if uvloop is not None else asyncio.run
     runner(_serve_until_signal(service))

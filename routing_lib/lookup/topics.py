@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from routing_lib.lookup.limits import clip
+
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 # Acting-master rewrites never touch these (RouteInfoManager.pickupTopicRouteData).
@@ -29,17 +31,18 @@ def is_system_topic(topic: str) -> bool:
 
 
 def validate_topic(topic: str | None) -> str | None:
-    """None when valid, else TopicValidator.validateTopic's remark."""
+    """None when valid, else TopicValidator.validateTopic's remark (the topic clipped: an
+    invalid one can be as long as a frame)."""
     if topic is None or not topic.strip(_JAVA_WHITESPACE):
         return "The specified topic is blank."
     if not _LEGAL.fullmatch(topic):
-        return (f"The specified topic: {topic}, contains illegal characters, "
+        return (f"The specified topic: {clip(topic)}, contains illegal characters, "
                 "allowing only ^[%|a-zA-Z0-9_-]+$")
     if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
         if len(topic) > RETRY_OR_DLQ_TOPIC_MAX_LENGTH:
-            return (f"The specified topic is DLQ or Retry topic: {topic}, and it's longer than "
-                    f"topic max length: {RETRY_OR_DLQ_TOPIC_MAX_LENGTH}")
+            return (f"The specified topic is DLQ or Retry topic: {clip(topic)}, and it's "
+                    f"longer than topic max length: {RETRY_OR_DLQ_TOPIC_MAX_LENGTH}")
     elif len(topic) > TOPIC_MAX_LENGTH:
-        return (f"The specified topic: {topic}, is longer than topic max length: "
+        return (f"The specified topic: {clip(topic)}, is longer than topic max length: "
                 f"{TOPIC_MAX_LENGTH}")
     return None
