@@ -121,8 +121,15 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._reject(400 if version.startswith("0.") else 505, "bad_http_version")
         if len(self.pipeline) >= HTTP_MAX_PIPELINED:
             self._reject(503, "pipeline_too_deep")
+        if self._declared_body() > self.limits.http_max_body_bytes:
+            self._reject(413, "body_too_large")  # before the app sees the request
         self._in_head = False
         super().on_headers_complete()
+
+    def _declared_body(self) -> int:
+        # llhttp has checked the value is a number; a chunked body is metered in on_body.
+        lengths = [int(v) for n, v in self.headers if n == b"content-length"]
+        return max(lengths, default=0)
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
@@ -176,7 +183,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def _close_after_pending(self) -> bool:
         """True if an answer is still due: the last one due now closes the connection."""
-        last = self.pipeline[0] if self.pipeline else self.cycle
+        last = self.pipeline[0][0] if self.pipeline else self.cycle  # (cycle, app) pairs
         if last is None or last.response_complete:
             return False
         last.keep_alive = False
