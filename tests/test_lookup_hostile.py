@@ -216,6 +216,13 @@ def test_requests_before_a_bad_frame_are_answered_then_closed(server):
     assert [(r.opaque, r.code) for r in replies] == [(1, 0), (2, 0)] and closed
 
 
+def test_http_pipeline_depth_is_capped(server):
+    get = b"GET /topics HTTP/1.1\r\nHost: t\r\n\r\n"
+    raw = http(server.http_port, get * 200)  # one read: uvicorn would queue all 200
+    assert 1 <= raw.count(b"HTTP/1.1 200 OK") <= 17  # one answering, 16 queued, then closed
+    assert 'reason="pipeline_too_deep"' in metrics(server)
+
+
 def test_http_requests_before_a_bad_one_are_answered_then_closed(server):
     good = b"GET /topics/Orders/route HTTP/1.1\r\nHost: t\r\n\r\n"
     raw = http(server.http_port, good + good + b"GET /topics \x00HTTP/1.1\r\n\r\n" + good)
@@ -304,17 +311,20 @@ def test_hostile_connections_cannot_grow_rss_beyond_the_bound(server):
     baseline, peak = server.rss_bytes(), 0
     held: list[socket.socket] = []
     try:
+        started = time.monotonic()
         for _ in range(TEST_LIMITS.max_connections):
             _hold_remoting(server.port, held)
             _hold_http(server.http_port, held)
+        turned_away = [connect(server.port) for _ in range(64)]
+        assert all(read_until_eof(sock, 3) == (b"", True) for sock in turned_away)
+        turned_away += [connect(server.http_port) for _ in range(64)]
+        assert all(http_status(read_until_eof(sock, 3)[0]) == 503 for sock in turned_away[64:])
+        # Turned away at once, not by the holders' deadline freeing slots.
+        assert time.monotonic() - started < TEST_LIMITS.request_timeout_s
+        for sock in turned_away:
+            sock.close()
         for _ in range(64):
             _flood_http_head(server.http_port)
-        turned_away = [connect(server.port) for _ in range(64)]
-        turned_away += [connect(server.http_port) for _ in range(64)]
-        for sock in turned_away:
-            raw, closed = read_until_eof(sock, 3)
-            assert closed and http_status(raw) in (503, None)
-            sock.close()
         for _ in range(10):
             peak = max(peak, server.rss_bytes())
             time.sleep(0.03)
@@ -338,19 +348,19 @@ def test_http_idle_and_slowloris_connections_are_closed(server):
     for sock in slow:
         sock.sendall(b"GET /topics HTTP/1.1\r\nHost: t\r\n")
     started = time.monotonic()
-    for _ in range(8):  # one header byte per socket every 0.25 s: more bytes, same deadline
+    # One header byte per socket every 0.25 s, for well past the deadline: more bytes do not
+    # move it (uvicorn's own timer restarted on every read, so these were never closed).
+    while time.monotonic() - started < TEST_LIMITS.request_timeout_s + 2:
         time.sleep(0.25)
         for sock in slow:
             try:
                 sock.send(b"X")
             except OSError:
                 pass
-    results = [read_until_eof(sock, 5) for sock in idle + slow]
-    elapsed = time.monotonic() - started
+    results = [read_until_eof(sock, 0.5) for sock in idle + slow]  # closed already
     assert all(closed for _, closed in results)
     assert all(raw == b"" for raw, _ in results[:20])  # idle: closed silently
-    assert all(http_status(raw) in (408, None) for raw, _ in results[20:])
-    assert elapsed < TEST_LIMITS.request_timeout_s + 4
+    assert all(http_status(raw) == 408 for raw, _ in results[20:])  # the request deadline
     for sock in idle + slow:
         sock.close()
 
@@ -406,9 +416,10 @@ def test_error_answers_echo_a_clipped_topic(server):
     (reply,), _ = exchange(server.port, request(topic=topic))
     assert reply.code == ResponseCode.INVALID_PARAMETER
     assert len(reply.remark) < 200 and "(60001 chars)" in reply.remark
-    raw = http(server.http_port, b"GET /topics/" + b"y" * 7000 + b"!/route HTTP/1.1\r\n\r\n")
+    close = b" HTTP/1.1\r\nConnection: close\r\n\r\n"
+    raw = http(server.http_port, b"GET /topics/" + b"y" * 7000 + b"!/route" + close)
     assert http_status(raw) == 400 and len(raw) < 1024 and b"(7001 chars)" in raw
-    raw = http(server.http_port, b"GET /clusters/" + b"c" * 7000 + b"/topics HTTP/1.1\r\n\r\n")
+    raw = http(server.http_port, b"GET /clusters/" + b"c" * 7000 + b"/topics" + close)
     assert http_status(raw) == 404 and len(raw) < 1024
 
 

@@ -13,6 +13,7 @@ attributes (parser, cycle, pipeline, connections, transport, flow).
 from __future__ import annotations
 
 import asyncio
+import logging
 from http import HTTPStatus
 from typing import Any, ClassVar, NoReturn
 
@@ -82,6 +83,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._closed = True
             if not self._close_after_pending():
                 self.transport.close()
+        except Exception:  # a bug costs this connection and one log line per interval
+            self.rejections.log.log("http-bug", logging.ERROR, "http: request from %s failed",
+                                    self._peer(), exc_info=True)
+            self._closed = True
+            self.transport.close()
 
     def _feed(self, data: bytes) -> None:
         # While a head is incomplete, feed no more than what is left of its budget.

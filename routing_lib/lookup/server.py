@@ -282,8 +282,9 @@ class LookupService:
             await self._serve_connection(reader, writer, peer)
         except ConnectionError:
             pass  # the peer went away
-        except Exception:  # a bug must cost one connection, not the server
-            log.exception("remoting connection from %s failed", peer)
+        except Exception:  # a bug must cost one connection, not the server (nor flood the log)
+            self._frame_log.log("connection-bug", logging.ERROR,
+                                "remoting connection from %s failed", peer, exc_info=True)
         finally:
             self.metrics.connections -= 1
             self._connections.pop(task, None)
