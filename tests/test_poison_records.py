@@ -11,7 +11,6 @@ import json
 
 import pandas as pd
 import pytest
-from pyspark.sql.streaming.state import GroupState
 
 from routing_lib import ingest
 from routing_lib.core import clock as clock_module
@@ -21,7 +20,6 @@ from routing_lib.core.history import HISTORY_TABLE_DDL, HistoryTracker
 from routing_lib.core.tables import DEAD_LETTER, SIDE_TABLE_DDL, TABLE_DDL, rows_of
 from routing_lib.core.wire import pack_event
 from routing_lib.spark.sources import _classify_archives, make_kafka_classifier
-from routing_lib.spark.stateful import STATE_SCHEMA, StepSettings, make_step
 from schemas import parse_event
 from schemas.route_event import (
     INT32_MAX,
@@ -32,8 +30,7 @@ from schemas.route_event import (
 )
 from tests.bad_records import INTEGER_RANGE_RECORDS
 from tests.helpers import fixture_lines
-
-assert STATE_SCHEMA == "clock STRING, history STRING"  # what _group_state builds
+from tests.step_support import group_state, run_step
 
 _RANGES = {"BIGINT": (INT64_MIN, INT64_MAX), "INT": (INT32_MIN, INT32_MAX)}
 
@@ -100,8 +97,8 @@ def test_a_deadline_past_int64_sets_no_timeout_it_could_not_hold():
     clock.add(event, ("f", 1))
     clock.advance(MAX_EVENT_TIME_MS, DEFAULT_FLAGS)
     assert clock.wake_up_at() > INT64_MAX  # the step must not pass this to Spark
-    state = _group_state()
-    out = _run_step([(MAX_EVENT_TIME_MS, "f", 2, pack_event(event))], state,
+    state = group_state()
+    out = run_step([(MAX_EVENT_TIME_MS, "f", 2, pack_event(event))], state,
                     watermark=MAX_EVENT_TIME_MS - 10_000)
     assert state.exists and not out.empty
 
@@ -150,26 +147,6 @@ def test_stage_one_failure_dead_letters_one_kafka_record(monkeypatch):
     assert out.reason[1].startswith("internal error: RuntimeError")
 
 
-def _group_state(clock_json: str | None = None, watermark: int = 0) -> GroupState:
-    from pyspark.sql.types import Row, StringType, StructField, StructType
-
-    return GroupState(optionalValue=Row(clock_json, None) if clock_json else Row(),
-                      batchProcessingTimeMs=0, eventTimeWatermarkMs=watermark,
-                      timeoutConf="EventTimeTimeout", hasTimedOut=False, watermarkPresent=True,
-                      defined=clock_json is not None, updated=False, removed=False,
-                      timeoutTimestamp=-1, keyAsUnsafe=b"",
-                      valueSchema=StructType([StructField(name, StringType())
-                                              for name in ("clock", "history")]))
-
-
-def _run_step(events: list[tuple], state: GroupState, watermark: int,
-              group: str = "edge") -> pd.DataFrame:
-    state._event_time_watermark_ms = watermark
-    step = make_step(StepSettings("/nonexistent-checkpoint", DEFAULT_FLAGS, history=True))
-    frame = pd.DataFrame(events, columns=["event_time", "source", "position", "payload"])
-    return pd.concat(list(step((group,), iter([frame]), state)))
-
-
 def test_stateful_step_failure_dead_letters_one_event_and_applies_the_rest(monkeypatch):
     lines = fixture_lines("02_master_and_slave")
     events = [parse_event(line) for line in lines]
@@ -184,7 +161,7 @@ def test_stateful_step_failure_dead_letters_one_event_and_applies_the_rest(monke
     monkeypatch.setattr(clock_module, "apply_event", apply)
     rows = [(e.eventTime, "t-0", n, pack_event(e)) for n, e in enumerate(events)
             if e.brokerName == group]
-    out = _run_step(rows, _group_state(), watermark=max(e.eventTime for e in events))
+    out = run_step(rows, group_state(), watermark=max(e.eventTime for e in events))
     dead = out[out.kind == "dead"]
     poisoned = [n for n, e in enumerate(events) if e.brokerName == group and e.brokerId == 1]
     assert poisoned

@@ -1,4 +1,8 @@
-"""GroupClock <-> JSON, the form a group's state takes between micro-batches."""
+"""GroupClock <-> (JSON, topics blob), the form a group's state takes between micro-batches.
+
+The topics travel as their own blob (routing_lib.core.topic_table), decoded only when used and
+handed back unchanged when they did not change: a heartbeat costs O(brokers), not O(topics).
+"""
 
 from __future__ import annotations
 
@@ -10,14 +14,15 @@ from routing_lib.core.group_routes import (
     BrokerLive,
     DataVersion,
     GroupRoutes,
-    QueueData,
 )
+from routing_lib.core.topic_table import TopicTable
 from routing_lib.core.wire import pack_event, unpack_event
 
-STATE_FORMAT = 1
+STATE_FORMAT = 2
+ClockState = tuple[str, str]  # (clock JSON, topics blob)
 
 
-def encode_clock(clock: GroupClock) -> str:
+def encode_clock(clock: GroupClock) -> ClockState:
     r = clock.routes
     data = r.broker_data
     return json.dumps({
@@ -27,17 +32,16 @@ def encode_clock(clock: GroupClock) -> str:
         "broker": None if data is None else [data.cluster, sorted(data.broker_addrs.items()),
                                              data.enable_acting_master, data.zone_name],
         "clusters": sorted(r.clusters),
-        "topics": {t: [q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag]
-                   for t, q in r.topics.items()},
         "live": [[c, a, x.last_update_timestamp, x.heartbeat_timeout_millis,
                   [x.data_version.state_version, x.data_version.timestamp,
                    x.data_version.counter], x.ha_server_addr] for (c, a), x in r.live.items()],
         "filters": [[c, a, servers] for (c, a), servers in r.filter_servers.items()],
         "pending": [[p.arrival[0], p.arrival[1], pack_event(p.event)] for p in clock.pending],
-    }, separators=(",", ":"))
+    }, separators=(",", ":")), r.topics.blob()
 
 
-def decode_clock(text: str) -> GroupClock:
+def decode_clock(state: ClockState) -> GroupClock:
+    text, topics_blob = state
     s = json.loads(text)
     if s.get("v") != STATE_FORMAT:
         raise ValueError(f"unknown group state format {s.get('v')!r}")
@@ -47,7 +51,7 @@ def decode_clock(text: str) -> GroupClock:
         broker_data=None if broker is None else BrokerData(
             broker[0], {int(i): a for i, a in broker[1]}, broker[2], broker[3]),
         clusters=set(s["clusters"]),
-        topics={t: QueueData(*q) for t, q in s["topics"].items()},
+        topics=TopicTable.from_blob(topics_blob),
         live={(c, a): BrokerLive(last, timeout, DataVersion(*dv), ha)
               for c, a, last, timeout, dv, ha in s["live"]},
         filter_servers={(c, a): servers for c, a, servers in s["filters"]},

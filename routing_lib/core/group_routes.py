@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from routing_lib.core.topic_table import EMPTY_TOPICS, TopicTable
 from routing_lib.core.wire import Event, topic_names
 from schemas.route_event import DEFAULT_HEARTBEAT_TIMEOUT_MILLIS, HeartbeatEvent, RegisterEvent
 
@@ -74,7 +75,8 @@ class GroupRoutes:
     broker_name: str
     broker_data: BrokerData | None = None
     clusters: set[str] = field(default_factory=set)
-    topics: dict[str, QueueData] = field(default_factory=dict)
+    # immutable: a change assigns a new table (see topic_table.py)
+    topics: TopicTable = field(default_factory=lambda: EMPTY_TOPICS)
     live: dict[BrokerKey, BrokerLive] = field(default_factory=dict)
     filter_servers: dict[BrokerKey, list[str]] = field(default_factory=dict)
 
@@ -135,24 +137,31 @@ class GroupRoutes:
                             register_first: bool, is_prime_slave: bool,
                             flags: RouteFlags) -> None:
         table = event.topicConfigTable
+        registered = topic_names(table)
         if flags.delete_topic_with_broker_registration:
-            for topic in [t for t in self.topics if t not in table]:
-                del self.topics[topic]
+            keep = set(registered)
+            self.topics = self.topics.without(t for t in self.topics.names() if t not in keep)
         previous = self.live.get((event.clusterName, event.brokerAddr))
         version_changed = previous is None or previous.data_version != version
         if register_first or version_changed:
             configs = list(table.values())
         else:
             # Same dataVersion: only topics missing from this group's routes are (re)applied
-            # (RouteInfoManager.isTopicConfigChanged); usually none, so decode nothing.
-            missing = {n for n in topic_names(table) if n not in self.topics}
+            # (RouteInfoManager.isTopicConfigChanged); usually none, so decode nothing: the
+            # names usually match the table's in order, a list compare.
+            held = self.topics.names()
+            if registered == held:
+                return
+            held_set = set(held)
+            missing = {n for n in registered if n not in held_set}
             configs = [c for c in table.values() if c.topicName in missing] if missing else []
         wipe_write = is_prime_slave and self.broker_data is not None \
             and self.broker_data.enable_acting_master
-        for config in configs:
-            perm = config.perm & ~PERM_WRITE if wipe_write else config.perm
-            self.topics[config.topicName] = QueueData(
-                config.readQueueNums, config.writeQueueNums, perm, config.topicSysFlag)
+        self.topics = self.topics.updated({
+            config.topicName: QueueData(config.readQueueNums, config.writeQueueNums,
+                                        config.perm & ~PERM_WRITE if wipe_write else config.perm,
+                                        config.topicSysFlag)
+            for config in configs})
 
     # -- BROKER_HEARTBEAT -----------------------------------------------------------------
     def heartbeat(self, cluster: str, addr: str, now: int) -> bool:
@@ -175,9 +184,9 @@ class GroupRoutes:
             # The group is gone: its name leaves the cluster and every topic.
             self.broker_data = None
             self.clusters.discard(cluster)
-            self.topics.clear()
+            self.topics = EMPTY_TOPICS
         elif data.enable_acting_master and min(data.broker_addrs) > MASTER_ID:
-            self.topics = {t: _without_write(q) for t, q in self.topics.items()}
+            self.topics = self.topics.mapped(_without_write)
 
     # -- scanNotActiveBroker + onChannelDestroy -------------------------------------------
     def expire(self, now: int) -> list[tuple[BrokerKey, int]]:

@@ -401,7 +401,8 @@ def _identity_row(table: str, key: tuple, valid_from: int) -> Row:
     return row
 
 
-HISTORY_STATE_FORMAT = 1
+HISTORY_STATE_FORMAT = 2
+HistoryState = tuple[str, str]  # (tracker JSON, topic_route_history opens blob)
 
 
 @dataclass
@@ -414,13 +415,23 @@ class HistoryTracker:
         default_factory=lambda: {t: {} for t in INTERVAL_TABLES})
     instant: int = 0  # time of the latest liveness event
     seq: int = 0  # liveness events already numbered at `instant`
+    # topic_route_history's open intervals as read from state, until first used: a group with
+    # 10 000 topics keeps them all open, and most batches change none of them.
+    topic_opens_blob: str | None = None
+
+    def opens(self, table: str) -> dict[tuple, int]:
+        if table == TOPIC_ROUTE_HISTORY and self.topic_opens_blob is not None:
+            pairs = json.loads(self.topic_opens_blob) if self.topic_opens_blob else []
+            self.open_since[table] = {(topic, self.broker_name): since for topic, since in pairs}
+            self.topic_opens_blob = None
+        return self.open_since[table]
 
     def record(self, transition: Transition) -> list[HistoryChange]:
         h = transition_history(self.broker_name, transition)
         t = transition.time
         out: list[HistoryChange] = []
         for end in h.ends:
-            since = self.open_since[end.table].pop(end.key, None)
+            since = self.opens(end.table).pop(end.key, None)
             if since is None:
                 continue  # opened before this group's history was tracked: nothing to close
             ident = _identity_row(end.table, end.key, since)
@@ -429,7 +440,7 @@ class HistoryTracker:
             else:
                 out.append(HistoryChange(end.table, CLOSE, {**ident, **end.columns}))
         for start in h.starts:
-            self.open_since[start.table][start.key] = t
+            self.opens(start.table)[start.key] = t
             out.append(HistoryChange(start.table, UPSERT, start.row))
         for row in h.liveness:
             if t != self.instant:
@@ -449,20 +460,26 @@ class HistoryTracker:
         return advance, compact_changes(changes)
 
     def is_idle(self) -> bool:
-        return not any(self.open_since.values())
+        return not self.topic_opens_blob and not any(self.open_since.values())
 
 
-def encode_history(tracker: HistoryTracker) -> str:
+def encode_history(tracker: HistoryTracker) -> HistoryState:
+    topic_blob = tracker.topic_opens_blob
+    if topic_blob is None:
+        opens = tracker.open_since[TOPIC_ROUTE_HISTORY]
+        topic_blob = json.dumps([[key[0], since] for key, since in opens.items()],
+                                separators=(",", ":")) if opens else ""
     return json.dumps({
         "v": HISTORY_STATE_FORMAT,
         "name": tracker.broker_name,
         "open": {table: [[*key, since] for key, since in opens.items()]
-                 for table, opens in tracker.open_since.items()},
+                 for table, opens in tracker.open_since.items() if table != TOPIC_ROUTE_HISTORY},
         "instant": [tracker.instant, tracker.seq],
-    }, separators=(",", ":"))
+    }, separators=(",", ":")), topic_blob
 
 
-def decode_history(text: str) -> HistoryTracker:
+def decode_history(state: HistoryState) -> HistoryTracker:
+    text, topic_blob = state
     s = json.loads(text)
     if s.get("v") != HISTORY_STATE_FORMAT:
         raise ValueError(f"unknown history state format {s.get('v')!r}")
@@ -470,7 +487,7 @@ def decode_history(text: str) -> HistoryTracker:
     for table, items in s["open"].items():
         open_since[table] = {tuple(item[:-1]): item[-1] for item in items}
     instant, seq = s["instant"]
-    return HistoryTracker(s["name"], open_since, instant, seq)
+    return HistoryTracker(s["name"], open_since, instant, seq, topic_opens_blob=topic_blob)
 
 
 # ---- the writer's side: compaction and MERGE semantics ----------------------------------------

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from routing_lib.core.group_routes import BrokerData, BrokerKey, BrokerLive, GroupRoutes, QueueData
+from routing_lib.core.topic_table import EMPTY_TOPICS, TopicTable
 
 Row = dict[str, Any]
 
@@ -40,7 +41,7 @@ class RoutesSnapshot:
 
     broker_data: tuple | None
     clusters: frozenset[str]
-    topics: dict[str, QueueData]
+    topics: TopicTable  # immutable and shared with the routes: no copy
     live: dict[BrokerKey, BrokerLive]
     filter_servers: dict[BrokerKey, tuple[str, ...]]
 
@@ -49,13 +50,13 @@ class RoutesSnapshot:
         return RoutesSnapshot(
             broker_data=_broker_data_tuple(routes.broker_data),
             clusters=frozenset(routes.clusters),
-            topics=dict(routes.topics),
+            topics=routes.topics,
             live=dict(routes.live),
             filter_servers={k: tuple(v) for k, v in routes.filter_servers.items()},
         )
 
 
-EMPTY = RoutesSnapshot(None, frozenset(), {}, {}, {})
+EMPTY = RoutesSnapshot(None, frozenset(), EMPTY_TOPICS, {}, {})
 
 
 def _broker_data_tuple(data: BrokerData | None) -> tuple | None:
@@ -105,9 +106,11 @@ def _diff_maps(table: str, old: dict, new: dict, row_of) -> list[Change]:
 
 def diff(name: str, before: RoutesSnapshot, after: RoutesSnapshot) -> list[Change]:
     """Row changes that turn the tables of `before` into those of `after` for group `name`."""
-    changes = _diff_maps(TOPIC_QUEUE, {(t, name): q for t, q in before.topics.items()},
-                         {(t, name): q for t, q in after.topics.items()},
-                         lambda k, q: _topic_row(name, k[0], q))
+    changes: list[Change] = []
+    if before.topics is not after.topics:  # copy on write: same object, same topics
+        changes += _diff_maps(TOPIC_QUEUE, {(t, name): q for t, q in before.topics.items()},
+                              {(t, name): q for t, q in after.topics.items()},
+                              lambda k, q: _topic_row(name, k[0], q))
     changes += _diff_maps(BROKER_ADDR, _broker_rows(name, before.broker_data),
                           _broker_rows(name, after.broker_data), lambda k, row: row)
     changes += _diff_maps(CLUSTER_ADDR, {(c, name): True for c in before.clusters},

@@ -29,7 +29,8 @@ from schemas.route_event import INT64_MAX
 
 log = logging.getLogger("routelake.step")
 
-STATE_SCHEMA = "clock STRING, history STRING"
+# The topic blobs are columns of their own: passed back unchanged when the topics did not change.
+STATE_SCHEMA = "clock STRING, topics STRING, history STRING, topic_history STRING"
 # kind: change | history | dead | late | stats. row_json: the row (or key for a delete) as JSON.
 OUTPUT_SCHEMA = "kind STRING, table STRING, op STRING, row_json STRING, raw BINARY"
 OUTPUT_COLUMNS = ["kind", "table", "op", "row_json", "raw"]
@@ -103,9 +104,9 @@ def make_step(settings: StepSettings):
             ticks = sum(len(pdf) for pdf in frames)
             yield _frame([_stats(input_rows=ticks, accepted=ticks, ticks=ticks)])
             return
-        saved = state.get if state.exists else (None, None)
-        clock = decode_clock(saved[0]) if saved[0] else GroupClock(GroupRoutes(group))
-        tracker = decode_history(saved[1]) if saved[1] else HistoryTracker(group)
+        saved = state.get if state.exists else (None, None, None, None)
+        clock = decode_clock(saved[:2]) if saved[0] else GroupClock(GroupRoutes(group))
+        tracker = decode_history(saved[2:]) if saved[2] else HistoryTracker(group)
         before = RoutesSnapshot.of(clock.routes)
         watermark = state.getCurrentWatermarkMs()
         published = published_watermark(settings.checkpoint)
@@ -157,7 +158,8 @@ def make_step(settings: StepSettings):
         if clock.is_idle() and tracker.is_idle():
             state.remove()
             return
-        state.update((encode_clock(clock), encode_history(tracker) if settings.history else None))
+        history_state = encode_history(tracker) if settings.history else (None, None)
+        state.update((*encode_clock(clock), *history_state))
         wake_up = clock.wake_up_at()
         # Spark fires an event-time timeout once the watermark is strictly past it.
         # A deadline past INT64_MAX (a huge heartbeatTimeoutMillis) is never reached by a

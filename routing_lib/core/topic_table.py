@@ -1,0 +1,116 @@
+"""One group's slice of topicQueueTable as an immutable value with a lazily decoded blob.
+
+A group with 10 000 topics is touched by every heartbeat and every registration, but its topics
+change only when a dataVersion does. So the table is never changed in place: a change builds a
+new TopicTable (copy on write). That makes "did the topics change?" an identity test (snapshots,
+row diffs and history share the object for free), and lets the state codec hand back the very
+blob it was given when nothing changed: a heartbeat never decodes it, an unchanged registration
+only reads its names.
+
+Blob layout: topic names joined by US, then RS, then the rows as a JSON list of
+[readQueueNums, writeQueueNums, perm, topicSysFlag] in the same order. Topic names are
+[%|a-zA-Z0-9_-], so the separators cannot clash.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from routing_lib.core.group_routes import QueueData
+
+RS, US = "\x1e", "\x1f"
+
+
+class TopicTable(Mapping[str, "QueueData"]):
+    __slots__ = ("_rows", "_blob", "_names")
+    decodes: ClassVar[int] = 0  # blobs decoded in this process (tests count them)
+
+    def __init__(self, rows: dict[str, QueueData] | None = None, *, blob: str | None = None):
+        self._rows = rows if rows is not None or blob is not None else {}
+        self._blob = blob
+        self._names: list[str] | None = None
+
+    @staticmethod
+    def from_blob(blob: str) -> TopicTable:
+        return TopicTable(None, blob=blob)
+
+    # -- reading ---------------------------------------------------------------------------
+    def _table(self) -> dict[str, QueueData]:
+        if self._rows is None:
+            from routing_lib.core.group_routes import QueueData
+
+            TopicTable.decodes += 1
+            rows = json.loads(self._blob.partition(RS)[2]) if self._blob else []
+            self._rows = {name: QueueData(*row)
+                          for name, row in zip(self.names(), rows, strict=True)}
+        return self._rows
+
+    def names(self) -> list[str]:
+        """The topic names, without decoding the rows."""
+        if self._rows is not None:
+            return list(self._rows)
+        if self._names is None:
+            head = self._blob.partition(RS)[0] if self._blob else ""
+            self._names = head.split(US) if head else []
+        return self._names
+
+    def __getitem__(self, topic: str) -> QueueData:
+        return self._table()[topic]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self._table()
+
+    # Mapping's mixins would go through __getitem__ once per topic: use the dict's own views.
+    def items(self):  # type: ignore[override]
+        return self._table().items()
+
+    def values(self):  # type: ignore[override]
+        return self._table().values()
+
+    def get(self, topic: str, default=None):  # type: ignore[override]
+        return self._table().get(topic, default)
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if isinstance(other, TopicTable) and self._blob is not None and self._blob == other._blob:
+            return True
+        return Mapping.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def blob(self) -> str:
+        """The encoded form: the blob this table was decoded from, if it never changed."""
+        if self._blob is None:
+            rows = self._rows or {}
+            self._blob = US.join(rows) + RS + json.dumps(
+                [[q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag]
+                 for q in rows.values()], separators=(",", ":"))
+        return self._blob
+
+    # -- copy on write -----------------------------------------------------------------------
+    def updated(self, changes: Mapping[str, QueueData]) -> TopicTable:
+        if not changes:
+            return self
+        return TopicTable({**self._table(), **changes})
+
+    def without(self, topics: Iterable[str]) -> TopicTable:
+        drop = set(topics)
+        if not drop:
+            return self
+        return TopicTable({t: q for t, q in self._table().items() if t not in drop})
+
+    def mapped(self, change: Callable[[QueueData], QueueData]) -> TopicTable:
+        return TopicTable({t: change(q) for t, q in self._table().items()})
+
+
+EMPTY_TOPICS = TopicTable({})
