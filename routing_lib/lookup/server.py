@@ -333,9 +333,9 @@ class LookupService:
                 return  # the peer went away mid-batch: its answers have no reader
             started = time.perf_counter()
             served = self.holder.current  # one read per request: one snapshot
-            response = self._answer(served.index if served else None, command)
+            response, head = self._answer(served.index if served else None, command)
             if response is not None:
-                writer.write(encode_head(response))
+                writer.write(head)
                 if response.body:  # the index's shared bytes: written, not copied into a frame
                     writer.write(response.body)
             request = str(command.code) if command.code in _KNOWN_CODES else "other"
@@ -347,17 +347,19 @@ class LookupService:
         await self._drain(writer, peer)
 
     def _answer(self, index: RouteIndex | None, command: RemotingCommand
-                ) -> RemotingCommand | None:
+                ) -> tuple[RemotingCommand | None, bytes]:
+        """The response and its encoded head; a failure in either costs this request only."""
         try:
             response = answer(index, command)
-            if response is not None:
-                encode_head(response)  # what cannot be encoded is answered below instead
-            return response
-        except Exception:  # a bug must cost one request, not the connection
+            return response, b"" if response is None else encode_head(response)
+        except Exception:
             self._frame_log.log("answer", logging.ERROR, "answering request code %s failed",
                                 command.code, exc_info=True)
-            return None if command.is_oneway else command.response(
-                ResponseCode.SYSTEM_ERROR, "internal error", version=NAMESRV_VERSION)
+            if command.is_oneway or command.is_response:
+                return None, b""
+            response = command.response(ResponseCode.SYSTEM_ERROR, "internal error",
+                                        version=NAMESRV_VERSION)
+            return response, encode_head(response)
 
     async def _drain(self, writer: asyncio.StreamWriter, peer: object) -> None:
         """Back-pressure per connection: a slow reader waits here, nobody else does; one that
