@@ -572,6 +572,7 @@ def test_seeded_random_frames(server):
                               (106, 0, {}))
               for k in (SerializeType.JSON, SerializeType.ROCKETMQ)]
     started, runs, outcomes = time.monotonic(), 0, {"closed": 0, "answered": 0}
+    rss_before = server.rss_bytes()
     while runs < 400 and time.monotonic() - started < 20:
         runs += 1
         data = request(topic="Orders", opaque=1) + _mutate(rng, frames) + request(106, opaque=2)
@@ -592,6 +593,7 @@ def test_seeded_random_frames(server):
         assert_no_leak(raw, server)
         outcomes["answered" if replies[-1].opaque == 2 else "closed"] += 1
     assert runs >= 100 and all(outcomes.values()), (runs, outcomes)
+    assert server.rss_bytes() - rss_before < 16 << 20
 
 
 def _mutate_http(rng: random.Random) -> bytes:

@@ -90,7 +90,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def _feed(self, data: bytes) -> None:
-        # While a head is incomplete, feed no more than what is left of its budget.
+        # While a head is incomplete, feed no more than what is left of its budget. (A head
+        # pipelined behind a body in the same read goes in with it: one read at most extra.)
         while data:
             if not self._in_head:
                 self.parser.feed_data(data)  # bodies are metered in on_body
