@@ -13,7 +13,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from routing_lib.core.wire import pack_event
-from schemas.route_event import INT64_MAX, INT64_MIN, TickEvent, ValidationFailure, parse_event
+from schemas.route_event import (
+    INT64_MAX,
+    INT64_MIN,
+    TickEvent,
+    ValidationFailure,
+    parse_pipeline_event,
+)
 
 log = logging.getLogger("routelake.ingest")
 
@@ -58,7 +64,7 @@ def internal_error_reason(exc: BaseException) -> str:
 def _classify(raw: bytes, source: str, position: int, now_ms: int | None,
               max_future_skew_ms: int) -> Classified:
     try:
-        event = parse_event(raw)
+        event = parse_pipeline_event(raw)
         if now_ms is not None and event.eventTime > now_ms + max_future_skew_ms:
             raise ValidationFailure(
                 f"eventTime {event.eventTime} is more than {max_future_skew_ms} ms ahead of the "

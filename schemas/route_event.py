@@ -7,7 +7,7 @@ collector that sends those has a bug we want to see in the dead-letter table, no
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import (
     BaseModel,
@@ -20,6 +20,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from typing_extensions import TypedDict
 
 # RocketMQ's TopicValidator: characters and length of a topic name.
 TOPIC_NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"
@@ -94,9 +95,10 @@ class RegisterEvent(_BrokerEvent):
     def _keys_are_topic_names(self) -> RegisterEvent:
         # RocketMQ keys topicConfigTable by topicName; a differing key is a broken collector.
         for key, config in self.topicConfigTable.items():
-            if key != config.topicName:
+            name = config["topicName"] if isinstance(config, dict) else config.topicName
+            if key != name:
                 raise ValueError(f"topicConfigTable key {_clip(key)} differs from its "
-                                 f"topicName {_clip(config.topicName)}")
+                                 f"topicName {_clip(name)}")
         return self
 
 
@@ -123,6 +125,44 @@ class TickEvent(_Model):
 AnyEvent = RegisterEvent | HeartbeatEvent | UnregisterEvent | TickEvent
 RouteEvent = Annotated[AnyEvent, Field(discriminator="eventType")]
 _EVENT_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(RouteEvent)
+
+
+def _typed_dict_of(model: type[BaseModel]) -> Any:
+    """The model's fields and rules as a TypedDict: pydantic validates a 10 000-topic table
+    into plain dicts about 3x faster than into model instances."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        annotation: Any = info.annotation
+        if info.metadata:
+            annotation = Annotated[(annotation, *info.metadata)]  # type: ignore[valid-type]
+        fields[name] = annotation if info.is_required() else NotRequired[annotation]
+    return TypedDict(f"{model.__name__}Dict", fields)  # type: ignore[operator]
+
+
+TopicConfigDict = _typed_dict_of(TopicConfig)
+
+
+class PipelineRegister(RegisterEvent):
+    """RegisterEvent as the pipeline validates it: the same rules, topic configs left as dicts
+    (missing fields absent: readers apply the defaults). Only `parse_pipeline_event` makes it."""
+
+    topicConfigTable: dict[TopicName, TopicConfigDict]  # type: ignore[assignment]
+
+
+_PIPELINE_ADAPTER: TypeAdapter[Any] = TypeAdapter(Annotated[
+    PipelineRegister | HeartbeatEvent | UnregisterEvent | TickEvent,
+    Field(discriminator="eventType")])
+
+
+def parse_pipeline_event(raw: bytes | str) -> AnyEvent:
+    """parse_event for the pipeline's hot path: accepts exactly what parse_event accepts
+    (tests check both on every bad-record kind), and leaves a REGISTER's topic configs as
+    dicts. A rejected record is re-validated by parse_event for its readable reason."""
+    try:
+        return _check_port(_PIPELINE_ADAPTER.validate_json(raw))
+    except ValidationError:
+        pass
+    return parse_event(raw)  # raises ValidationFailure with the readable reason
 
 
 class ValidationFailure(ValueError):

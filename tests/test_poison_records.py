@@ -114,7 +114,7 @@ def test_integer_range_records_are_dead_letters_naming_the_field():
 
 
 def _poisoned_parse(marker: bytes):
-    real = ingest.parse_event
+    real = ingest.parse_pipeline_event
 
     def parse(raw):
         if marker in raw:
@@ -125,7 +125,7 @@ def _poisoned_parse(marker: bytes):
 
 def test_stage_one_failure_dead_letters_one_archive_line(monkeypatch):
     lines = [line.encode() for line in fixture_lines("02_master_and_slave")]
-    monkeypatch.setattr(ingest, "parse_event", _poisoned_parse(b'"brokerId":1,'))
+    monkeypatch.setattr(ingest, "parse_pipeline_event", _poisoned_parse(b'"brokerId":1,'))
     content = b"".join(line + b"\n" for line in lines)
     frames = list(_classify_archives(iter([pd.DataFrame({"path": ["file:/a.jsonl"],
                                                          "content": [content]})])))
@@ -138,7 +138,7 @@ def test_stage_one_failure_dead_letters_one_archive_line(monkeypatch):
 
 
 def test_stage_one_failure_dead_letters_one_kafka_record(monkeypatch):
-    monkeypatch.setattr(ingest, "parse_event", _poisoned_parse(b"POISON"))
+    monkeypatch.setattr(ingest, "parse_pipeline_event", _poisoned_parse(b"POISON"))
     good = fixture_lines("01_master_registers")[0].encode()
     frame = pd.DataFrame({"value": [good, b"POISON", good], "topic": ["t"] * 3,
                           "partition": [0] * 3, "offset": [7, 8, 9]})

@@ -55,3 +55,31 @@ def test_spark_schema_is_derived_from_the_models():
     assert topic_config.fieldNames() == ["topicName", "readQueueNums", "writeQueueNums", "perm",
                                          "topicSysFlag", "order"]
     assert struct["filterServerList"].dataType.simpleString() == "array<string>"
+
+
+@pytest.mark.parametrize("kind,raw,word", BAD_RECORDS, ids=[b[0] for b in BAD_RECORDS])
+def test_pipeline_schema_rejects_what_the_event_schema_rejects(kind, raw, word):
+    """The hot path (topic configs validated as dicts) gives the same verdict and reason."""
+    from schemas.route_event import parse_pipeline_event
+
+    with pytest.raises(ValidationFailure) as failure:
+        parse_pipeline_event(raw)
+    assert word in failure.value.reason
+
+
+def test_pipeline_schema_packs_the_same_event_as_the_event_schema():
+    from routing_lib.core.wire import pack_event, unpack_event
+    from schemas.route_event import parse_pipeline_event
+
+    for name in FIXTURES:
+        for line in fixture_lines(name):
+            fast, model = parse_pipeline_event(line), parse_event(line)
+            if model.eventType == "TICK":
+                assert fast == model
+                continue
+            unpacked = unpack_event(pack_event(fast))
+            head = {"topicConfigTable"}
+            assert unpacked.model_dump(exclude=head) == model.model_dump(exclude=head)
+            if model.eventType == "REGISTER":
+                assert {k: c._asdict() for k, c in unpacked.topicConfigTable.items()} == {
+                    k: c.model_dump() for k, c in model.topicConfigTable.items()}

@@ -17,7 +17,17 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
-from schemas.route_event import DataVersion, HeartbeatEvent, RegisterEvent, UnregisterEvent
+from pydantic_core import to_json
+
+from schemas.route_event import (
+    DEFAULT_PERM,
+    DEFAULT_QUEUE_NUMS,
+    DataVersion,
+    HeartbeatEvent,
+    PipelineRegister,
+    RegisterEvent,
+    UnregisterEvent,
+)
 
 Event = RegisterEvent | HeartbeatEvent | UnregisterEvent
 _TYPES: dict[str, type[Event]] = {"REGISTER": RegisterEvent, "HEARTBEAT": HeartbeatEvent,
@@ -54,8 +64,8 @@ class LazyTopicTable(Mapping[str, TopicRow]):
     def _table(self) -> dict[str, TopicRow]:
         if self._decoded is None:
             rows = json.loads(self._rows_json)
-            self._decoded = {k: TopicRow(*r) for k, r in zip(self.topic_keys(), rows,
-                                                              strict=True)}
+            self._decoded = {k: _topic_row(r) for k, r in zip(self.topic_keys(), rows,
+                                                               strict=True)}
         return self._decoded
 
     def __getitem__(self, key: str) -> TopicRow:
@@ -69,6 +79,15 @@ class LazyTopicTable(Mapping[str, TopicRow]):
 
     def packed(self) -> str:
         return f"{self._keys}{RS}{self._names}{RS}{self._rows_json}"
+
+
+def _topic_row(row: list | dict) -> TopicRow:
+    """A packed row: a list of the six values, or a validated config dict (defaults absent)."""
+    if isinstance(row, list):
+        return TopicRow(*row)
+    return TopicRow(row["topicName"], row.get("readQueueNums", DEFAULT_QUEUE_NUMS),
+                    row.get("writeQueueNums", DEFAULT_QUEUE_NUMS), row.get("perm", DEFAULT_PERM),
+                    row.get("topicSysFlag", 0), row.get("order"))
 
 
 def topic_names(table: Mapping) -> list[str]:
@@ -100,6 +119,10 @@ def pack_event(event: Event) -> str:
     table = event.topicConfigTable
     if isinstance(table, LazyTopicTable):
         return f"{head}{RS}{table.packed()}"
+    if isinstance(event, PipelineRegister):  # configs are dicts, keys equal their topicName
+        keys = US.join(table)
+        # pydantic-core's encoder: ~8x faster than json.dumps on 10 000 small dicts
+        return f"{head}{RS}{keys}{RS}{keys}{RS}" + to_json(list(table.values())).decode()
     rows = json.dumps([[c.topicName, c.readQueueNums, c.writeQueueNums, c.perm, c.topicSysFlag,
                         c.order] for c in table.values()], separators=(",", ":"))
     names = US.join(c.topicName for c in table.values())
