@@ -57,6 +57,7 @@ READ_CHUNK = 64 * 1024
 # A batch of pipelined requests is answered into the socket buffer; past this much unsent,
 # wait for the client to read before answering more (its answers, not its requests, grow).
 WRITE_HIGH_WATER = 64 * 1024
+SHARE_BODY_BYTES = 16 * 1024  # larger answer bodies are written as they are, not copied
 # Metric labels only for the codes we serve: a client cannot blow up the label set.
 _KNOWN_CODES = {v for k, v in vars(RequestCode).items() if k.isupper()}
 
@@ -335,8 +336,10 @@ class LookupService:
             served = self.holder.current  # one read per request: one snapshot
             response, head = self._answer(served.index if served else None, command)
             if response is not None:
-                writer.write(head)
-                if response.body:  # the index's shared bytes: written, not copied into a frame
+                if len(response.body) < SHARE_BODY_BYTES:
+                    writer.write(head + response.body)  # one write: cheaper for small answers
+                else:  # the index's shared bytes: written, not copied into each frame
+                    writer.write(head)
                     writer.write(response.body)
             request = str(command.code) if command.code in _KNOWN_CODES else "other"
             self.metrics.observe("remoting", request,
