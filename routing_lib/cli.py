@@ -86,11 +86,13 @@ def _clusters(args: argparse.Namespace, config: Config) -> int:
 
 @command("serve")
 def _serve(args: argparse.Namespace, config: Config) -> int:
+    from routing_lib.lookup.limits import Limits
     from routing_lib.lookup.server import serve
 
     serve(_warehouse(args, config), args.port or config.serve.port,
           args.http_port or config.serve.http_port, config.serve.poll_interval_s,
-          config.serve.max_frame_bytes, config.routes.support_acting_master)
+          config.serve.max_frame_bytes, config.routes.support_acting_master,
+          limits=Limits.from_config(config.serve))
     return 0
 
 
