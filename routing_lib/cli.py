@@ -84,15 +84,49 @@ def _clusters(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _collector(args: argparse.Namespace, config: Config, port: int):
+    """The collector of `collect` / `serve --collect`, publishing to [kafka] (or --kafka)."""
+    from routing_lib.collector.publisher import KafkaPublisher
+    from routing_lib.collector.server import default_collector_id
+    from routing_lib.collector.service import Collector
+
+    publisher = KafkaPublisher(args.kafka or config.kafka.bootstrap_servers,
+                               args.topic or config.kafka.topic,
+                               delivery_timeout_ms=config.collector.publish_timeout_ms)
+    collector_id = (args.collector_id or config.collector.collector_id
+                    or default_collector_id(port))
+    return Collector(publisher, collector_id=collector_id,
+                     tick_interval_ms=config.collector.tick_interval_ms)
+
+
 @command("serve")
 def _serve(args: argparse.Namespace, config: Config) -> int:
     from routing_lib.lookup.limits import Limits
     from routing_lib.lookup.server import serve
 
-    serve(_warehouse(args, config), args.port or config.serve.port,
+    port = args.port or config.serve.port
+    serve(_warehouse(args, config), port,
           args.http_port or config.serve.http_port, config.serve.poll_interval_s,
           config.serve.max_frame_bytes, config.routes.support_acting_master,
-          limits=Limits.from_config(config.serve))
+          limits=Limits.from_config(config.serve),
+          collector=_collector(args, config, port) if args.collect else None,
+          max_watermark_age_s=config.serve.max_watermark_age_s)
+    return 0
+
+
+@command("collect")
+def _collect(args: argparse.Namespace, config: Config) -> int:
+    from routing_lib.collector.server import collect
+    from routing_lib.lookup.limits import Limits
+
+    port = config.collector.port if args.port is None else args.port
+    warehouse = args.warehouse or config.collector.warehouse
+    collect(args.kafka or config.kafka.bootstrap_servers, args.topic or config.kafka.topic,
+            port, Limits.from_config(config.serve),
+            collector_id=args.collector_id or config.collector.collector_id or None,
+            tick_interval_ms=config.collector.tick_interval_ms,
+            publish_timeout_ms=config.collector.publish_timeout_ms,
+            warehouse=str(project_path(warehouse)) if warehouse else None)
     return 0
 
 
@@ -174,6 +208,12 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
+def _add_collector_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kafka", help="bootstrap servers (default from conf [kafka])")
+    parser.add_argument("--topic", help="Kafka topic of broker events (default from conf)")
+    parser.add_argument("--collector-id", help="TICK source (default hostname:port)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="routectl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -215,6 +255,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warehouse")
     p.add_argument("--port", type=int, help="remoting port (default 9876)")
     p.add_argument("--http-port", type=int, help="HTTP port (default 8080)")
+    p.add_argument("--collect", action="store_true",
+                   help="also take brokers' requests on the remoting port, publishing them "
+                        "to Kafka (a complete NameServer, with `routectl run`)")
+    _add_collector_args(p)
+    _add_common(p)
+
+    p = sub.add_parser("collect", help="collector: brokers' NameServer requests -> Kafka")
+    p.add_argument("--port", type=int, help="remoting port (default 9877)")
+    _add_collector_args(p)
+    p.add_argument("--warehouse", help="answer RegisterBrokerResult from this warehouse's "
+                                       "snapshot (default: the collector's memory)")
     _add_common(p)
 
     p = sub.add_parser("as-of", help="route tables at an event time, from the history tables")

@@ -59,6 +59,16 @@ class ServeConfig:
     http_max_header_bytes: int
     http_max_headers: int
     http_max_body_bytes: int
+    max_watermark_age_s: float
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    port: int
+    collector_id: str
+    tick_interval_ms: int
+    publish_timeout_ms: int
+    warehouse: str
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,7 @@ class Config:
     paths: PathsConfig
     kafka: KafkaConfig
     serve: ServeConfig
+    collector: CollectorConfig
 
     def with_overrides(self, section: str, **values: Any) -> Config:
         """A copy with some keys of one section replaced (None values are ignored)."""
@@ -106,7 +117,7 @@ def load_config(path: str | Path | None = None) -> Config:
             data[section].update(values)
     sections = {f.name: f.type for f in fields(Config)}
     classes = {"routes": RoutesConfig, "spark": SparkConfig, "paths": PathsConfig,
-               "kafka": KafkaConfig, "serve": ServeConfig}
+               "kafka": KafkaConfig, "serve": ServeConfig, "collector": CollectorConfig}
     assert set(sections) == set(classes)
     return Config(**{name: _section(cls, data.get(name, {}), name)
                      for name, cls in classes.items()})

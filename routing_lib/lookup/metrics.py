@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from routing_lib.lookup.routes import RouteIndex
 
@@ -47,7 +47,11 @@ class _Histogram:
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, max_watermark_age_s: float = 0.0) -> None:
+        self.max_watermark_age_s = max_watermark_age_s  # 0: no staleness bound
+        self.readyz_stale = 0
+        # More exposition lines (the collector's, under `serve --collect`).
+        self.extra: list[Callable[[], Iterable[str]]] = []
         self.requests: Counter[tuple[str, str, str]] = Counter()  # (protocol, request, code)
         self.latency: dict[str, _Histogram] = {}
         self.refreshes: Counter[str] = Counter()  # result
@@ -55,6 +59,14 @@ class Metrics:
         self.rejections: Counter[tuple[str, str]] = Counter()  # (listener, reason)
         self.connections = 0
         self.last_refresh_error: str | None = None
+
+    def stale_watermark_age(self, watermark: int | None, now: float | None = None
+                            ) -> float | None:
+        """Wall clock minus the watermark, if that exceeds the bound (or there is none)."""
+        if self.max_watermark_age_s <= 0:
+            return None
+        age = (time.time() if now is None else now) - (watermark or 0) / 1000
+        return age if age > self.max_watermark_age_s else None
 
     def observe(self, protocol: str, request: str, code: str, seconds: float) -> None:
         self.requests[(protocol, request, code)] += 1
@@ -99,10 +111,20 @@ class Metrics:
                 out.append(f"{name} {now - index.watermark / 1000:.3f}")
                 name = family("snapshot_watermark_ms", "gauge", "The snapshot's watermark.")
                 out.append(f"{name} {index.watermark}")
+            if self.max_watermark_age_s > 0:
+                name = family("watermark_stale", "gauge",
+                              "1 while the watermark is older than [serve] "
+                              "max_watermark_age_s (then /readyz fails).")
+                stale = self.stale_watermark_age(index.watermark, now) is not None
+                out.append(f"{name} {int(stale)}")
             name = family("table_version", "gauge", "Delta version of each table served.")
             out.extend(_table_lines(name, index.versions))
             name = family("snapshot_topics", "gauge", "Topics with a route in the snapshot.")
             out.append(f"{name} {index.route_count}")
+        name = family("readyz_stale_total", "counter", "/readyz answered 503: stale watermark.")
+        out.append(f"{name} {self.readyz_stale}")
+        for lines in self.extra:
+            out.extend(lines())
         return "\n".join(out) + "\n"
 
 

@@ -72,6 +72,8 @@ class RemotingCommand:
     ext_fields: Mapping[str, str] = field(default_factory=dict)
     body: bytes = b""
     serialize_type: SerializeType = SerializeType.JSON
+    # Size on the wire (length prefix included) of a decoded frame; 0 for built commands.
+    frame_bytes: int = field(default=0, compare=False, repr=False)
 
     @property
     def is_response(self) -> bool:
@@ -287,7 +289,7 @@ def decode_frame(frame: bytes) -> RemotingCommand:
     else:
         raise MalformedFrameError(f"unknown serialize type {kind}")
     return RemotingCommand(**fields, body=frame[4 + header_len:],
-                           serialize_type=SerializeType(kind))
+                           serialize_type=SerializeType(kind), frame_bytes=len(frame) + 4)
 
 
 def decode(data: bytes) -> RemotingCommand:

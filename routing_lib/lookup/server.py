@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import uvicorn
 
@@ -31,35 +31,20 @@ from fastapi import FastAPI, Response
 from routing_lib.config import load_config
 from routing_lib.lookup import jsonbody
 from routing_lib.lookup.http_guard import guarded_protocol
-from routing_lib.lookup.limits import Limits, Rejections, ThrottledLog, clip
+from routing_lib.lookup.limits import Limits, Rejections, clip
+from routing_lib.lookup.listener import RemotingListener, Reply
 from routing_lib.lookup.metrics import Metrics
-from routing_lib.lookup.processor import (
-    NAMESRV_VERSION,
-    RequestCode,
-    ResponseCode,
-    answer,
-    no_route_remark,
-)
+from routing_lib.lookup.processor import RequestCode, ResponseCode, answer, no_route_remark
 from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
-from routing_lib.lookup.remoting import (
-    FrameDecoder,
-    RemotingCodecError,
-    RemotingCommand,
-    encode_head,
-)
+from routing_lib.lookup.remoting import RemotingCommand
 from routing_lib.lookup.routes import Body, RouteIndex
 from routing_lib.lookup.topics import validate_topic
 
 log = logging.getLogger("routelake.lookup")
 
 LOOPBACK = "127.0.0.1"
-READ_CHUNK = 64 * 1024
-# A batch of pipelined requests is answered into the socket buffer; past this much unsent,
-# wait for the client to read before answering more (its answers, not its requests, grow).
-WRITE_HIGH_WATER = 64 * 1024
-SHARE_BODY_BYTES = 16 * 1024  # larger answer bodies are written as they are, not copied
 # Metric labels only for the codes we serve: a client cannot blow up the label set.
-_KNOWN_CODES = {v for k, v in vars(RequestCode).items() if k.isupper()}
+_KNOWN_CODES = frozenset(v for k, v in vars(RequestCode).items() if k.isupper())
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -169,6 +154,11 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
         served = holder.current
         if served is None:
             return _not_ready()
+        age = metrics.stale_watermark_age(served.index.watermark)
+        if age is not None:  # the job (or its input) stopped: routes are older than allowed
+            metrics.readyz_stale += 1
+            return _error(served, 503, ResponseCode.SYSTEM_ERROR,
+                          f"watermark is {age:.0f}s old (bound {metrics.max_watermark_age_s}s)")
         return _envelope(served, 200, "data", b'{"ready":true}')
 
     @app.get("/metrics")
@@ -190,14 +180,33 @@ class _Uvicorn(uvicorn.Server):
 
 # -- the service --
 
+class BrokerRequests(Protocol):
+    """The collector half of `serve --collect` (routing_lib.collector.service.Collector)."""
+
+    codes: frozenset[int]
+    large_frame_codes: frozenset[int]
+
+    def handle(self, request: RemotingCommand) -> Reply | Awaitable[Reply]: ...
+
+    async def run(self, stop: asyncio.Event) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def attach(self, holder: SnapshotHolder | None, metrics: Metrics) -> None: ...
+
+
 class LookupService:
-    """Both listeners plus the refresher on the running event loop. Port 0 = ephemeral."""
+    """Both listeners plus the refresher on the running event loop. Port 0 = ephemeral.
+    With a `collector`, the remoting port also takes the brokers' requests (serve --collect)."""
 
     def __init__(self, warehouse: str | Path, *, host: str = LOOPBACK, port: int = 0,
                  http_port: int = 0, poll_interval_s: float = 1.0,
                  support_acting_master: bool = False, limits: Limits | None = None,
-                 max_frame_bytes: int | None = None, idle_timeout_s: float | None = None) -> None:
-        """`max_frame_bytes` and `idle_timeout_s`, if given, override those of `limits`."""
+                 max_frame_bytes: int | None = None, idle_timeout_s: float | None = None,
+                 collector: BrokerRequests | None = None,
+                 max_watermark_age_s: float = 0.0) -> None:
+        """`max_frame_bytes` and `idle_timeout_s`, if given, override those of `limits`;
+        `max_watermark_age_s` > 0: /readyz fails when the watermark is older than that."""
         self.warehouse = warehouse
         self.host = host
         self.port = port
@@ -206,21 +215,31 @@ class LookupService:
         overrides = {k: v for k, v in (("max_frame_bytes", max_frame_bytes),
                                        ("idle_timeout_s", idle_timeout_s)) if v is not None}
         self.limits = replace(limits or Limits(), **overrides)
-        self.metrics = Metrics()
+        self.metrics = Metrics(max_watermark_age_s=max_watermark_age_s)
         self.rejections = Rejections(self.metrics, log)
-        self._frame_log = ThrottledLog(log)
         self.holder = SnapshotHolder()
         self.refresher = Refresher(warehouse, self.holder, self.metrics, support_acting_master)
+        self.collector = collector
+        if collector is not None:  # it answers from the served snapshot, counts in /metrics
+            collector.attach(self.holder, self.metrics)
+        self._remoting = RemotingListener(
+            "remoting", self._respond, self.limits, self.metrics, self.rejections, log,
+            known_codes=_KNOWN_CODES | (collector.codes if collector else frozenset()),
+            # REGISTER_BROKER bodies reach MBs; client requests keep the small limit.
+            max_frame_bytes=self.limits.collector_max_frame_bytes if collector else None,
+            large_frame_codes=collector.large_frame_codes if collector else frozenset())
         self._stop = asyncio.Event()
-        self._tcp: asyncio.Server | None = None
         self._http: _Uvicorn | None = None
         self._tasks: list[asyncio.Task] = []
-        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+
+    def _respond(self, command: RemotingCommand) -> Reply | Awaitable[Reply]:
+        if self.collector is not None and command.code in self.collector.codes:
+            return self.collector.handle(command)
+        served = self.holder.current  # one read per request: one snapshot
+        return answer(served.index if served else None, command)
 
     async def start(self) -> None:
-        self._tcp = await asyncio.start_server(self._connection, self.host, self.port,
-                                               limit=READ_CHUNK)
-        self.port = self._tcp.sockets[0].getsockname()[1]
+        self.port = await self._remoting.start(self.host, self.port)
         http_socket = socket.create_server((self.host, self.http_port))
         self.http_port = http_socket.getsockname()[1]
         config = uvicorn.Config(create_app(self.holder, self.metrics), lifespan="off",
@@ -234,8 +253,12 @@ class LookupService:
             asyncio.create_task(self.refresher.run(self.poll_interval_s, self._stop),
                                 name="lookup-refresher"),
         ]
-        log.info("lookup service: remoting on %s:%d, http on %s:%d, warehouse %s",
-                 self.host, self.port, self.host, self.http_port, self.warehouse)
+        if self.collector is not None:
+            self._tasks.append(asyncio.create_task(self.collector.run(self._stop),
+                                                   name="collector-ticker"))
+        log.info("lookup service: remoting on %s:%d, http on %s:%d, warehouse %s%s",
+                 self.host, self.port, self.host, self.http_port, self.warehouse,
+                 " (collecting broker requests)" if self.collector else "")
 
     async def wait(self, stop: asyncio.Event) -> None:
         """Until `stop` is set or a listener dies."""
@@ -250,134 +273,20 @@ class LookupService:
 
     async def stop(self) -> None:
         self._stop.set()
-        if self._tcp is not None:
-            self._tcp.close()  # no new connections
-        for writer in list(self._connections.values()):
-            writer.close()
+        self._remoting.close()  # no new connections; open ones end (after awaited answers)
         if self._http is not None:
             self._http.should_exit = True
         refresher = [t for t in self._tasks if t.get_name() == "lookup-refresher"]
         for task in refresher:
             task.cancel()  # may be inside a warehouse read: no need to wait for it
-        pending = [*self._tasks, *self._connections]
+        pending = [*self._tasks, *self._remoting.connections]
         if pending:
             _, late = await asyncio.wait(pending, timeout=10)
             for task in late:
                 task.cancel()
+        if self.collector is not None:
+            await self.collector.close()
         log.info("lookup service stopped")
-
-    # -- remoting --
-
-    async def _connection(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        peer = writer.get_extra_info("peername")
-        if len(self._connections) >= self.limits.max_connections:
-            self.rejections("remoting", "max_connections", peer)
-            writer.close()
-            return
-        self._connections[task] = writer
-        self.metrics.connections += 1
-        try:
-            await self._serve_connection(reader, writer, peer)
-        except ConnectionError:
-            pass  # the peer went away
-        except Exception:  # a bug must cost one connection, not the server (nor flood the log)
-            self._frame_log.log("connection-bug", logging.ERROR,
-                                "remoting connection from %s failed", peer, exc_info=True)
-        finally:
-            self.metrics.connections -= 1
-            self._connections.pop(task, None)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-
-    async def _serve_connection(self, reader: asyncio.StreamReader,
-                                writer: asyncio.StreamWriter, peer: object) -> None:
-        """Read, decode, answer until EOF, a bad frame or a timeout. Between frames the idle
-        timeout applies; once a frame has begun it must be whole within the request timeout
-        (a deadline that more bytes do not move)."""
-        loop = asyncio.get_running_loop()
-        decoder = FrameDecoder(self.limits.max_frame_bytes)
-        frame_deadline: float | None = None
-        while not self._stop.is_set():
-            if frame_deadline is None:
-                reason, timeout = "idle_timeout", self.limits.idle_timeout_s
-            else:
-                reason, timeout = "request_timeout", max(0.0, frame_deadline - loop.time())
-            try:
-                data = await asyncio.wait_for(reader.read(READ_CHUNK), timeout)
-            except TimeoutError:
-                self.rejections("remoting", reason, peer)
-                return
-            if not data:
-                return
-            try:
-                commands = decoder.feed(data)
-            except RemotingCodecError as exc:
-                self._frame_error(exc, peer)
-                return
-            if not decoder.buffered:
-                frame_deadline = None
-            elif commands or frame_deadline is None:  # a new frame began in this read
-                frame_deadline = loop.time() + self.limits.request_timeout_s
-            await self._answer_all(commands, writer, peer)
-            if decoder.error is not None:  # the frames before it are answered: now close
-                self._frame_error(decoder.error, peer)
-                return
-
-    async def _answer_all(self, commands: list[RemotingCommand], writer: asyncio.StreamWriter,
-                          peer: object) -> None:
-        for command in commands:
-            if writer.is_closing():
-                return  # the peer went away mid-batch: its answers have no reader
-            started = time.perf_counter()
-            served = self.holder.current  # one read per request: one snapshot
-            response, head = self._answer(served.index if served else None, command)
-            if response is not None:
-                if len(response.body) < SHARE_BODY_BYTES:
-                    writer.write(head + response.body)  # one write: cheaper for small answers
-                else:  # the index's shared bytes: written, not copied into each frame
-                    writer.write(head)
-                    writer.write(response.body)
-            request = str(command.code) if command.code in _KNOWN_CODES else "other"
-            self.metrics.observe("remoting", request,
-                                 str(response.code) if response else "none",
-                                 time.perf_counter() - started)
-            if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                await self._drain(writer, peer)
-        await self._drain(writer, peer)
-
-    def _answer(self, index: RouteIndex | None, command: RemotingCommand
-                ) -> tuple[RemotingCommand | None, bytes]:
-        """The response and its encoded head; a failure in either costs this request only."""
-        try:
-            response = answer(index, command)
-            return response, b"" if response is None else encode_head(response)
-        except Exception:
-            self._frame_log.log("answer", logging.ERROR, "answering request code %s failed",
-                                command.code, exc_info=True)
-            if command.is_oneway or command.is_response:
-                return None, b""
-            response = command.response(ResponseCode.SYSTEM_ERROR, "internal error",
-                                        version=NAMESRV_VERSION)
-            return response, encode_head(response)
-
-    async def _drain(self, writer: asyncio.StreamWriter, peer: object) -> None:
-        """Back-pressure per connection: a slow reader waits here, nobody else does; one that
-        reads nothing for the idle timeout is closed."""
-        try:
-            await asyncio.wait_for(writer.drain(), self.limits.idle_timeout_s)
-        except TimeoutError:
-            self.rejections("remoting", "write_timeout", peer)
-            raise ConnectionResetError("answers not read") from None
-
-    def _frame_error(self, exc: RemotingCodecError, peer: object) -> None:
-        name = type(exc).__name__
-        self.metrics.frame_errors[name] += 1
-        self._frame_log.log(name, logging.WARNING, "remoting: closing connection from %s: %s",
-                            peer, exc)
 
 
 async def _serve_until_signal(service: LookupService) -> None:
@@ -396,7 +305,8 @@ async def _serve_until_signal(service: LookupService) -> None:
 
 def serve(warehouse: str, port: int, http_port: int, poll_interval_s: float,
           max_frame_bytes: int, support_acting_master: bool, *, host: str = LOOPBACK,
-          limits: Limits | None = None) -> None:
+          limits: Limits | None = None, collector: BrokerRequests | None = None,
+          max_watermark_age_s: float = 0.0) -> None:
     """Serve until Ctrl-C / SIGTERM (blocking; call from the main thread). Without `limits`,
     those of conf/routelake.toml [serve] (and ROUTELAKE_SERVE_* variables) apply."""
     if not logging.getLogger().handlers:
@@ -406,7 +316,8 @@ def serve(warehouse: str, port: int, http_port: int, poll_interval_s: float,
         limits = Limits.from_config(load_config().serve)
     service = LookupService(warehouse, host=host, port=port, http_port=http_port,
                             poll_interval_s=poll_interval_s, max_frame_bytes=max_frame_bytes,
-                            support_acting_master=support_acting_master, limits=limits)
+                            support_acting_master=support_acting_master, limits=limits,
+                            collector=collector, max_watermark_age_s=max_watermark_age_s)
     # uvloop (libuv) serves both protocols faster than the default asyncio loop.
     runner = uvloop.run if uvloop is not None else asyncio.run
     runner(_serve_until_signal(service))

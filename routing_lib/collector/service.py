@@ -1,0 +1,195 @@
+"""The collector: broker requests in, contract events to Kafka, NameServer answers out.
+
+Each request gets its eventTime from the receive clock and is queued for Kafka at once, in
+receive order; the broker is answered only after Kafka acknowledged the event (acks=all,
+idempotent producer). When Kafka does not acknowledge in time, the broker gets SYSTEM_ERROR
+and retries on its next registration period: an answered request is never lost. What the
+NameServer would refuse (bad crc32, an undecodable body) is refused the same way, and
+nothing is published. A TICK is published every `tick_interval_ms`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
+from typing import Any, Protocol
+
+from routing_lib.collector.codec import (
+    BROKER_CODES,
+    BrokerCode,
+    BrokerRequestError,
+    encode_event,
+    identity,
+    query_data_version,
+    register_event,
+    tick_event,
+)
+from routing_lib.collector.publisher import PublishError
+from routing_lib.collector.view import BrokerView, MemoryView, SnapshotView
+from routing_lib.lookup.limits import ThrottledLog
+from routing_lib.lookup.metrics import Metrics
+from routing_lib.lookup.processor import NAMESRV_VERSION, ResponseCode
+from routing_lib.lookup.refresher import SnapshotHolder
+from routing_lib.lookup.remoting import RemotingCommand
+
+log = logging.getLogger("routelake.collector")
+Reply = RemotingCommand | None
+
+
+class Publisher(Protocol):
+    def send(self, key: bytes | None, value: bytes) -> asyncio.Future: ...
+
+    def close(self, timeout_s: float = 10.0) -> None: ...
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class CollectorMetrics:
+    def __init__(self) -> None:
+        self.published: Counter[str] = Counter()  # eventType
+        self.publish_failures: Counter[str] = Counter()  # eventType
+        self.refused: Counter[str] = Counter()  # request code
+        self.ticks_skipped = 0  # the previous TICK was still unacknowledged
+
+    def lines(self) -> Iterable[str]:
+        def counter(name: str, help_text: str, label: str, values: Counter[str]
+                    ) -> Iterable[str]:
+            yield f"# HELP routelake_collector_{name} {help_text}"
+            yield f"# TYPE routelake_collector_{name} counter"
+            for key, n in sorted(values.items()):
+                yield f'routelake_collector_{name}{{{label}="{key}"}} {n}'
+
+        yield from counter("published_total", "Events acknowledged by Kafka.", "event",
+                           self.published)
+        yield from counter("publish_failures_total", "Events Kafka did not acknowledge "
+                           "(the broker got SYSTEM_ERROR).", "event", self.publish_failures)
+        yield from counter("refused_total", "Broker requests refused (bad crc32, header, "
+                           "body); nothing published.", "code", self.refused)
+        yield from counter("ticks_skipped_total", "TICKs skipped: the previous one was not "
+                           "acknowledged yet.", "reason", Counter(unacked=self.ticks_skipped))
+
+
+class Collector:
+    codes = BROKER_CODES
+    large_frame_codes = frozenset({int(BrokerCode.REGISTER_BROKER)})
+
+    def __init__(self, publisher: Publisher, *, collector_id: str,
+                 tick_interval_ms: int = 1000, view: BrokerView | None = None,
+                 memory: MemoryView | None = None,
+                 clock: Callable[[], int] = wall_clock_ms) -> None:
+        self.publisher = publisher
+        self.collector_id = collector_id
+        self.tick_interval_ms = tick_interval_ms
+        self.memory = memory or MemoryView()
+        self.view: BrokerView = view or self.memory
+        self.clock = clock
+        self.metrics = CollectorMetrics()
+        self._log = ThrottledLog(log)
+        self._tick: asyncio.Future | None = None
+
+    # -- broker requests --
+
+    def handle(self, request: RemotingCommand) -> Reply | Awaitable[Reply]:
+        if request.is_response:
+            return None  # nothing of ours is awaiting an answer from a broker
+        if request.code not in BROKER_CODES:  # the standalone collector answers nothing else
+            return None if request.is_oneway else _reply(
+                request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f" request type {request.code} not supported")
+        now = self.clock()
+        try:
+            if request.code == BrokerCode.REGISTER_BROKER:
+                event = register_event(request, now)[1]
+            else:
+                kind = "UNREGISTER" if request.code == BrokerCode.UNREGISTER_BROKER \
+                    else "HEARTBEAT"
+                event = identity(request).event(kind, now)
+            version = (query_data_version(request)
+                       if request.code == BrokerCode.QUERY_DATA_VERSION else None)
+        except BrokerRequestError as exc:
+            self.metrics.refused[str(request.code)] += 1
+            self._log.log(("refused", request.code), logging.WARNING,
+                          "collector: refused request code %s: %s", request.code, exc)
+            return None if request.is_oneway else _reply(request, ResponseCode.SYSTEM_ERROR,
+                                                         str(exc))
+        ack = self.publisher.send(event["brokerName"].encode(), encode_event(event))
+        return self._after_ack(ack, request, event, version)
+
+    async def _after_ack(self, ack: asyncio.Future, request: RemotingCommand,
+                         event: dict[str, Any], version: dict[str, Any] | None) -> Reply:
+        kind = event["eventType"]
+        try:
+            await ack
+        except PublishError as exc:
+            self.metrics.publish_failures[kind] += 1
+            self._log.log(("publish", kind), logging.WARNING,
+                          "collector: %s of %s not acknowledged by Kafka: %s", kind,
+                          event["brokerAddr"], exc)
+            return None if request.is_oneway else _reply(
+                request, ResponseCode.SYSTEM_ERROR, f"routelake: event not published: {exc}")
+        self.metrics.published[kind] += 1
+        cluster, addr, now = event["clusterName"], event["brokerAddr"], event["eventTime"]
+        known = self.memory.data_version(cluster, addr, now) if version is not None else None
+        self.memory.apply(event)
+        if request.is_oneway:
+            return None
+        if request.code == BrokerCode.REGISTER_BROKER:
+            return _reply(request, ResponseCode.SUCCESS, ext=self.view.register_result(
+                cluster, event["brokerName"], event["brokerId"], now))
+        if version is not None:  # QUERY_DATA_VERSION: "changed" unless we know it equal
+            changed = known != version
+            return _reply(request, ResponseCode.SUCCESS, ext={"changed": str(changed).lower()},
+                          body=encode_event(known) if known is not None else b"")
+        return _reply(request, ResponseCode.SUCCESS)
+
+    def attach(self, holder: SnapshotHolder | None, metrics: Metrics) -> None:
+        """Answer RegisterBrokerResult from `holder`'s snapshot (if any); count in `metrics`."""
+        if holder is not None:
+            self.view = SnapshotView(holder, self.memory)
+        metrics.extra.append(self.metrics.lines)
+
+    # -- clock ticks --
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Publish a TICK every tick_interval_ms until `stop` is set."""
+        interval = self.tick_interval_ms / 1000
+        while not stop.is_set():
+            self.tick()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+            except TimeoutError:
+                pass
+
+    def tick(self) -> None:
+        if self._tick is not None and not self._tick.done():
+            self.metrics.ticks_skipped += 1  # Kafka is slow or away: do not pile TICKs up
+            return
+        event = tick_event(self.clock(), self.collector_id)
+        self._tick = self.publisher.send(self.collector_id.encode(), encode_event(event))
+        self._tick.add_done_callback(self._ticked)
+
+    def _ticked(self, future: asyncio.Future) -> None:
+        if future.cancelled():
+            return
+        if future.exception() is None:
+            self.metrics.published["TICK"] += 1
+        else:
+            self.metrics.publish_failures["TICK"] += 1
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.publisher.close)
+        log.info("collector %s stopped: published %s, failures %s, refused %s",
+                 self.collector_id, dict(self.metrics.published),
+                 dict(self.metrics.publish_failures), dict(self.metrics.refused))
+
+
+def _reply(request: RemotingCommand, code: int, remark: str | None = None, *,
+           ext: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
+    response = request.response(code, remark, body, version=NAMESRV_VERSION)
+    return replace(response, ext_fields=ext) if ext else response

@@ -1,0 +1,232 @@
+"""The hardened RocketMQ remoting listener (asyncio TCP) shared by the lookup and the collector.
+
+It reads and decodes frames, enforces `Limits` (frame size, deadlines, connection count,
+unread answers), and hands each request to a responder. A responder returns the response
+at once (the lookup: answered from memory, in order) or an awaitable of it (the collector:
+answered once Kafka acknowledged); awaited answers are written when ready, matched by opaque
+like every RocketMQ answer, with at most `max_pending` of them per connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from routing_lib.lookup.limits import Limits, Rejections, ThrottledLog
+from routing_lib.lookup.metrics import Metrics
+from routing_lib.lookup.processor import NAMESRV_VERSION, ResponseCode
+from routing_lib.lookup.remoting import (
+    FrameDecoder,
+    RemotingCodecError,
+    RemotingCommand,
+    encode_head,
+)
+
+READ_CHUNK = 64 * 1024
+# A batch of pipelined requests is answered into the socket buffer; past this much unsent,
+# wait for the client to read before answering more (its answers, not its requests, grow).
+WRITE_HIGH_WATER = 64 * 1024
+SHARE_BODY_BYTES = 16 * 1024  # larger answer bodies are written as they are, not copied
+MAX_PENDING = 64  # awaited answers per connection; reading pauses while this many are open
+
+Reply = RemotingCommand | None
+Responder = Callable[[RemotingCommand], Reply | Awaitable[Reply]]
+
+
+class RemotingListener:
+    def __init__(self, name: str, respond: Responder, limits: Limits, metrics: Metrics,
+                 rejections: Rejections, log: logging.Logger, *, known_codes: frozenset[int],
+                 max_frame_bytes: int | None = None,
+                 large_frame_codes: frozenset[int] = frozenset(),
+                 pending_timeout_s: float = 30.0) -> None:
+        """`max_frame_bytes` (default limits.max_frame_bytes) bounds every frame; a request
+        whose code is not in `large_frame_codes` must also fit limits.max_frame_bytes."""
+        self.name = name
+        self.respond = respond
+        self.limits = limits
+        self.metrics = metrics
+        self.rejections = rejections
+        self.log = log
+        self.known_codes = known_codes
+        self.max_frame_bytes = max_frame_bytes or limits.max_frame_bytes
+        self.large_frame_codes = large_frame_codes
+        self.pending_timeout_s = pending_timeout_s
+        self.port = 0
+        self._frame_log = ThrottledLog(log)
+        self._server: asyncio.Server | None = None
+        self._stopping = False
+        self.connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+
+    async def start(self, host: str, port: int) -> int:
+        self._server = await asyncio.start_server(self._connection, host, port,
+                                                  limit=READ_CHUNK)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    def close(self) -> None:
+        """No new connections; open ones are closed (their tasks then end)."""
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self.connections.values()):
+            writer.close()
+
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        peer = writer.get_extra_info("peername")
+        if len(self.connections) >= self.limits.max_connections:
+            self.rejections("remoting", "max_connections", peer)
+            writer.close()
+            return
+        self.connections[task] = writer
+        self.metrics.connections += 1
+        pending: set[asyncio.Task] = set()
+        try:
+            await self._serve_connection(reader, writer, peer, pending)
+        except ConnectionError:
+            pass  # the peer went away
+        except Exception:  # a bug must cost one connection, not the server (nor flood the log)
+            self._frame_log.log("connection-bug", logging.ERROR,
+                                "remoting connection from %s failed", peer, exc_info=True)
+        finally:
+            if pending:  # answers still awaited (Kafka acks): give them their time
+                _, late = await asyncio.wait(pending, timeout=self.pending_timeout_s)
+                for t in late:
+                    t.cancel()
+            self.metrics.connections -= 1
+            self.connections.pop(task, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve_connection(self, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter, peer: object,
+                                pending: set[asyncio.Task]) -> None:
+        """Read, decode, answer until EOF, a bad frame or a timeout. Between frames the idle
+        timeout applies; once a frame has begun it must be whole within the request timeout
+        (a deadline that more bytes do not move)."""
+        loop = asyncio.get_running_loop()
+        decoder = FrameDecoder(self.max_frame_bytes)
+        frame_deadline: float | None = None
+        while not self._stopping:
+            if frame_deadline is None:
+                reason, timeout = "idle_timeout", self.limits.idle_timeout_s
+            else:
+                reason, timeout = "request_timeout", max(0.0, frame_deadline - loop.time())
+            try:
+                data = await asyncio.wait_for(reader.read(READ_CHUNK), timeout)
+            except TimeoutError:
+                self.rejections("remoting", reason, peer)
+                return
+            if not data:
+                return
+            try:
+                commands = decoder.feed(data)
+            except RemotingCodecError as exc:
+                self._frame_error(exc, peer)
+                return
+            if not decoder.buffered:
+                frame_deadline = None
+            elif commands or frame_deadline is None:  # a new frame began in this read
+                frame_deadline = loop.time() + self.limits.request_timeout_s
+            if not await self._answer_all(commands, writer, peer, pending):
+                return
+            if decoder.error is not None:  # the frames before it are answered: now close
+                self._frame_error(decoder.error, peer)
+                return
+
+    async def _answer_all(self, commands: list[RemotingCommand], writer: asyncio.StreamWriter,
+                          peer: object, pending: set[asyncio.Task]) -> bool:
+        """Answer (or start answering) each command; False: the connection must close."""
+        for command in commands:
+            if writer.is_closing():
+                return False  # the peer went away mid-batch: its answers have no reader
+            if (command.frame_bytes > self.limits.max_frame_bytes
+                    and command.code not in self.large_frame_codes):
+                self.rejections("remoting", "frame_too_large", peer,
+                                f"{command.frame_bytes} bytes, code {command.code}")
+                return False
+            started = time.perf_counter()
+            reply = self._respond(command)
+            if inspect.isawaitable(reply):
+                task = asyncio.ensure_future(self._finish(reply, command, writer, started))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                if len(pending) >= MAX_PENDING:
+                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            self._write(writer, command, reply, started)
+            if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                await self._drain(writer, peer)
+        await self._drain(writer, peer)
+        return True
+
+    def _respond(self, command: RemotingCommand) -> Reply | Awaitable[Reply]:
+        try:
+            return self.respond(command)
+        except Exception:
+            self._frame_log.log("answer", logging.ERROR, "answering request code %s failed",
+                                command.code, exc_info=True)
+            return _internal_error(command)
+
+    async def _finish(self, reply: Awaitable[Reply], command: RemotingCommand,
+                      writer: asyncio.StreamWriter, started: float) -> None:
+        try:
+            response = await reply
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._frame_log.log("answer", logging.ERROR, "answering request code %s failed",
+                                command.code, exc_info=True)
+            response = _internal_error(command)
+        if writer.is_closing():
+            response = None  # nobody to read it
+        self._write(writer, command, response, started)
+
+    def _write(self, writer: asyncio.StreamWriter, command: RemotingCommand, response: Reply,
+               started: float) -> None:
+        if response is not None:
+            try:
+                head = encode_head(response)
+            except Exception:
+                self._frame_log.log("answer", logging.ERROR, "encoding the answer to code %s "
+                                    "failed", command.code, exc_info=True)
+                response = _internal_error(command)
+                head = b"" if response is None else encode_head(response)
+            if response is not None:
+                if len(response.body) < SHARE_BODY_BYTES:
+                    writer.write(head + response.body)  # one write: cheaper for small answers
+                else:  # the index's shared bytes: written, not copied into each frame
+                    writer.write(head)
+                    writer.write(response.body)
+        request = str(command.code) if command.code in self.known_codes else "other"
+        self.metrics.observe("remoting", request, str(response.code) if response else "none",
+                             time.perf_counter() - started)
+
+    async def _drain(self, writer: asyncio.StreamWriter, peer: object) -> None:
+        """Back-pressure per connection: a slow reader waits here, nobody else does; one that
+        reads nothing for the idle timeout is closed."""
+        try:
+            await asyncio.wait_for(writer.drain(), self.limits.idle_timeout_s)
+        except TimeoutError:
+            self.rejections("remoting", "write_timeout", peer)
+            raise ConnectionResetError("answers not read") from None
+
+    def _frame_error(self, exc: RemotingCodecError, peer: object) -> None:
+        name = type(exc).__name__
+        self.metrics.frame_errors[name] += 1
+        self._frame_log.log(name, logging.WARNING, "remoting: closing connection from %s: %s",
+                            peer, exc)
+
+
+def _internal_error(command: RemotingCommand) -> Reply:
+    if command.is_oneway or command.is_response:
+        return None
+    return command.response(ResponseCode.SYSTEM_ERROR, "internal error",
+                            version=NAMESRV_VERSION)
