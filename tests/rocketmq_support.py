@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
+import subprocess
 import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.server import CollectorServer
 from routing_lib.collector.service import Collector
+from routing_lib.lookup import mqadmin
 from routing_lib.lookup.limits import Limits
-from routing_lib.lookup.remoting import FrameDecoder, RemotingCommand, encode
+from routing_lib.lookup.remoting import (
+    FrameDecoder,
+    RemotingCodecError,
+    RemotingCommand,
+    encode,
+)
 
 
 class CollectorThread:
@@ -114,3 +125,160 @@ def records(bootstrap: str, topic: str, partition: int = 0) -> list[Any]:
 def events(bootstrap: str, topic: str, *, ticks: bool = False) -> list[dict[str, Any]]:
     out = [json.loads(r.value) for r in records(bootstrap, topic)]
     return out if ticks else [e for e in out if e["eventType"] != "TICK"]
+
+
+# -- real RocketMQ JVMs (../shared/notes/real-rocketmq-broker.md) --
+
+BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
+BROKER_JVM = ("-Xms128m", "-Xmx512m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC")
+NAMESRV_JVM = ("-Xmx256m", "-XX:+UseSerialGC")
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for(predicate, timeout: float, what: str, step: float = 0.25,
+             alive=lambda: True) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert alive(), f"{what}: the process died"
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(step)
+
+
+class JavaProcess:
+    """One RocketMQ JVM (NameServer or broker) in its own scratch home; stop() always reaps."""
+
+    def __init__(self, name: str, main: str, conf: dict[str, object], home: Path,
+                 jvm_opts: tuple[str, ...], logback: str) -> None:
+        self.name, self.home = name, home
+        home.mkdir(parents=True, exist_ok=True)
+        self.conf_path = home / f"{name}.conf"
+        self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+        self.argv = mqadmin.java_command(main, ["-c", str(self.conf_path)], home=home,
+                                         logback=logback, jvm_opts=jvm_opts)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> JavaProcess:
+        log = (self.home / f"{self.name}.out").open("ab")
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, cwd=self.home,
+                                     env=mqadmin.java_env(self.home), start_new_session=True)
+        log.close()
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
+        if not self.alive():
+            return
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def output(self) -> str:
+        path = self.home / f"{self.name}.out"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+
+def namesrv(home: Path, port: int) -> JavaProcess:
+    return JavaProcess("namesrv", mqadmin.NAMESRV_MAIN,
+                       {"listenPort": port, "bindAddress": "127.0.0.1"}, home, NAMESRV_JVM,
+                       mqadmin.NAMESRV_LOGBACK)
+
+
+def broker(home: Path, port: int, namesrv_addrs: list[str], *, cluster: str,
+           name: str) -> JavaProcess:
+    store = home / "store"
+    conf = {"brokerClusterName": cluster, "brokerName": name, "brokerId": 0,
+            "listenPort": port, "bindAddress": "127.0.0.1", "brokerIP1": "127.0.0.1",
+            "brokerIP2": "127.0.0.1", "namesrvAddr": ";".join(namesrv_addrs),
+            "storePathRootDir": store, "storePathCommitLog": store / "commitlog",
+            "autoCreateTopicEnable": "false", "mappedFileSizeCommitLog": 67108864,
+            "mappedFileSizeConsumeQueue": 60000, "maxHashSlotNum": 50000,
+            "maxIndexNum": 200000, "diskMaxUsedSpaceRatio": 95,
+            # Register every 10 s (the minimum); acting-master mode makes the broker send
+            # BROKER_HEARTBEAT and a 10 s heartbeatTimeoutMillis (brokerNotActiveTimeoutMillis).
+            "registerNameServerPeriod": 10000, "enableSlaveActingMaster": "true",
+            "brokerNotActiveTimeoutMillis": 10000, "skipPreOnline": "true"}
+    return JavaProcess("broker", BROKER_MAIN, conf, home, BROKER_JVM, "rmq.broker.logback.xml")
+
+
+# -- a recording TCP proxy between a broker and the collector --
+
+@dataclass
+class Exchange:
+    code: int
+    broker_addr: str | None
+    sent_ms: int
+    answered_ms: int | None = None
+    answer_code: int | None = None
+
+
+class RecordingProxy:
+    """Forwards 127.0.0.1:port -> 127.0.0.1:target and records each request and its answer
+    (matched by opaque), so a test knows exactly what the collector acknowledged."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.exchanges: list[Exchange] = []
+        self.port = 0
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        server = await asyncio.start_server(self._client, "127.0.0.1", 0)
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        await self._stop.wait()
+        server.close()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+        except OSError:
+            writer.close()
+            return
+        open_requests: dict[int, Exchange] = {}
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter,
+                       requests: bool) -> None:
+            decoder = FrameDecoder()
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    for cmd in decoder.feed(data):
+                        now = time.time_ns() // 1_000_000
+                        if requests and not cmd.is_response:
+                            ex = Exchange(cmd.code, cmd.ext_fields.get("brokerAddr"), now)
+                            self.exchanges.append(ex)
+                            open_requests[cmd.opaque] = ex
+                        elif not requests and (ex := open_requests.pop(cmd.opaque, None)):
+                            ex.answered_ms, ex.answer_code = now, cmd.code
+            except (OSError, RemotingCodecError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pump(reader, up_writer, True), pump(up_reader, writer, False))
+
+    def __enter__(self) -> RecordingProxy:
+        self.thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self._stop.set)
+        self.thread.join(10)

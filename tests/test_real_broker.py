@@ -1,0 +1,300 @@
+"""A real RocketMQ 5.3.3 broker registers with routelake (issue 9 d). One stack per session:
+
+    broker --namesrvAddr="Java NameServer;proxy" ; proxy -> `routectl serve --collect`
+    serve --collect -> Kafka (a dedicated local broker, restartable) -> `routectl run` -> Delta
+
+Clients (mqadmin) use only routelake's address, so routelake is their only NameServer; the
+broker also lists the real Java NameServer (tap mode), which gives the differential answers.
+The recording proxy sees every answer the collector gave. Tests run in file order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from routing_lib import kafka_local
+from routing_lib.lookup import mqadmin
+from routing_lib.lookup.remoting import FrameDecoder, RemotingCommand, encode
+from tests.rocketmq_support import (
+    JavaProcess,
+    RecordingProxy,
+    broker,
+    events,
+    namesrv,
+    port_open,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.real_broker, pytest.mark.kafka, pytest.mark.spark]
+
+REPO = Path(__file__).parent.parent
+KAFKA, NAMESRV, ROUTELAKE, HTTP, BROKER = 39092, 39876, 39877, 39880, 39911
+CLUSTER, NAME, BROKER_ADDR = "RoutelakeCluster", "broker-rl", f"127.0.0.1:{BROKER}"
+TOPIC = "rl-broker-events"
+CONF = """[collector]
+publish_timeout_ms = 5000
+tick_interval_ms = 1000
+[serve]
+poll_interval_s = 0.5
+"""
+ROUTE_WAIT_S = 90  # event -> watermark (10 s delay, TICKs) -> batch -> snapshot poll
+
+
+def python(*args: str, log: Path) -> subprocess.Popen:
+    with log.open("ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "routing_lib.cli", *args], cwd=REPO,
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
+
+def stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@dataclass
+class Stack:
+    root: Path
+    kafka: kafka_local.KafkaConfig
+    namesrv: JavaProcess
+    broker: JavaProcess
+    proxy: RecordingProxy
+    serve: subprocess.Popen | None = None
+    job: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka.bootstrap_servers
+
+    def start_serve(self) -> None:
+        self.serve = python("serve", "--collect", "--port", str(ROUTELAKE), "--http-port",
+                            str(HTTP), "--warehouse", str(self.root / "warehouse"), "--kafka",
+                            self.bootstrap, "--topic", TOPIC, "--collector-id", "rl-test",
+                            "--config", str(self.root / "conf.toml"), "-v",
+                            log=self.root / "serve.log")
+        wait_for(lambda: port_open(ROUTELAKE), 60, "serve --collect",
+                 alive=lambda: self.serve.poll() is None)
+
+    def start_job(self) -> None:
+        self.job = python("run", "--kafka", self.bootstrap, "--topic", TOPIC, "--warehouse",
+                          str(self.root / "warehouse"), "--checkpoint",
+                          str(self.root / "checkpoint"), "--trigger-interval", "2 seconds",
+                          "-v", log=self.root / "job.log")
+
+
+@pytest.fixture(scope="session")
+def stack(config, tmp_path_factory) -> Iterator[Stack]:
+    reason = mqadmin.missing_reason()
+    if reason is None and not list(mqadmin.jars_dir().glob("rocketmq-broker-*.jar")):
+        reason = "no rocketmq-broker jar (run scripts/fetch_rocketmq.sh)"
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    root = tmp_path_factory.mktemp("real-broker")
+    (root / "conf.toml").write_text(CONF)
+    kafka = replace(config.kafka, bootstrap_servers=f"127.0.0.1:{KAFKA}",
+                    data_dir=str(root / "kafka"))
+    ns = namesrv(root / "namesrv", NAMESRV).start()
+    proxy = RecordingProxy(ROUTELAKE).__enter__()
+    s = Stack(root, kafka, ns, broker(root / "broker", BROKER,
+                                      [f"127.0.0.1:{NAMESRV}", f"127.0.0.1:{proxy.port}"],
+                                      cluster=CLUSTER, name=NAME), proxy)
+    try:
+        kafka_local.start(kafka, heap="512m")
+        assert kafka_local.create_topic(s.bootstrap, TOPIC, partitions=1)
+        s.start_serve()
+        s.start_job()
+        wait_for(lambda: port_open(NAMESRV), 60, "Java NameServer", alive=ns.alive)
+        s.broker.start()
+        yield s
+    finally:
+        s.broker.stop(signal.SIGKILL)
+        stop(s.job)
+        stop(s.serve)
+        ns.stop(signal.SIGKILL)
+        s.proxy.__exit__()
+        kafka_local.stop(kafka)
+
+
+# -- talking to both NameServers --
+
+def ask(port: int, code: int, **ext: str) -> RemotingCommand:
+    """One request, one answer (no half-close: Netty closes a half-closed channel unanswered)."""
+    request = RemotingCommand(code=code, version=479, opaque=1, ext_fields=ext)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(encode(request))
+        decoder, answers = FrameDecoder(), []
+        while not answers:
+            data = sock.recv(65536)
+            assert data, "connection closed without an answer"
+            answers = decoder.feed(data)
+    return answers[0]
+
+
+def cluster_info(port: int) -> dict:
+    answer = ask(port, 106)
+    assert answer.code == 0, answer.remark
+    from routing_lib.lookup import jsonbody
+
+    return jsonbody.parse_legacy(answer.body)
+
+
+def route(port: int, topic: str) -> dict | None:
+    answer = ask(port, 105, topic=topic)
+    if answer.code == 17:
+        return None
+    assert answer.code == 0, answer.remark
+    doc = json.loads(answer.body)
+    # Documented ordering differences only: Java lists come from HashMaps.
+    return {"brokerDatas": sorted(doc["brokerDatas"], key=lambda b: b["brokerName"]),
+            "queueDatas": sorted(doc["queueDatas"], key=lambda q: q["brokerName"]),
+            "filterServerTable": doc.get("filterServerTable") or {}}
+
+
+def routelake_ready() -> bool:
+    try:
+        return ask(ROUTELAKE, 106).code == 0
+    except OSError:
+        return False
+
+
+def same_clusters() -> bool:
+    return routelake_ready() and cluster_info(ROUTELAKE) == cluster_info(NAMESRV)
+
+
+def admin(stack: Stack, *args: str) -> mqadmin.MQAdminResult:
+    result = mqadmin.run_mqadmin(*args, namesrv=f"127.0.0.1:{ROUTELAKE}", timeout=60,
+                                 home=stack.root / "mqadmin")
+    assert result.error is None, f"{result.error}\n{result.stdout[-2000:]}"
+    return result
+
+
+# -- the tests, in order --
+
+def test_registration_shows_in_routectl_clusters(stack):
+    wait_for(lambda: routelake_ready() and NAME in cluster_info(ROUTELAKE)["brokerAddrTable"],
+             180, "the broker in routelake's snapshot", step=1, alive=stack.broker.alive)
+    done = subprocess.run([sys.executable, "-m", "routing_lib.cli", "clusters", "--warehouse",
+                           str(stack.root / "warehouse")], capture_output=True, text=True,
+                          cwd=REPO, timeout=60)
+    assert done.returncode == 0, done.stderr
+    clusters = json.loads(done.stdout)
+    assert clusters["clusterAddrTable"] == {CLUSTER: [NAME]}
+    assert clusters["brokerAddrTable"][NAME]["brokerAddrs"] == {"0": BROKER_ADDR}
+    registers = [e for e in events(stack.bootstrap, TOPIC) if e["eventType"] == "REGISTER"]
+    assert registers[0]["heartbeatTimeoutMillis"] == 10_000  # acting-master mode sends it
+    assert "SELF_TEST_TOPIC" in registers[0]["topicConfigTable"]
+
+
+def wait_same(what: str, answer_of, timeout: float = ROUTE_WAIT_S) -> None:
+    """Until routelake answers like the Java NameServer; else fail showing both answers."""
+    try:
+        wait_for(lambda: routelake_ready() and answer_of(ROUTELAKE) == answer_of(NAMESRV),
+                 timeout, what, step=1)
+    except AssertionError:
+        assert answer_of(ROUTELAKE) == answer_of(NAMESRV), what
+
+
+def test_tap_mode_cluster_info_equals_the_java_nameserver(stack):
+    wait_same("equal GET_BROKER_CLUSTER_INFO", cluster_info, 60)
+
+
+def test_update_topic_is_routable_and_routes_equal_java(stack):
+    for queues in ("4", "8"):  # created, then changed
+        admin(stack, "updateTopic", "-b", BROKER_ADDR, "-t", "RL_T1", "-r", queues, "-w",
+              queues)
+        wait_for(lambda q=int(queues): route(NAMESRV, "RL_T1") is not None
+                 and route(NAMESRV, "RL_T1")["queueDatas"][0]["readQueueNums"] == q,
+                 30, "the Java NameServer's route")
+        wait_for(lambda: route(ROUTELAKE, "RL_T1") == route(NAMESRV, "RL_T1"), ROUTE_WAIT_S,
+                 f"routelake's RL_T1 route with {queues} queues", step=1)
+    assert route(ROUTELAKE, "RL_T1")["queueDatas"][0]["writeQueueNums"] == 8
+    assert same_clusters()
+
+
+def test_send_and_consume_through_routelake(stack):
+    sent = admin(stack, "sendMessage", "-t", "RL_T1", "-p", "hello-routelake", "-k", "k1")
+    assert "SEND_OK" in sent.stdout
+    # -c: ConsumeMessageCommand spends one of its count on each empty queue it passes
+    consumed = admin(stack, "consumeMessage", "-t", "RL_T1", "-g", "rl_group", "-c", "100")
+    assert "hello-routelake" in consumed.stdout
+
+
+def _acknowledged_are_published(stack: Stack, since_ms: int) -> tuple[int, int]:
+    kinds = {103: "REGISTER", 104: "UNREGISTER", 322: "HEARTBEAT", 904: "HEARTBEAT"}
+    published = [e for e in events(stack.bootstrap, TOPIC) if e["eventTime"] >= since_ms - 1000]
+    acked = [x for x in stack.proxy.exchanges
+             if x.sent_ms >= since_ms and x.code in kinds and x.answer_code == 0]
+    for x in acked:
+        assert any(e["eventType"] == kinds[x.code] and e["brokerAddr"] == x.broker_addr
+                   and x.sent_ms - 50 <= e["eventTime"] <= x.answered_ms + 50
+                   for e in published), f"acknowledged but not in Kafka: {x}"
+    failed = [x for x in stack.proxy.exchanges if x.sent_ms >= since_ms and x.code == 103
+              and x.answer_code not in (None, 0)]
+    return len(acked), len(failed)
+
+
+def test_collector_and_kafka_restarts_lose_nothing_acknowledged(stack):
+    since = time.time_ns() // 1_000_000
+    stop(stack.serve)  # the collector (and lookup) goes away while the broker registers
+    time.sleep(3)
+    stack.start_serve()
+    time.sleep(12)  # at least one registration period
+    kafka_local.stop(stack.kafka)  # Kafka goes away: the collector must answer errors
+    time.sleep(12)
+    kafka_local.start(stack.kafka, heap="512m")
+    registers_before = sum(x.code == 103 and x.answer_code == 0 for x in stack.proxy.exchanges)
+    wait_for(lambda: sum(x.code == 103 and x.answer_code == 0
+                         for x in stack.proxy.exchanges) > registers_before,
+             40, "a registration acknowledged after the Kafka restart", step=1)
+    acked, failed = _acknowledged_are_published(stack, since)
+    assert acked >= 2
+    print(f"restarts: {acked} acknowledged requests all in Kafka; {failed} REGISTERs answered "
+          "with an error while Kafka was down")
+    if stack.job is None or stack.job.poll() is not None:  # Spark may give up on Kafka
+        stack.start_job()
+    wait_for(same_clusters, ROUTE_WAIT_S, "routes caught up after the restarts", step=1)
+
+
+def test_graceful_shutdown_unregisters(stack):
+    stack.broker.stop(signal.SIGTERM, timeout=60)
+    unregisters = [e for e in events(stack.bootstrap, TOPIC) if e["eventType"] == "UNREGISTER"]
+    assert [e["brokerAddr"] for e in unregisters] == [BROKER_ADDR]
+    wait_for(lambda: NAME not in cluster_info(ROUTELAKE)["brokerAddrTable"], ROUTE_WAIT_S,
+             "the broker gone from routelake", step=1)
+    assert route(ROUTELAKE, "RL_T1") is None and route(NAMESRV, "RL_T1") is None
+
+
+def test_killed_broker_expires_on_tick_driven_event_time(stack):
+    stack.broker.start()
+    wait_for(lambda: NAME in cluster_info(ROUTELAKE)["brokerAddrTable"], 120,
+             "the restarted broker in routelake", step=1, alive=stack.broker.alive)
+    stack.broker.stop(signal.SIGKILL)
+    killed = time.time_ns() // 1_000_000
+    wait_for(lambda: NAME not in cluster_info(ROUTELAKE)["brokerAddrTable"], ROUTE_WAIT_S,
+             "the killed broker expired in routelake", step=1)
+    after = [e for e in events(stack.bootstrap, TOPIC, ticks=True)
+             if e["eventTime"] > killed + 1000]
+    # Nothing but TICKs arrived after the kill: they moved the watermark past the broker's
+    # lastUpdate + heartbeatTimeoutMillis (10 s).
+    assert after and {e["eventType"] for e in after} == {"TICK"}
+    wait_for(lambda: NAME not in cluster_info(NAMESRV)["brokerAddrTable"], 30,
+             "the Java NameServer's expiry too")
