@@ -85,7 +85,7 @@ def test_replayed_batch_changes_nothing(spark, backfill, tmp_path):
             "ha_server_addr": None,
             "data_version": {"state_version": 0, "timestamp": 0, "counter": 0}}
     batch = spark.createDataFrame([
-        ("change", BROKER_LIVE, "upsert", json.dumps(live), None),
+        ("change", BROKER_LIVE, "upsert", json.dumps([live]), None),
         ("dead", DEAD_LETTER, "append", json.dumps({"raw_text": "x", "source": "s",
                                                     "position": 1, "reason": "r"}), b"x"),
         ("stats", None, None, json.dumps({"input_rows": 1, "dead_lettered": 1}), None),

@@ -38,6 +38,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from routing_lib.core.clock import Advance, Expiry, GroupClock, apply_guarded
@@ -104,7 +105,12 @@ UPSERT, CLOSE, DELETE, APPEND = "upsert", "close", "delete", "append"
 
 def event_date(ms: int) -> str:
     """UTC calendar day of an epoch-ms time (integer arithmetic: no float rounding)."""
-    return (_EPOCH + timedelta(milliseconds=ms)).date().isoformat()
+    return _day_name(ms // 86_400_000)
+
+
+@lru_cache(maxsize=64)
+def _day_name(days_since_epoch: int) -> str:
+    return (_EPOCH + timedelta(days=days_since_epoch)).date().isoformat()
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from routing_lib.core.history import (
     HISTORY_CLOSE_COLUMNS,
@@ -118,9 +119,8 @@ class DeltaRouteWriter:
 
     def _merge(self, spark: SparkSession, batch: DataFrame, table: str) -> None:
         schema = TABLE_DDL[table]
-        changes = (batch.filter((F.col("kind") == "change") & (F.col("table") == table))
-                   .select("op", F.from_json("row_json", schema).alias("r"))
-                   .select("op", "r.*"))
+        changes = _exploded(batch.filter((F.col("kind") == "change")
+                                         & (F.col("table") == table)), schema)
         keys = TABLE_KEYS[table]
         view = f"routelake_changes_{table}"
         changes.createOrReplaceTempView(view)
@@ -139,8 +139,8 @@ class DeltaRouteWriter:
     def _merge_history(self, spark: SparkSession, batch: DataFrame, table: str) -> None:
         """Insert opened intervals, close them later by identity (valid_from stays fixed)."""
         ddl = HISTORY_TABLE_DDL[table]
-        changes = (batch.filter((F.col("kind") == "history") & (F.col("table") == table))
-                   .select("op", F.from_json("row_json", ddl).alias("r")).select("op", "r.*"))
+        changes = _exploded(batch.filter((F.col("kind") == "history")
+                                         & (F.col("table") == table)), ddl)
         view = f"routelake_changes_{table}"
         changes.createOrReplaceTempView(view)
         on = " AND ".join(f"t.{c} = s.{c}" for c in ("event_date", *HISTORY_IDENTITY[table]))
@@ -175,6 +175,13 @@ class DeltaRouteWriter:
         row = tuple(values.get(n, counts.get(n, 0)) for n in names)
         (spark.createDataFrame([row], SIDE_TABLE_DDL[PROGRESS])
          .write.format("delta").mode("append").save(self.path(PROGRESS)))
+
+
+def _exploded(bundles: DataFrame, ddl: str) -> DataFrame:
+    """(op, JSON array of rows) bundles -> one (op, columns...) row per array element."""
+    rows = T.ArrayType(T.StructType.fromDDL(ddl))
+    return (bundles.select("op", F.explode(F.from_json("row_json", rows)).alias("r"))
+            .select("op", "r.*"))
 
 
 def _sum_stats(stats_json) -> dict[str, int]:
