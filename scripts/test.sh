@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # The test command: lint, then the whole suite against a real local Kafka broker (started here,
 # stopped on exit, also on failure). Extra arguments go to pytest.
+#   scripts/test.sh --quick   the edit-test loop: lint + the pure-Python tier (core, schema,
+#                             codecs, docs; no Spark, no Kafka, no JVM), about 15 s
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 
 .venv/bin/ruff check . || exit 1
+
+if [ "${1:-}" = "--quick" ]; then
+  shift
+  exec .venv/bin/pytest -q -p no:cacheprovider tests/test_core_golden.py tests/test_schema.py \
+    tests/test_history_core.py tests/test_incremental_state.py tests/test_poison_records.py \
+    tests/test_lookup_codec.py tests/test_collector_codec.py tests/test_docs_contract.py \
+    tests/test_history_docs.py "$@"
+fi
 
 started_kafka=0
 if [ -x scripts/kafka.sh ]; then
