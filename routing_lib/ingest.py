@@ -12,6 +12,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from routing_lib.core.admin import group_key
 from routing_lib.core.wire import pack_event
 from schemas.route_event import (
     INT64_MAX,
@@ -73,7 +74,7 @@ def _classify(raw: bytes, source: str, position: int, now_ms: int | None,
         return dead_letter(raw, source, position, failure.reason)
     if isinstance(event, TickEvent):
         return Classified(TICK_KEY, event.eventTime, source, position, None, None, None)
-    return Classified(event.brokerName, event.eventTime, source, position, pack_event(event),
+    return Classified(group_key(event), event.eventTime, source, position, pack_event(event),
                       None, None)
 
 

@@ -5,27 +5,37 @@ StructType in `schemas.spark`) is derived from them.
 """
 
 from schemas.route_event import (
+    AdminEvent,
     DataVersion,
+    DeleteKvEvent,
+    DeleteTopicEvent,
     HeartbeatEvent,
+    PutKvEvent,
     RegisterEvent,
     RouteEvent,
     TickEvent,
     TopicConfig,
     UnregisterEvent,
     ValidationFailure,
+    WritePermEvent,
     event_json_schema,
     parse_event,
 )
 
 __all__ = [
+    "AdminEvent",
     "DataVersion",
+    "DeleteKvEvent",
+    "DeleteTopicEvent",
     "HeartbeatEvent",
+    "PutKvEvent",
     "RegisterEvent",
     "RouteEvent",
     "TickEvent",
     "TopicConfig",
     "UnregisterEvent",
     "ValidationFailure",
+    "WritePermEvent",
     "event_json_schema",
     "parse_event",
 ]

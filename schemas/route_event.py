@@ -122,7 +122,54 @@ class TickEvent(_Model):
     source: StrictStr | None = None
 
 
-AnyEvent = RegisterEvent | HeartbeatEvent | UnregisterEvent | TickEvent
+# ---- administrative events (contract §2): an operator's change, published by a collector ----
+
+KV_VALUE_MAX_LENGTH = 65_536
+NonEmpty = Annotated[StrictStr, Field(min_length=1)]
+
+
+class _AdminEvent(_Model):
+    eventTime: EpochMillis
+    requestedBy: StrictStr | None = None  # the client address, for audit
+
+
+class WritePermEvent(_AdminEvent):
+    """WIPE_WRITE_PERM (request 205) / ADD_WRITE_PERM (327) on every queue of a brokerName."""
+
+    eventType: Literal["WIPE_WRITE_PERM", "ADD_WRITE_PERM"]
+    brokerName: GroupName
+
+
+class DeleteTopicEvent(_AdminEvent):
+    """DELETE_TOPIC_IN_NAMESRV (216); a blank clusterName means every cluster, as in Java."""
+
+    eventType: Literal["DELETE_TOPIC"]
+    topic: TopicName
+    clusterName: Annotated[StrictStr, Field(max_length=NAME_MAX_LENGTH)] | None = None
+
+    @property
+    def cluster(self) -> str | None:
+        """The cluster to delete in, or None for everywhere (StringUtils.isNotBlank)."""
+        return self.clusterName if self.clusterName and self.clusterName.strip() else None
+
+
+class PutKvEvent(_AdminEvent):
+    eventType: Literal["PUT_KV"]
+    namespace: NonEmpty
+    key: NonEmpty
+    value: Annotated[StrictStr, Field(max_length=KV_VALUE_MAX_LENGTH)]
+
+
+class DeleteKvEvent(_AdminEvent):
+    eventType: Literal["DELETE_KV"]
+    namespace: NonEmpty
+    key: NonEmpty
+
+
+AdminEvent = WritePermEvent | DeleteTopicEvent | PutKvEvent | DeleteKvEvent
+ADMIN_EVENT_TYPES = ("WIPE_WRITE_PERM", "ADD_WRITE_PERM", "DELETE_TOPIC", "PUT_KV", "DELETE_KV")
+
+AnyEvent = RegisterEvent | HeartbeatEvent | UnregisterEvent | TickEvent | AdminEvent
 RouteEvent = Annotated[AnyEvent, Field(discriminator="eventType")]
 _EVENT_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(RouteEvent)
 
@@ -150,7 +197,7 @@ class PipelineRegister(RegisterEvent):
 
 
 _PIPELINE_ADAPTER: TypeAdapter[Any] = TypeAdapter(Annotated[
-    PipelineRegister | HeartbeatEvent | UnregisterEvent | TickEvent,
+    PipelineRegister | HeartbeatEvent | UnregisterEvent | TickEvent | AdminEvent,
     Field(discriminator="eventType")])
 
 
@@ -219,7 +266,7 @@ def validate_event(obj: object) -> AnyEvent:
 
 
 def _check_port(event: AnyEvent) -> AnyEvent:
-    if isinstance(event, TickEvent):
+    if not isinstance(event, _BrokerEvent):  # TICK and admin events carry no address
         return event
     port = int(event.brokerAddr.rsplit(":", 1)[1])
     if not 0 < port <= 65535:

@@ -7,13 +7,11 @@ import random
 import pytest
 
 from routing_lib.core.clock import GroupClock
-from routing_lib.core.codec import decode_clock, encode_clock
-from routing_lib.core.dump import canonical_dump, project
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags
-from routing_lib.core.replay import default_watermark, fleet_rows
-from routing_lib.core.wire import pack_event, unpack_event
-from schemas import TickEvent, parse_event
+from routing_lib.core.replay import default_watermark
+from schemas import parse_event
 from tests.helpers import DELAY_MS, FIXTURES, expected_dump, fixture_lines, reference_dump
+from tests.stream_model import run_model_in_batches
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -22,34 +20,15 @@ def test_reference_replay_matches_expected(name):
 
 
 def run_clocks_in_batches(lines: list[str], rng: random.Random, round_trip: bool) -> dict:
-    """Feed events in arrival order, cut into random micro-batches, like the Spark step does:
-    each batch adds its events, then every group moves to the batch's watermark.
-    With round_trip, events travel packed and clocks are saved and restored between batches."""
+    """Feed events in arrival order, cut into random micro-batches, like the Spark step does
+    (tests/stream_model.py: a group runs only on rows or a passed timeout; admin events go
+    through the admin log and the DELETE_TOPIC fan-out). With round_trip, events travel
+    packed and clocks are saved and restored between batches."""
     events = [parse_event(line) for line in lines]
-    if round_trip:
-        events = [e if isinstance(e, TickEvent) else unpack_event(pack_event(e)) for e in events]
-    clocks: dict[str, GroupClock] = {}
-    max_seen, published, i = 0, 0, 0
-    while i < len(events):
-        batch = events[i:i + rng.randint(1, 40)]
-        watermark = max(max_seen - DELAY_MS, 0)  # Spark's watermark lags one batch
-        for position, event in enumerate(batch, start=i):
-            if isinstance(event, TickEvent):  # moves the watermark (max_seen) only
-                continue
-            clock = clocks.setdefault(event.brokerName, GroupClock(GroupRoutes(event.brokerName)))
-            assert not clock.is_late(event.eventTime, published)
-            clock.add(event, ("file", position))
-        for name, clock in clocks.items():
-            clock.advance(watermark, RouteFlags())
-            if round_trip:
-                clocks[name] = decode_clock(encode_clock(clock))
-        i += len(batch)
-        max_seen = max([max_seen] + [e.eventTime for e in batch])
-        published = watermark
-    final = default_watermark(events, DELAY_MS)
-    for clock in clocks.values():
-        clock.advance(final, RouteFlags())
-    return project(canonical_dump(fleet_rows(c.routes for c in clocks.values()), final))
+    model = run_model_in_batches(events, rng, DELAY_MS, round_trip)
+    assert model.late == 0
+    assert model.published == default_watermark(events, DELAY_MS)
+    return model.dump()
 
 
 @pytest.mark.parametrize("name", FIXTURES)

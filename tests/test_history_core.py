@@ -9,6 +9,7 @@ from functools import cache
 
 import pytest
 
+from routing_lib.core.admin import group_key
 from routing_lib.core.as_of import as_of, as_of_view
 from routing_lib.core.clock import GroupClock
 from routing_lib.core.codec import decode_clock, encode_clock
@@ -38,7 +39,7 @@ from routing_lib.core.history import (
 from routing_lib.core.replay import default_watermark, replay_dump
 from routing_lib.core.tables import RoutesSnapshot, Row
 from routing_lib.simulator import encode_event, generate_history
-from schemas import TickEvent, parse_event
+from schemas import DeleteTopicEvent, TickEvent, parse_event
 from tests.helpers import DELAY_MS, FIXTURES, fixture_lines
 
 FLAGS = RouteFlags()
@@ -75,6 +76,8 @@ def run_history(events: list[Event], rng: random.Random | None = None, round_tri
                                 decode_history(encode_history(tracker)))
         merge_history_batch(store, batch)  # raises if a batch holds two changes for one row
 
+    every_group = sorted({group_key(e) for e in events if not isinstance(e, TickEvent)
+                          and not isinstance(e, DeleteTopicEvent)})
     max_seen = published = i = 0
     while i < len(events):
         size = rng.randint(1, 40) if rng else len(events)
@@ -83,14 +86,17 @@ def run_history(events: list[Event], rng: random.Random | None = None, round_tri
         for position, event in enumerate(chunk, start=i):
             if isinstance(event, TickEvent):  # moves the watermark (max_seen) only
                 continue
-            name = event.brokerName
-            if name not in groups:
-                groups[name] = (GroupClock(GroupRoutes(name)), HistoryTracker(name))
-                shadows[name] = GroupClock(GroupRoutes(name))
-            clock = groups[name][0]
-            assert not clock.is_late(event.eventTime, published)
-            clock.add(event, ("file", position))
-            shadows[name].add(event, ("file", position))
+            # Every group moves every batch here, so a DELETE_TOPIC can simply go to every
+            # group of the history (created up front); the job's fan-out is in stream_model.
+            names = every_group if isinstance(event, DeleteTopicEvent) else [group_key(event)]
+            for name in names:
+                if name not in groups:
+                    groups[name] = (GroupClock(GroupRoutes(name)), HistoryTracker(name))
+                    shadows[name] = GroupClock(GroupRoutes(name))
+                clock = groups[name][0]
+                assert not clock.is_late(event.eventTime, published)
+                clock.add(event, ("file", position))
+                shadows[name].add(event, ("file", position))
         if rng:
             move(watermark)
         i += len(chunk)

@@ -37,6 +37,7 @@ def encode_clock(clock: GroupClock) -> ClockState:
                    x.data_version.counter], x.ha_server_addr] for (c, a), x in r.live.items()],
         "filters": [[c, a, servers] for (c, a), servers in r.filter_servers.items()],
         "pending": [[p.arrival[0], p.arrival[1], pack_event(p.event)] for p in clock.pending],
+        **({"kv": r.kv} if r.kv else {}),
     }, separators=(",", ":")), r.topics.blob()
 
 
@@ -55,6 +56,7 @@ def decode_clock(state: ClockState) -> GroupClock:
         live={(c, a): BrokerLive(last, timeout, DataVersion(*dv), ha)
               for c, a, last, timeout, dv, ha in s["live"]},
         filter_servers={(c, a): servers for c, a, servers in s["filters"]},
+        kv=s.get("kv", {}),
     )
     pending = []
     for source, position, text_event in s["pending"]:

@@ -11,6 +11,7 @@ from routing_lib.core.tables import (
     BROKER_LIVE,
     CLUSTER_ADDR,
     FILTER_SERVER,
+    KV_CONFIG,
     TOPIC_QUEUE,
     Row,
 )
@@ -54,7 +55,9 @@ def canonical_dump(tables: Mapping[str, Iterable[Row]], watermark: int | None) -
                 "filterServerList": list(r["filter_server_list"])}
                for r in tables.get(FILTER_SERVER, ())]
     by_broker = lambda item: (item["clusterName"], item["brokerAddr"])  # noqa: E731
+    kv = kv_config_table(tables.get(KV_CONFIG, ()))
     return {
+        **({"kvConfigTable": kv} if kv else {}),
         "watermark": watermark,
         "brokerAddrTable": dict(sorted(broker_addr.items())),
         "clusterAddrTable": {c: sorted(n) for c, n in sorted(clusters.items())},
@@ -62,6 +65,16 @@ def canonical_dump(tables: Mapping[str, Iterable[Row]], watermark: int | None) -
         "brokerLiveTable": sorted(live, key=by_broker),
         "filterServerTable": sorted(filters, key=by_broker),
     }
+
+
+def kv_config_table(rows: Iterable[Row]) -> dict[str, dict[str, str]]:
+    """namespace -> {key: value}; a namespace row (key None) keeps an emptied namespace."""
+    table: dict[str, dict[str, str]] = {}
+    for row in rows:
+        entries = table.setdefault(row["namespace"], {})
+        if row["key"] is not None:
+            entries[row["key"]] = row["value"]
+    return {ns: dict(sorted(entries.items())) for ns, entries in sorted(table.items())}
 
 
 # What tests and acceptance compare (contract §4): these keys and nothing else.
@@ -83,6 +96,8 @@ def project(dump: Mapping[str, Any]) -> dict[str, Any]:
                               for name, entry in dump.get("brokerAddrTable", {}).items()}
     for table in ("brokerLiveTable", "filterServerTable"):
         out[table] = [{k: row[k] for k in _PROJECTION[table]} for row in dump.get(table, [])]
+    if "kvConfigTable" in dump:  # only when a namespace exists (contract §4)
+        out["kvConfigTable"] = dump["kvConfigTable"]
     return out
 
 

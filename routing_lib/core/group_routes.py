@@ -12,7 +12,16 @@ from dataclasses import dataclass, field, replace
 
 from routing_lib.core.topic_table import EMPTY_TOPICS, TopicTable
 from routing_lib.core.wire import Event, topic_names
-from schemas.route_event import DEFAULT_HEARTBEAT_TIMEOUT_MILLIS, HeartbeatEvent, RegisterEvent
+from schemas.route_event import (
+    DEFAULT_HEARTBEAT_TIMEOUT_MILLIS,
+    DeleteKvEvent,
+    DeleteTopicEvent,
+    HeartbeatEvent,
+    PutKvEvent,
+    RegisterEvent,
+    UnregisterEvent,
+    WritePermEvent,
+)
 
 MASTER_ID = 0
 PERM_WRITE = 0x2
@@ -79,10 +88,12 @@ class GroupRoutes:
     topics: TopicTable = field(default_factory=lambda: EMPTY_TOPICS)
     live: dict[BrokerKey, BrokerLive] = field(default_factory=dict)
     filter_servers: dict[BrokerKey, list[str]] = field(default_factory=dict)
+    # KVConfigManager's table: only the KV group (ingest.KV_KEY) has entries
+    kv: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def is_empty(self) -> bool:
         return not (self.broker_data or self.clusters or self.topics or self.live
-                    or self.filter_servers)
+                    or self.filter_servers or self.kv)
 
     # -- REGISTER_BROKER ------------------------------------------------------------------
     def register(self, event: RegisterEvent, now: int, flags: RouteFlags) -> bool:
@@ -204,6 +215,22 @@ class GroupRoutes:
                 self.filter_servers.pop((cluster, addr), None)
         return [(key, deadline) for deadline, key in expired]
 
+    # -- administrative requests (contract §2) ---------------------------------------------
+    def write_perm(self, wipe: bool) -> int:
+        """operateWritePermOfBroker: wipe clears PERM_WRITE, add sets RW; returns the count."""
+        if not self.topics:
+            return 0
+        self.topics = self.topics.mapped(_without_write if wipe else _read_write)
+        return len(self.topics)
+
+    def delete_topic(self, topic: str, cluster: str | None) -> bool:
+        """deleteTopic: everywhere, or only if this brokerName is in clusterAddrTable[cluster]."""
+        if topic not in self.topics.names() or (cluster is not None
+                                                 and cluster not in self.clusters):
+            return False
+        self.topics = self.topics.without([topic])
+        return True
+
     def next_deadline(self) -> int | None:
         return min((live.deadline for live in self.live.values()), default=None)
 
@@ -218,11 +245,25 @@ def _without_write(queue: QueueData) -> QueueData:
                      queue.perm & ~PERM_WRITE, queue.topic_sys_flag)
 
 
+def _read_write(queue: QueueData) -> QueueData:
+    return QueueData(queue.read_queue_nums, queue.write_queue_nums, PERM_READ | PERM_WRITE,
+                     queue.topic_sys_flag)
+
+
 def apply_event(routes: GroupRoutes, event: Event, flags: RouteFlags) -> None:
     """Apply one event at its own eventTime (expiry before it is the caller's job)."""
     if isinstance(event, RegisterEvent):
         routes.register(event, event.eventTime, flags)
     elif isinstance(event, HeartbeatEvent):
         routes.heartbeat(event.clusterName, event.brokerAddr, event.eventTime)
-    else:
+    elif isinstance(event, UnregisterEvent):
         routes.unregister(event.clusterName, event.brokerAddr)
+    elif isinstance(event, WritePermEvent):
+        routes.write_perm(event.eventType == "WIPE_WRITE_PERM")
+    elif isinstance(event, DeleteTopicEvent):
+        routes.delete_topic(event.topic, event.cluster)
+    elif isinstance(event, PutKvEvent):
+        routes.kv.setdefault(event.namespace, {})[event.key] = event.value
+    elif isinstance(event, DeleteKvEvent):
+        # deleteKVConfig: the namespace stays, even when emptied
+        routes.kv.get(event.namespace, {}).pop(event.key, None)

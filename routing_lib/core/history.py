@@ -41,6 +41,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
+from routing_lib.core.admin import ADMIN_EVENTS, ADMIN_EVENTS_DDL, ADMIN_EVENTS_IDENTITY
 from routing_lib.core.clock import Advance, Expiry, GroupClock, apply_guarded
 from routing_lib.core.group_routes import BrokerKey, GroupRoutes, RouteFlags
 from routing_lib.core.tables import RoutesSnapshot, Row
@@ -50,7 +51,9 @@ BROKER_MEMBERSHIP_HISTORY = "broker_membership_history"
 CLUSTER_MEMBERSHIP_HISTORY = "cluster_membership_history"
 BROKER_LIVENESS_EVENTS = "broker_liveness_events"
 INTERVAL_TABLES = (TOPIC_ROUTE_HISTORY, BROKER_MEMBERSHIP_HISTORY, CLUSTER_MEMBERSHIP_HISTORY)
-HISTORY_TABLES = INTERVAL_TABLES + (BROKER_LIVENESS_EVENTS,)
+# admin_events (routing_lib.core.admin): administrative events as they arrived, the audit
+# trail and the DELETE_TOPIC log; appended by identity like the liveness events.
+HISTORY_TABLES = INTERVAL_TABLES + (BROKER_LIVENESS_EVENTS, ADMIN_EVENTS)
 
 # Interval table -> the key whose versions never overlap in time.
 HISTORY_KEYS: dict[str, tuple[str, ...]] = {
@@ -62,6 +65,7 @@ HISTORY_KEYS: dict[str, tuple[str, ...]] = {
 HISTORY_IDENTITY: dict[str, tuple[str, ...]] = {
     **{t: keys + ("valid_from",) for t, keys in HISTORY_KEYS.items()},
     BROKER_LIVENESS_EVENTS: ("broker_name", "cluster_name", "broker_addr", "event_time", "seq"),
+    ADMIN_EVENTS: ADMIN_EVENTS_IDENTITY,
 }
 # Interval table -> the columns a `close` sets.
 HISTORY_CLOSE_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -91,6 +95,7 @@ HISTORY_TABLE_DDL: dict[str, str] = {
         "broker_name STRING, cluster_name STRING, broker_addr STRING, event_time BIGINT, "
         "seq INT, event_type STRING, broker_id BIGINT, last_update_timestamp BIGINT, "
         "heartbeat_timeout_millis BIGINT, deadline BIGINT, event_date STRING",
+    ADMIN_EVENTS: ADMIN_EVENTS_DDL,
 }
 
 # Transition kinds: the input event types, plus the clock's expiry.
@@ -155,15 +160,20 @@ def iter_transitions(clock: GroupClock, watermark: int, flags: RouteFlags,
             after = RoutesSnapshot.of(routes)
             if after != snapshot:
                 yield Transition(event.eventType, item.event_time, snapshot, after,
-                                 (event.clusterName, event.brokerAddr), event.brokerId)
+                                 *_cause(event))
             snapshot = after
             continue
         after = RoutesSnapshot.of(routes)
-        yield Transition(event.eventType, item.event_time, snapshot, after,
-                         (event.clusterName, event.brokerAddr), event.brokerId)
+        yield Transition(event.eventType, item.event_time, snapshot, after, *_cause(event))
         snapshot = after
     yield from _expiries(routes, watermark, snapshot, advance)
     clock.watermark = watermark
+
+
+def _cause(event) -> tuple[BrokerKey, int | None]:
+    """The broker an event names; an administrative event names none ("" address)."""
+    return ((getattr(event, "clusterName", None) or "", getattr(event, "brokerAddr", None)),
+            getattr(event, "brokerId", None))
 
 
 def _expiries(routes: GroupRoutes, now: int, snapshot: RoutesSnapshot, advance: Advance
@@ -258,6 +268,11 @@ def _end_columns(table: str, reason: str, t: Transition, addr: str | None = None
     return dict(zip(HISTORY_CLOSE_COLUMNS[table], values, strict=True))
 
 
+# Administrative events that change topic routes: the reason their history rows carry.
+_ADMIN_REASONS = {"WIPE_WRITE_PERM": "PERM_WIPED", "ADD_WRITE_PERM": "PERM_ADDED",
+                  "DELETE_TOPIC": "TOPIC_DELETED"}
+
+
 def transition_history(name: str, t: Transition) -> TransitionHistory:
     """What one transition of group `name` does to the history tables (stateless: an end
     names its key only; HistoryTracker knows which valid_from it closes).
@@ -278,8 +293,11 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
     # Raw maps: unchanged values are the same objects, so the common no-op compares fast.
     old_topics, new_topics = t.before.topics, t.after.topics
     ended, started = _changed(old_topics, new_topics)
+    admin_reason = _ADMIN_REASONS.get(t.kind)
     for topic in ended:
-        if topic in new_topics:
+        if admin_reason:
+            reason = admin_reason
+        elif topic in new_topics:
             reason = "CONFIG_CHANGED" if by_register else "PERM_WIPED"
         else:  # a registration drops it only with deleteTopicWithBrokerRegistration
             reason = "TOPIC_DELETED" if by_register else "GROUP_REMOVED"
@@ -287,7 +305,9 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
                                     _end_columns(TOPIC_ROUTE_HISTORY, reason, t)))
     for topic in started:
         q = new_topics[topic]
-        if topic in old_topics:
+        if admin_reason:
+            reason = admin_reason
+        elif topic in old_topics:
             reason = "CONFIG_CHANGED" if by_register else "PERM_WIPED"
         else:
             reason = "TOPIC_ADDED"

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from routing_lib.core.admin import group_key
 from routing_lib.core.dump import canonical_dump
 from routing_lib.core.group_routes import DEFAULT_FLAGS, Event, GroupRoutes, RouteFlags, apply_event
 from routing_lib.core.tables import ROUTE_TABLES, Row, rows_of
-from schemas.route_event import TickEvent
+from schemas.route_event import DeleteTopicEvent, TickEvent
 
 
 def replay(events: Iterable[Event | TickEvent], until: int, flags: RouteFlags = DEFAULT_FLAGS
@@ -26,7 +27,12 @@ def replay(events: Iterable[Event | TickEvent], until: int, flags: RouteFlags = 
     for event_time, _, event in ordered:
         for routes in groups.values():
             routes.expire(event_time)
-        routes = groups.setdefault(event.brokerName, GroupRoutes(event.brokerName))
+        if isinstance(event, DeleteTopicEvent):  # every group decides by its own clusters
+            for routes in groups.values():
+                apply_event(routes, event, flags)
+            continue
+        key = group_key(event)
+        routes = groups.setdefault(key, GroupRoutes(key))
         apply_event(routes, event, flags)
     for routes in groups.values():
         routes.expire(until)

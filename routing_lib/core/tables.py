@@ -16,6 +16,9 @@ BROKER_ADDR = "broker_addr_table"
 CLUSTER_ADDR = "cluster_addr_table"
 BROKER_LIVE = "broker_live_table"
 FILTER_SERVER = "filter_server_table"
+# KVConfigManager's table. A namespace is a row with key NULL (value NULL) as long as it
+# exists, so an emptied namespace stays visible (contract §4).
+KV_CONFIG = "kv_config_table"
 
 # table -> its key columns, in order
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
@@ -24,6 +27,7 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
     CLUSTER_ADDR: ("cluster_name", "broker_name"),
     BROKER_LIVE: ("cluster_name", "broker_addr"),
     FILTER_SERVER: ("cluster_name", "broker_addr"),
+    KV_CONFIG: ("namespace", "key"),
 }
 ROUTE_TABLES = tuple(TABLE_KEYS)
 
@@ -44,6 +48,7 @@ class RoutesSnapshot:
     topics: TopicTable  # immutable and shared with the routes: no copy
     live: dict[BrokerKey, BrokerLive]
     filter_servers: dict[BrokerKey, tuple[str, ...]]
+    kv: dict[tuple[str, str | None], str | None]  # (namespace, key or None) -> value
 
     @staticmethod
     def of(routes: GroupRoutes) -> RoutesSnapshot:
@@ -53,10 +58,19 @@ class RoutesSnapshot:
             topics=routes.topics,
             live=dict(routes.live),
             filter_servers={k: tuple(v) for k, v in routes.filter_servers.items()},
+            kv=_kv_entries(routes.kv) if routes.kv else {},
         )
 
 
-EMPTY = RoutesSnapshot(None, frozenset(), EMPTY_TOPICS, {}, {})
+EMPTY = RoutesSnapshot(None, frozenset(), EMPTY_TOPICS, {}, {}, {})
+
+
+def _kv_entries(kv: dict[str, dict[str, str]]) -> dict[tuple[str, str | None], str | None]:
+    entries: dict[tuple[str, str | None], str | None] = {}
+    for namespace, table in kv.items():
+        entries[namespace, None] = None
+        entries.update(((namespace, key), value) for key, value in table.items())
+    return entries
 
 
 def _broker_data_tuple(data: BrokerData | None) -> tuple | None:
@@ -100,7 +114,9 @@ def _diff_maps(table: str, old: dict, new: dict, row_of) -> list[Change]:
     if old == new:
         return []
     changes = [Change(table, k, None) for k in old.keys() - new.keys()]
-    changes += [Change(table, k, row_of(k, v)) for k, v in new.items() if old.get(k) != v]
+    # `k not in old`: a KV namespace row's value is None
+    changes += [Change(table, k, row_of(k, v)) for k, v in new.items()
+                if k not in old or old[k] != v]
     return changes
 
 
@@ -120,6 +136,9 @@ def diff(name: str, before: RoutesSnapshot, after: RoutesSnapshot) -> list[Chang
                           lambda k, live: _live_row(name, k, live))
     changes += _diff_maps(FILTER_SERVER, before.filter_servers, after.filter_servers,
                           lambda k, servers: _filter_row(name, k, servers))
+    if before.kv or after.kv:
+        changes += _diff_maps(KV_CONFIG, before.kv, after.kv,
+                              lambda k, value: {"namespace": k[0], "key": k[1], "value": value})
     return changes
 
 
@@ -144,6 +163,7 @@ TABLE_DDL: dict[str, str] = {
                  "data_version STRUCT<state_version: BIGINT, timestamp: BIGINT, counter: BIGINT>",
     FILTER_SERVER: "cluster_name STRING, broker_addr STRING, broker_name STRING, "
                    "filter_server_list ARRAY<STRING>",
+    KV_CONFIG: "namespace STRING, key STRING, value STRING",
 }
 DEAD_LETTER = "dead_letter_table"
 LATE_EVENT = "late_event_table"

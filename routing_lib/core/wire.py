@@ -23,16 +23,23 @@ from pydantic_core import to_json
 from schemas.route_event import (
     DEFAULT_PERM,
     DEFAULT_QUEUE_NUMS,
+    AdminEvent,
     DataVersion,
+    DeleteKvEvent,
+    DeleteTopicEvent,
     HeartbeatEvent,
     PipelineRegister,
+    PutKvEvent,
     RegisterEvent,
     UnregisterEvent,
+    WritePermEvent,
 )
 
-Event = RegisterEvent | HeartbeatEvent | UnregisterEvent
-_TYPES: dict[str, type[Event]] = {"REGISTER": RegisterEvent, "HEARTBEAT": HeartbeatEvent,
-                                  "UNREGISTER": UnregisterEvent}
+Event = RegisterEvent | HeartbeatEvent | UnregisterEvent | AdminEvent
+_TYPES: dict[str, type[Event]] = {
+    "REGISTER": RegisterEvent, "HEARTBEAT": HeartbeatEvent, "UNREGISTER": UnregisterEvent,
+    "WIPE_WRITE_PERM": WritePermEvent, "ADD_WRITE_PERM": WritePermEvent,
+    "DELETE_TOPIC": DeleteTopicEvent, "PUT_KV": PutKvEvent, "DELETE_KV": DeleteKvEvent}
 RS, US = "\x1e", "\x1f"
 
 
