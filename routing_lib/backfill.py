@@ -38,6 +38,6 @@ def run_backfill(config: Config, inputs: list[str], warehouse: str, as_of: int |
         watermark_delay_ms=delay,
         flags=RouteFlags(config.routes.delete_topic_with_broker_registration),
         history=config.routes.history, as_of=as_of)
-    classified = archive_stream(spark, paths, max_files_per_trigger)
+    classified = archive_stream(spark, paths, max_files_per_trigger, settings.warehouse)
     query = start_query(spark, classified, settings, available_now=True)
     query.awaitTermination()

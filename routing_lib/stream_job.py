@@ -43,7 +43,8 @@ def run_stream(config: Config, available_now: bool = False, metrics_port: int | 
         flags=RouteFlags(config.routes.delete_topic_with_broker_registration),
         history=config.routes.history)
     Path(settings.checkpoint).parent.mkdir(parents=True, exist_ok=True)
-    classified = kafka_stream(spark, config.kafka, config.routes.max_future_skew_ms)
+    classified = kafka_stream(spark, config.kafka, config.routes.max_future_skew_ms,
+                              settings.warehouse)
     query = start_query(spark, classified, settings, available_now,
                         config.kafka.trigger_interval, on_batch)
 

@@ -44,7 +44,7 @@ def route_changes(classified: DataFrame, settings: JobSettings) -> DataFrame:
     stand_in = F.lit(_STAND_IN_EVENT_TIME).cast("timestamp").alias(
         "event_ts", metadata={"spark.watermarkDelayMs": delay})
     step = make_step(StepSettings(settings.checkpoint, settings.flags, settings.as_of,
-                                  settings.history))
+                                  settings.history, settings.warehouse))
     return (watermarked.drop("event_ts").withColumn("event_ts", stand_in)
             .groupBy("group_key")
             .applyInPandasWithState(step, OUTPUT_SCHEMA, STATE_SCHEMA, "append",

@@ -19,15 +19,25 @@ from pydantic_core import PydanticSerializationError, to_json
 from pyspark import TaskContext
 from pyspark.sql.streaming.state import GroupState
 
+from routing_lib.core.admin import (
+    ADMIN_EVENTS,
+    ADMIN_KEY,
+    KV_KEY,
+    admin_row,
+    merge_logged_deletes,
+    timeout_at,
+    topics_grew,
+)
 from routing_lib.core.clock import GroupClock
 from routing_lib.core.codec import decode_clock, encode_clock
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags
-from routing_lib.core.history import HistoryTracker, decode_history, encode_history
+from routing_lib.core.history import HistoryTracker, decode_history, encode_history, event_date
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, diff
-from routing_lib.core.wire import event_json, pack_event, unpack_event
+from routing_lib.core.wire import RS, event_json, pack_event, unpack_event
 from routing_lib.ingest import CLOCK_KEY, DEAD_LETTER_KEY, TICK_KEY, internal_error_reason
+from routing_lib.spark.admin_log import logged_deletes
 from routing_lib.spark.checkpoint import batch_watermark
-from schemas.route_event import INT64_MAX
+from schemas.route_event import ADMIN_EVENT_TYPES, INT64_MAX
 
 log = logging.getLogger("routelake.step")
 
@@ -46,6 +56,7 @@ class StepSettings:
     flags: RouteFlags
     as_of: int | None = None  # backfill --as-of: never move a group's clock past this
     history: bool = True  # also emit event-time history changes
+    warehouse: str | None = None  # for the admin log of DELETE_TOPIC (None: not read)
 
 
 def _current_batch_id() -> int | None:
@@ -115,6 +126,10 @@ def make_step(settings: StepSettings):
             ticks = sum(len(pdf) for pdf in frames)
             yield _frame([_stats(input_rows=ticks, accepted=ticks, ticks=ticks)])
             return
+        if group == ADMIN_KEY:  # DELETE_TOPIC as it arrives: into the admin log
+            yield _frame(_admin_log_rows(frames, published_watermark(settings.checkpoint),
+                                         settings.as_of))
+            return
         saved = state.get if state.exists else (None, None, None, None)
         clock = decode_clock(saved[:2]) if saved[0] else GroupClock(GroupRoutes(group))
         tracker = decode_history(saved[2:]) if saved[2] else HistoryTracker(group)
@@ -126,22 +141,37 @@ def make_step(settings: StepSettings):
             published, target = min(published, settings.as_of), min(watermark, settings.as_of)
 
         out: list[tuple] = []
-        input_rows = late = failed = 0
+        bundles: dict[tuple[str, str, str], list] = defaultdict(list)
+        before_topics = clock.routes.topics
+        if settings.warehouse is not None and group != KV_KEY:
+            merge_logged_deletes(clock, logged_deletes(settings.warehouse, published))
+        input_rows = late = failed = fanned_out = 0
         for pdf in frames:
-            input_rows += len(pdf)
             for event_time, source, position, payload in zip(
                     pdf["event_time"], pdf["source"], pdf["position"], pdf["payload"],
                     strict=True):
+                if _is_fan_out_copy(payload):
+                    # a DELETE_TOPIC copy for a holder: counted (and tabled if late) once,
+                    # by the admin group; the log merge above may have added it already
+                    fanned_out += 1
+                    if not clock.is_late(int(event_time), published):
+                        merge_logged_deletes(clock, [((source, int(position)),
+                                                      unpack_event(payload))])
+                    continue
+                input_rows += 1
                 try:
                     if clock.is_late(int(event_time), published):
                         out.append(_late_row(payload, source, int(position), published))
                         late += 1
                     else:
-                        clock.add(unpack_event(payload), (source, int(position)))
+                        event = unpack_event(payload)
+                        clock.add(event, (source, int(position)))
+                        if event.eventType in ADMIN_EVENT_TYPES:
+                            bundles["history", ADMIN_EVENTS, "append"].append(admin_row(
+                                event, (source, int(position)), event_date(event.eventTime)))
                 except Exception as exc:  # last line of defence: this record only
                     out.append(_internal_dead_letter(payload, source, int(position), exc))
                     failed += 1
-        bundles: dict[tuple[str, str, str], list] = defaultdict(list)
         if settings.history:
             advance, history = tracker.advance(clock, target, settings.flags)
             for h in history:
@@ -167,7 +197,8 @@ def make_step(settings: StepSettings):
         out.append(_stats(input_rows=input_rows, accepted=input_rows - late - arrived_failed,
                           late=late, applied=len(advance.applied),
                           expired=len(advance.expiries), changes=len(changes),
-                          dead_lettered=arrived_failed, failed_in_step=len(advance.failed)))
+                          dead_lettered=arrived_failed, failed_in_step=len(advance.failed),
+                          fanned_out=fanned_out))
         yield _frame(out)
 
         if clock.is_idle() and tracker.is_idle():
@@ -175,7 +206,8 @@ def make_step(settings: StepSettings):
             return
         history_state = encode_history(tracker) if settings.history else (None, None)
         state.update((*encode_clock(clock), *history_state))
-        wake_up = clock.wake_up_at()
+        wake_up = timeout_at(clock, watermark,
+                             topics_grew(before_topics, clock.routes.topics))
         # Spark fires an event-time timeout once the watermark is strictly past it.
         # A deadline past INT64_MAX (a huge heartbeatTimeoutMillis) is never reached by a
         # watermark, and the timeout must fit a Java long.
@@ -196,9 +228,43 @@ def _internal_dead_letter(payload: str, source: str, position: int, exc: Excepti
     return _dead_row(payload, source, position, internal_error_reason(exc))
 
 
+_DELETE_TOPIC_TYPE = '"eventType":"DELETE_TOPIC"'  # JSON text: only a key can hold it
+
+
+def _is_fan_out_copy(payload: str | None) -> bool:
+    """A DELETE_TOPIC outside the admin group is a fan-out copy (routing_lib/core/admin.py)."""
+    if payload is None:
+        return False
+    head_end = payload.find(RS)  # a registration's topics follow its head: skip them
+    return payload.find(_DELETE_TOPIC_TYPE, 0, head_end if head_end >= 0 else len(payload)) >= 0
+
+
+def _admin_log_rows(frames: Iterator[pd.DataFrame], published: int,
+                    as_of: int | None) -> list[tuple]:
+    """Admin-group rows: DELETE_TOPIC events into admin_events (the log), or late-tabled."""
+    if as_of is not None:
+        published = min(published, as_of)
+    out: list[tuple] = []
+    logged, late, total = [], 0, 0
+    for pdf in frames:
+        for event_time, source, position, payload in zip(
+                pdf["event_time"], pdf["source"], pdf["position"], pdf["payload"], strict=True):
+            total += 1
+            if int(event_time) <= published:
+                out.append(_late_row(payload, source, int(position), published))
+                late += 1
+            else:
+                logged.append(admin_row(unpack_event(payload), (source, int(position)),
+                                        event_date(int(event_time))))
+    if logged:
+        out.append(("history", ADMIN_EVENTS, "append", _json_array(logged), None))
+    out.append(_stats(input_rows=total, accepted=total - late, late=late))
+    return out
+
+
 def _late_row(payload: str, source: str, position: int, published: int) -> tuple:
     event = unpack_event(payload)
-    row = {"event_time": event.eventTime, "broker_name": event.brokerName,
+    row = {"event_time": event.eventTime, "broker_name": getattr(event, "brokerName", None),
            "event_type": event.eventType, "source": source, "position": position,
            "payload": event_json(event), "published_watermark": published,
            "seen_at_ms": int(time.time() * 1000), "batch_id": _current_batch_id()}

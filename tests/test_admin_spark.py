@@ -1,0 +1,54 @@
+"""Administrative events through the real job (Spark + Delta): backfills split into
+micro-batches, the admin_events log/audit table, and the KV table."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from deltalake import DeltaTable
+
+from routing_lib.core.admin import ADMIN_EVENTS
+from routing_lib.core.tables import KV_CONFIG, PROGRESS
+from tests.helpers import GOLDEN, expected_dump, fixture_lines, split_lines, write_files
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.mark.parametrize("name", ["14_write_perm_admin", "15_delete_topic_admin",
+                                  "16_kv_config_admin"])
+def test_admin_fixture_one_file_per_micro_batch(name, backfill, tmp_path):
+    lines = fixture_lines(name)
+    write_files(tmp_path / "in", split_lines(lines, 5, random.Random(3)))
+    assert backfill([tmp_path / "in"], max_files_per_trigger=1) == expected_dump(name)
+    progress = DeltaTable(str(backfill.warehouse / PROGRESS)).to_pyarrow_table().to_pylist()
+    assert sum(r["input_rows"] for r in progress) == len(lines)
+    assert sum(r["late"] for r in progress) == 0
+
+
+def test_idle_holder_loses_the_topic_deleted_in_a_later_batch(backfill, tmp_path):
+    """broker-a registers Orders and then has nothing pending; DELETE_TOPIC arrives in a
+    later micro-batch: only the fan-out can wake broker-a."""
+    lines = fixture_lines("15_delete_topic_admin")
+    write_files(tmp_path / "in", [lines[:2], lines[2:3], lines[3:]])
+    dump = backfill([tmp_path / "in"], max_files_per_trigger=1)
+    assert "broker-a" not in dump["topicQueueTable"]["Orders"]
+    assert dump == expected_dump("15_delete_topic_admin")
+
+
+def test_admin_events_table_records_every_admin_event(backfill):
+    backfill([GOLDEN / "16_kv_config_admin" / "events.jsonl",
+              GOLDEN / "15_delete_topic_admin" / "events.jsonl"])
+    rows = DeltaTable(str(backfill.warehouse / ADMIN_EVENTS)).to_pyarrow_table().to_pylist()
+    by_type: dict[str, int] = {}
+    for row in rows:
+        by_type[row["event_type"]] = by_type.get(row["event_type"], 0) + 1
+    assert by_type == {"PUT_KV": 5, "DELETE_KV": 3, "DELETE_TOPIC": 5}
+    put = next(r for r in rows if r["event_type"] == "PUT_KV" and r["key"] == "pager")
+    assert put["requested_by"] == "10.0.5.5:40000" and put["value"] == "+1-555-0100"
+    assert put["source"].endswith("16_kv_config_admin/events.jsonl") and put["position"] == 4
+    assert put["event_date"] == "2025-11-24"
+    kv = DeltaTable(str(backfill.warehouse / KV_CONFIG)).to_pyarrow_table().to_pylist()
+    # the emptied namespace stays as its namespace row
+    assert {"namespace": "gone", "key": None, "value": None} in kv
+    assert not any(r["namespace"] == "never" for r in kv)
