@@ -3,6 +3,7 @@ micro-batches, the admin_events log/audit table, and the KV table."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -10,7 +11,14 @@ from deltalake import DeltaTable
 
 from routing_lib.core.admin import ADMIN_EVENTS
 from routing_lib.core.tables import KV_CONFIG, PROGRESS
-from tests.helpers import GOLDEN, expected_dump, fixture_lines, split_lines, write_files
+from tests.helpers import (
+    GOLDEN,
+    expected_dump,
+    fixture_lines,
+    reference_dump,
+    split_lines,
+    write_files,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -26,14 +34,24 @@ def test_admin_fixture_one_file_per_micro_batch(name, backfill, tmp_path):
     assert sum(r["late"] for r in progress) == 0
 
 
+def _tick(t: int) -> str:
+    return json.dumps({"eventType": "TICK", "eventTime": t})
+
+
 def test_idle_holder_loses_the_topic_deleted_in_a_later_batch(backfill, tmp_path):
-    """broker-a registers Orders and then has nothing pending; DELETE_TOPIC arrives in a
-    later micro-batch: only the fan-out can wake broker-a."""
-    lines = fixture_lines("15_delete_topic_admin")
-    write_files(tmp_path / "in", [lines[:2], lines[2:3], lines[3:]])
+    """broker-a has applied its registration and waits for nothing but its 120 s deadline when
+    DELETE_TOPIC arrives (one file per micro-batch): only the fan-out wakes it in time."""
+    register = fixture_lines("15_delete_topic_admin")[0]
+    t0 = json.loads(register)["eventTime"]
+    delete = json.dumps({"eventType": "DELETE_TOPIC", "eventTime": t0 + 15_000,
+                         "topic": "Orders"})
+    chunks = [[register, _tick(t0 + 20_000)], [_tick(t0 + 21_000)], [_tick(t0 + 22_000)],
+              [delete, _tick(t0 + 40_000)]]
+    write_files(tmp_path / "in", chunks)
     dump = backfill([tmp_path / "in"], max_files_per_trigger=1)
-    assert "broker-a" not in dump["topicQueueTable"]["Orders"]
-    assert dump == expected_dump("15_delete_topic_admin")
+    assert dump["watermark"] == t0 + 30_000
+    assert "Orders" not in dump["topicQueueTable"] and "TBW102" in dump["topicQueueTable"]
+    assert dump == reference_dump([line for chunk in chunks for line in chunk])
 
 
 def test_admin_events_table_records_every_admin_event(backfill):
