@@ -485,6 +485,44 @@ def simulate_history(seed: int | str, brokers: int, topics: int, duration_ms: in
     return events, sim.faults
 
 
+def with_admin_events(events: list[Event], seed: int | str, every: int = 15,
+                      jitter_ms: int = 2_000) -> list[Event]:
+    """Interleave operators' events (contract §2) into a history, in arrival order: about one
+    in `every` arrivals is followed by a WIPE/ADD_WRITE_PERM, DELETE_TOPIC (everywhere, in a
+    cluster, or in an unknown one) or PUT/DELETE_KV on names seen so far (and sometimes unknown
+    ones), timed within `jitter_ms` after the event it follows (keep it below the delay)."""
+    rng = random.Random(f"admin-{seed}")
+    brokers, clusters, topics = ["no-such-broker"], ["NoSuchCluster"], ["NoSuchTopic"]
+    out: list[Event] = []
+    for event in events:
+        out.append(event)
+        if event.get("eventType") == "REGISTER":
+            for names, name in ((brokers, event["brokerName"]), (clusters, event["clusterName"])):
+                if name not in names:
+                    names.append(name)
+            topics += [t for t in event["topicConfigTable"] if t not in topics]
+        if rng.randrange(every):
+            continue
+        admin: Event = {"eventTime": event["eventTime"] + rng.randint(0, jitter_ms),
+                        "requestedBy": "10.0.5.5:40000"}
+        kind = rng.choice(["WIPE_WRITE_PERM", "ADD_WRITE_PERM", "DELETE_TOPIC", "DELETE_TOPIC",
+                           "PUT_KV", "DELETE_KV"])
+        if kind in ("WIPE_WRITE_PERM", "ADD_WRITE_PERM"):
+            admin["brokerName"] = rng.choice(brokers)
+        elif kind == "DELETE_TOPIC":
+            admin["topic"] = rng.choice(topics)
+            cluster = rng.choice([None, "", *clusters])
+            if cluster is not None:
+                admin["clusterName"] = cluster
+        else:
+            admin.update(namespace=rng.choice(["ORDER_TOPIC_CONFIG", "team"]),
+                         key=rng.choice(topics[:4]))
+            if kind == "PUT_KV":
+                admin["value"] = f"v{rng.randrange(100)}"
+        out.append({"eventType": kind, **admin})
+    return out
+
+
 class EventEncoder:
     """Compact JSON bytes of an event, identical to json.dumps(event, separators=(",", ":")).
 
