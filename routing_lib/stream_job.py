@@ -33,8 +33,9 @@ def run_stream(config: Config, available_now: bool = False, metrics_port: int | 
 
     def on_batch(report: BatchReport) -> None:
         metrics.record_batch(report.watermark, report.counts, report.seconds)
-        log.info("batch %d published: watermark %d in %.2fs %s", report.batch_id,
-                 report.watermark, report.seconds, report.counts)
+        phases = " ".join(f"{k} {v:.2f}s" for k, v in report.phases.items())
+        log.info("batch %d published: watermark %d in %.2fs (%s) %s", report.batch_id,
+                 report.watermark, report.seconds, phases, report.counts)
 
     settings = JobSettings(
         warehouse=str(project_path(config.paths.warehouse)),

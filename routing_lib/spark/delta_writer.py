@@ -12,7 +12,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -59,6 +59,9 @@ class BatchReport:
     watermark: int
     counts: dict[str, int]
     seconds: float
+    # where the batch's time went: "step" (the stateful plan, run by the summary action),
+    # "tables" (route/history/side-table commits), "progress" (the progress row's commit)
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 @contextmanager
@@ -94,6 +97,7 @@ class DeltaRouteWriter:
                 F.count("*").alias("n"),
                 F.collect_list(F.when(F.col("kind") == "stats", F.col("row_json"))).alias("stats"),
             ).collect()
+            stepped = time.monotonic()
             per_table = {(r["kind"], r["table"]): r["n"] for r in summary}
             counts = _sum_stats(text for r in summary for text in r["stats"])
             writes = [partial(self._merge, spark, batch, t) for t in ROUTE_TABLES
@@ -110,10 +114,14 @@ class DeltaRouteWriter:
                 with ThreadPoolExecutor(max_workers=4) as pool:
                     for future in [pool.submit(write) for write in writes]:
                         future.result()
+                written = time.monotonic()
                 self._append_progress(spark, batch_id, watermark, counts)
         finally:
             batch.unpersist()
-        report = BatchReport(batch_id, watermark, counts, time.monotonic() - started)
+        finished = time.monotonic()
+        report = BatchReport(batch_id, watermark, counts, finished - started,
+                             {"step": stepped - started, "tables": written - stepped,
+                              "progress": finished - written})
         if self.on_batch:
             self.on_batch(report)
 
