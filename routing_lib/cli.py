@@ -64,7 +64,8 @@ def _route_index(args: argparse.Namespace, config: Config):
     from routing_lib.read.warehouse import load_snapshot
 
     return RouteIndex(load_snapshot(_warehouse(args, config)),
-                      support_acting_master=config.routes.support_acting_master)
+                      support_acting_master=config.routes.support_acting_master,
+                      order_message_enable=config.routes.order_message_enable)
 
 
 @command("route")
@@ -75,6 +76,33 @@ def _route(args: argparse.Namespace, config: Config) -> int:
               f"the topic: {args.topic}", file=sys.stderr)
         return 1
     print(json.dumps(route, indent=1))
+    return 0
+
+
+@command("kv")
+def _kv(args: argparse.Namespace, config: Config) -> int:
+    """GET_KV_CONFIG / GET_KVLIST_BY_NAMESPACE from the warehouse (delta-rs, no JVM)."""
+    from routing_lib.lookup.processor import no_kv_remark
+
+    index = _route_index(args, config)
+    if args.action == "get":
+        if args.key is None:
+            raise UsageError("kv get needs NAMESPACE KEY")
+        value = index.kv_value(args.namespace, args.key)
+        if value is None:
+            print(f"routectl kv: QUERY_NOT_FOUND (22): {no_kv_remark(args.namespace, args.key)}",
+                  file=sys.stderr)
+            return 1
+        print(value)
+        return 0
+    if args.key is not None:
+        raise UsageError("kv list takes NAMESPACE only")
+    table = index.kv.get(args.namespace)
+    if table is None:
+        print(f"routectl kv: QUERY_NOT_FOUND (22): {no_kv_remark(args.namespace)}",
+              file=sys.stderr)
+        return 1
+    print(json.dumps({"table": dict(table)}, indent=1, ensure_ascii=False))
     return 0
 
 
@@ -96,7 +124,8 @@ def _collector(args: argparse.Namespace, config: Config, port: int):
     collector_id = (args.collector_id or config.collector.collector_id
                     or default_collector_id(port))
     return Collector(publisher, collector_id=collector_id,
-                     tick_interval_ms=config.collector.tick_interval_ms)
+                     tick_interval_ms=config.collector.tick_interval_ms,
+                     admin_allow=config.collector.admin_allow)
 
 
 @command("serve")
@@ -110,7 +139,8 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
           config.serve.max_frame_bytes, config.routes.support_acting_master,
           limits=Limits.from_config(config.serve),
           collector=_collector(args, config, port) if args.collect else None,
-          max_watermark_age_s=config.serve.max_watermark_age_s)
+          max_watermark_age_s=config.serve.max_watermark_age_s,
+          order_message_enable=config.routes.order_message_enable)
     return 0
 
 
@@ -126,7 +156,8 @@ def _collect(args: argparse.Namespace, config: Config) -> int:
             collector_id=args.collector_id or config.collector.collector_id or None,
             tick_interval_ms=config.collector.tick_interval_ms,
             publish_timeout_ms=config.collector.publish_timeout_ms,
-            warehouse=str(project_path(warehouse)) if warehouse else None)
+            warehouse=str(project_path(warehouse)) if warehouse else None,
+            admin_allow=config.collector.admin_allow)
     return 0
 
 
@@ -143,6 +174,12 @@ def _history(args: argparse.Namespace, config: Config) -> int:
     from routing_lib.read import history
 
     warehouse = _warehouse(args, config)
+    if args.what == "admin":
+        if args.name:
+            raise UsageError("history admin takes no NAME (use --from/--to)")
+        rows = history.admin_history(warehouse, getattr(args, "from"), args.to)
+        print(json.dumps(rows, indent=1, default=str, ensure_ascii=False))
+        return 0
     if args.what == "plot":
         from routing_lib.history_plot import plot_history
 
@@ -247,6 +284,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warehouse")
     _add_common(p)
 
+    p = sub.add_parser("kv", help="KV config (KVConfigManager) as the NameServer answers")
+    p.add_argument("action", choices=["get", "list"])
+    p.add_argument("namespace")
+    p.add_argument("key", nargs="?", help="get: the key")
+    p.add_argument("--warehouse")
+    _add_common(p)
+
     p = sub.add_parser("clusters", help="ClusterInfo (brokerAddrTable + clusterAddrTable)")
     p.add_argument("--warehouse")
     _add_common(p)
@@ -273,11 +317,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warehouse")
     _add_common(p)
 
-    p = sub.add_parser("history", help="history of a topic or broker group, or a plot")
-    p.add_argument("what", choices=["topic", "broker", "plot"])
+    p = sub.add_parser("history", help="history of a topic or broker group, operators' "
+                                       "changes (admin), or a plot")
+    p.add_argument("what", choices=["topic", "broker", "admin", "plot"])
     p.add_argument("name", nargs="?", help="topic or brokerName")
-    p.add_argument("--from", type=int, help="event time, epoch ms (topic)")
-    p.add_argument("--to", type=int, help="event time, epoch ms (topic)")
+    p.add_argument("--from", type=int, help="event time, epoch ms (topic, admin)")
+    p.add_argument("--to", type=int, help="event time, epoch ms (topic; admin: exclusive)")
     p.add_argument("--out", help="PNG file (plot)")
     p.add_argument("--warehouse")
     _add_common(p)

@@ -19,6 +19,7 @@ class RoutesConfig:
     delete_topic_with_broker_registration: bool
     support_acting_master: bool
     history: bool
+    order_message_enable: bool
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class CollectorConfig:
     tick_interval_ms: int
     publish_timeout_ms: int
     warehouse: str
+    admin_allow: list[str]
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class Config:
 def _coerce(raw: str, like: Any) -> Any:
     if isinstance(like, bool):
         return raw.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(like, list):  # comma-separated
+        return [part.strip() for part in raw.split(",") if part.strip()]
     return type(like)(raw)
 
 

@@ -90,10 +90,11 @@ async def serve_until_signal(server: CollectorServer) -> None:
 
 def collect(bootstrap: str, topic: str, port: int, limits: Limits, *, collector_id: str | None,
             tick_interval_ms: int, publish_timeout_ms: int, warehouse: str | None = None,
-            host: str = LOOPBACK) -> None:
+            host: str = LOOPBACK, admin_allow: list[str] | None = None) -> None:
     """Run the collector until Ctrl-C / SIGTERM (blocking)."""
     publisher = KafkaPublisher(bootstrap, topic, delivery_timeout_ms=publish_timeout_ms)
     collector = Collector(publisher, collector_id=collector_id or default_collector_id(port),
-                          tick_interval_ms=tick_interval_ms)
+                          tick_interval_ms=tick_interval_ms,
+                          **({} if admin_allow is None else {"admin_allow": admin_allow}))
     asyncio.run(serve_until_signal(CollectorServer(collector, limits, host=host, port=port,
                                                    warehouse=warehouse)))

@@ -6,6 +6,13 @@ idempotent producer). When Kafka does not acknowledge in time, the broker gets S
 and retries on its next registration period: an answered request is never lost. What the
 NameServer would refuse (bad crc32, an undecodable body) is refused the same way, and
 nothing is published. A TICK is published every `tick_interval_ms`.
+
+Operators' requests (collector/admin.py: wipe/add write perm, delete topic, put/delete KV
+config) are published the same way, as the contract's administrative events, with
+`requestedBy` = the client address, once the client passed `admin_allow` (else NO_PERMISSION,
+nothing published). WIPE/ADD answer wipeTopicCount/addTopicCount = how many topics the broker
+group holds in the latest snapshot loaded (the lookup's, or `collect --warehouse`; 0 without
+one): the change itself is applied later, by the job, so the count is not the job's.
 """
 
 from __future__ import annotations
@@ -18,6 +25,18 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any, Protocol
 
+from routing_lib.collector.admin import (
+    ADMIN_CODES,
+    COUNT_FIELD,
+    LOOPBACK_ONLY,
+    AdminCode,
+    admin_event,
+    allowed,
+    event_key,
+    parse_networks,
+    peer_host,
+    peer_text,
+)
 from routing_lib.collector.codec import (
     BROKER_CODES,
     BrokerCode,
@@ -30,7 +49,8 @@ from routing_lib.collector.codec import (
 )
 from routing_lib.collector.publisher import PublishError
 from routing_lib.collector.view import BrokerView, MemoryView, SnapshotView
-from routing_lib.lookup.limits import ThrottledLog
+from routing_lib.lookup.limits import ThrottledLog, clip
+from routing_lib.lookup.listener import current_peer
 from routing_lib.lookup.metrics import Metrics
 from routing_lib.lookup.processor import NAMESRV_VERSION, ResponseCode
 from routing_lib.lookup.refresher import SnapshotHolder
@@ -55,6 +75,7 @@ class CollectorMetrics:
         self.published: Counter[str] = Counter()  # eventType
         self.publish_failures: Counter[str] = Counter()  # eventType
         self.refused: Counter[str] = Counter()  # request code
+        self.admin_denied: Counter[str] = Counter()  # request code, client not in admin_allow
         self.ticks_skipped = 0  # the previous TICK was still unacknowledged
 
     def lines(self) -> Iterable[str]:
@@ -71,18 +92,24 @@ class CollectorMetrics:
                            "(the broker got SYSTEM_ERROR).", "event", self.publish_failures)
         yield from counter("refused_total", "Broker requests refused (bad crc32, header, "
                            "body); nothing published.", "code", self.refused)
+        yield from counter("admin_denied_total", "Administrative requests from clients not "
+                           "in [collector] admin_allow (NO_PERMISSION); nothing published.",
+                           "code", self.admin_denied)
         yield from counter("ticks_skipped_total", "TICKs skipped: the previous one was not "
                            "acknowledged yet.", "reason", Counter(unacked=self.ticks_skipped))
 
 
 class Collector:
-    codes = BROKER_CODES
-    large_frame_codes = frozenset({int(BrokerCode.REGISTER_BROKER)})
+    codes = BROKER_CODES | ADMIN_CODES
+    # A PUT_KV_CONFIG value may be 64 Ki characters: more than a client request frame.
+    large_frame_codes = frozenset({int(BrokerCode.REGISTER_BROKER),
+                                   int(AdminCode.PUT_KV_CONFIG)})
 
     def __init__(self, publisher: Publisher, *, collector_id: str,
                  tick_interval_ms: int = 1000, view: BrokerView | None = None,
                  memory: MemoryView | None = None,
-                 clock: Callable[[], int] = wall_clock_ms) -> None:
+                 clock: Callable[[], int] = wall_clock_ms,
+                 admin_allow: Iterable[str] = LOOPBACK_ONLY) -> None:
         self.publisher = publisher
         self.collector_id = collector_id
         self.tick_interval_ms = tick_interval_ms
@@ -92,12 +119,16 @@ class Collector:
         self.metrics = CollectorMetrics()
         self._log = ThrottledLog(log)
         self._tick: asyncio.Future | None = None
+        self.admin_allow = parse_networks(admin_allow)
+        self.holder: SnapshotHolder | None = None
 
     # -- broker requests --
 
     def handle(self, request: RemotingCommand) -> Reply | Awaitable[Reply]:
         if request.is_response:
             return None  # nothing of ours is awaiting an answer from a broker
+        if request.code in ADMIN_CODES:
+            return self._admin(request, current_peer.get())
         if request.code not in BROKER_CODES:  # the standalone collector answers nothing else
             return None if request.is_oneway else _reply(
                 request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -148,10 +179,60 @@ class Collector:
                           body=encode_event(known) if known is not None else b"")
         return _reply(request, ResponseCode.SUCCESS)
 
+    # -- operators' requests --
+
+    def _admin(self, request: RemotingCommand, peer: object) -> Reply | Awaitable[Reply]:
+        host = peer_host(peer)
+        if not allowed(host, self.admin_allow):
+            self.metrics.admin_denied[str(request.code)] += 1
+            self._log.log("admin_denied", logging.WARNING,
+                          "collector: refused administrative request code %s from %s: not in "
+                          "[collector] admin_allow", request.code, peer)
+            return None if request.is_oneway else _reply(
+                request, ResponseCode.NO_PERMISSION,
+                f"routelake: {clip(str(host))} may not send administrative requests "
+                "([collector] admin_allow)")
+        try:
+            event = admin_event(request, self.clock(), peer_text(peer))
+        except BrokerRequestError as exc:
+            self.metrics.refused[str(request.code)] += 1
+            self._log.log(("refused", request.code), logging.WARNING,
+                          "collector: refused request code %s: %s", request.code, exc)
+            return None if request.is_oneway else _reply(request, ResponseCode.SYSTEM_ERROR,
+                                                         str(exc))
+        ext = None
+        if request.code in COUNT_FIELD:  # counted now: the snapshot before this change
+            ext = {COUNT_FIELD[request.code]: str(self.topic_count(event["brokerName"]))}
+        ack = self.publisher.send(event_key(event), encode_event(event))
+        return self._after_admin_ack(ack, request, event, ext)
+
+    def topic_count(self, broker_name: str) -> int:
+        """Topics with queues of `broker_name` in the latest loaded snapshot (0: none)."""
+        served = self.holder.current if self.holder is not None else None
+        return served.index.broker_topic_counts.get(broker_name, 0) if served else 0
+
+    async def _after_admin_ack(self, ack: asyncio.Future, request: RemotingCommand,
+                               event: dict[str, Any], ext: dict[str, str] | None) -> Reply:
+        kind = event["eventType"]
+        try:
+            await ack
+        except PublishError as exc:
+            self.metrics.publish_failures[kind] += 1
+            self._log.log(("publish", kind), logging.WARNING,
+                          "collector: %s from %s not acknowledged by Kafka: %s", kind,
+                          event.get("requestedBy"), exc)
+            return None if request.is_oneway else _reply(
+                request, ResponseCode.SYSTEM_ERROR, f"routelake: event not published: {exc}")
+        self.metrics.published[kind] += 1
+        log.info("collector: %s published, client %s: %s", kind, event.get("requestedBy"),
+                 {k: v for k, v in event.items() if k not in ("eventType", "value")})
+        return None if request.is_oneway else _reply(request, ResponseCode.SUCCESS, ext=ext)
+
     def attach(self, holder: SnapshotHolder | None, metrics: Metrics) -> None:
         """Answer RegisterBrokerResult from `holder`'s snapshot (if any); count in `metrics`."""
         if holder is not None:
             self.view = SnapshotView(holder, self.memory)
+            self.holder = holder
         metrics.extra.append(self.metrics.lines)
 
     # -- clock ticks --

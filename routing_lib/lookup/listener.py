@@ -15,6 +15,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 
 from routing_lib.lookup.limits import Limits, Rejections, ThrottledLog
 from routing_lib.lookup.metrics import Metrics
@@ -35,6 +36,9 @@ MAX_PENDING = 64  # awaited answers per connection; reading pauses while this ma
 
 Reply = RemotingCommand | None
 Responder = Callable[[RemotingCommand], Reply | Awaitable[Reply]]
+# The peer address (socket peername) of the connection whose request is being answered: set
+# once per connection task, so a responder can read it (the collector's admin allow-list).
+current_peer: ContextVar[object] = ContextVar("routelake_remoting_peer", default=None)
 
 
 class RemotingListener:
@@ -80,6 +84,7 @@ class RemotingListener:
         task = asyncio.current_task()
         assert task is not None
         peer = writer.get_extra_info("peername")
+        current_peer.set(peer)  # this task's own context: one connection
         if len(self.connections) >= self.limits.max_connections:
             self.rejections("remoting", "max_connections", peer)
             writer.close()

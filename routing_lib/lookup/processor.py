@@ -6,15 +6,19 @@ same remarks, same body forms (only GET_ROUTEINFO_BY_TOPIC has the standard-JSON
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from routing_lib.lookup.remoting import RemotingCommand
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.topics import validate_topic
 
 
 class RequestCode:
+    GET_KV_CONFIG = 101
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    GET_KVLIST_BY_NAMESPACE = 219
     GET_TOPICS_BY_CLUSTER = 224
     GET_SYSTEM_TOPIC_LIST_FROM_NS = 304
 
@@ -23,7 +27,9 @@ class ResponseCode:
     SUCCESS = 0
     SYSTEM_ERROR = 1
     REQUEST_CODE_NOT_SUPPORTED = 3
+    NO_PERMISSION = 16
     TOPIC_NOT_EXIST = 17
+    QUERY_NOT_FOUND = 22
     INVALID_PARAMETER = 29
 
 
@@ -39,6 +45,12 @@ def no_route_remark(topic: str) -> str:
     # ClientRequestProcessor + FAQUrl.suggestTodo(FAQUrl.APPLY_TOPIC_URL)
     return (f"No topic route info in name server for the topic: {topic}"
             f"\nSee {FAQ_URL} for further details.")
+
+
+def no_kv_remark(namespace: str, key: str | None = None) -> str:
+    # DefaultRequestProcessor.getKVConfig / getKVListByNamespace
+    remark = f"No config item, Namespace: {namespace}"
+    return remark if key is None else f"{remark} Key: {key}"
 
 
 def _missing(request: RemotingCommand, name: str) -> RemotingCommand:
@@ -68,6 +80,29 @@ def _route(index: RouteIndex, request: RemotingCommand) -> RemotingCommand:
     return _reply(request, ResponseCode.SUCCESS, body=body.standard if standard else body.legacy)
 
 
+def _kv_config(index: RouteIndex, request: RemotingCommand) -> RemotingCommand:
+    namespace, key = request.ext_fields.get("namespace"), request.ext_fields.get("key")
+    if namespace is None:
+        return _missing(request, "namespace")
+    if key is None:
+        return _missing(request, "key")
+    value = index.kv_value(namespace, key)
+    if value is None:
+        return _reply(request, ResponseCode.QUERY_NOT_FOUND, no_kv_remark(namespace, key))
+    # GetKVConfigResponseHeader.value
+    return replace(_reply(request, ResponseCode.SUCCESS), ext_fields={"value": value})
+
+
+def _kv_list(index: RouteIndex, request: RemotingCommand) -> RemotingCommand:
+    namespace = request.ext_fields.get("namespace")
+    if namespace is None:
+        return _missing(request, "namespace")
+    body = index.kv_list_body(namespace)
+    if body is None:
+        return _reply(request, ResponseCode.QUERY_NOT_FOUND, no_kv_remark(namespace))
+    return _reply(request, ResponseCode.SUCCESS, body=body.legacy)
+
+
 def answer(index: RouteIndex | None, request: RemotingCommand) -> RemotingCommand | None:
     """The response to send, or None: nothing to send (oneway requests, stray responses)."""
     if request.is_response:
@@ -92,6 +127,10 @@ def _answer(index: RouteIndex | None, request: RemotingCommand) -> RemotingComma
             return _missing(request, "cluster")
         return _reply(request, ResponseCode.SUCCESS,
                       body=index.topics_by_cluster_body(cluster).legacy)
+    if code == RequestCode.GET_KV_CONFIG:
+        return _kv_config(index, request)
+    if code == RequestCode.GET_KVLIST_BY_NAMESPACE:
+        return _kv_list(index, request)
     if code == RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS:
         return _reply(request, ResponseCode.SUCCESS, body=index.system_topic_list_body.legacy)
     return _reply(request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,

@@ -52,11 +52,13 @@ class SnapshotHolder:
 class Refresher:
     def __init__(self, warehouse: str | Path, holder: SnapshotHolder, metrics: Metrics,
                  support_acting_master: bool = False,
-                 loader: Callable[[str | Path], RouteSnapshot] = load_settled) -> None:
+                 loader: Callable[[str | Path], RouteSnapshot] = load_settled,
+                 order_message_enable: bool = False) -> None:
         self.warehouse = warehouse
         self.holder = holder
         self.metrics = metrics
         self.support_acting_master = support_acting_master
+        self.order_message_enable = order_message_enable
         self.loader = loader
         self._last_error: str | None = None
 
@@ -65,7 +67,8 @@ class Refresher:
         if current is not None and table_versions(self.warehouse) == dict(current.index.versions):
             return "unchanged", None
         snapshot = self.loader(self.warehouse)
-        index = RouteIndex(snapshot, support_acting_master=self.support_acting_master)
+        index = RouteIndex(snapshot, support_acting_master=self.support_acting_master,
+                           order_message_enable=self.order_message_enable)
         return "swapped", Served.of(index)
 
     async def refresh_once(self) -> str:

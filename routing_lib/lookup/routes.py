@@ -1,7 +1,9 @@
 """An immutable, pre-encoded index of one RouteSnapshot: what the NameServer would answer.
 
 Mirrors RocketMQ 5.x RouteInfoManager: pickupTopicRouteData (with the supportActingMaster
-rewrite), getAllClusterInfo, getAllTopicList, getTopicsByCluster and getSystemTopicList.
+rewrite, and orderTopicConf from the KV table with orderMessageEnable), getAllClusterInfo,
+getAllTopicList, getTopicsByCluster and getSystemTopicList; and KVConfigManager's reads
+(getKVConfig, getKVListByNamespace).
 Every answer is rendered to bytes at build time, so serving a request is a dict lookup.
 Java's HashMap/HashSet orders are unspecified; here lists and maps are sorted so that the
 bytes are deterministic (fastjson's MapSortField order for maps).
@@ -14,14 +16,22 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from routing_lib.core.dump import canonical_dump
-from routing_lib.core.tables import BROKER_ADDR, CLUSTER_ADDR, FILTER_SERVER, TOPIC_QUEUE, Row
+from routing_lib.core.dump import canonical_dump, kv_config_table
+from routing_lib.core.tables import (
+    BROKER_ADDR,
+    CLUSTER_ADDR,
+    FILTER_SERVER,
+    KV_CONFIG,
+    TOPIC_QUEUE,
+    Row,
+)
 from routing_lib.lookup import jsonbody
 from routing_lib.lookup.topics import SYNC_BROKER_MEMBER_GROUP_PREFIX, is_system_topic
 from routing_lib.read.warehouse import RouteSnapshot
 
 MASTER_ID = 0
 PERM_WRITE = 0x2
+ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG
 
 JsonObj = dict[str, Any]
 
@@ -103,19 +113,34 @@ class RouteIndex:
                  "_route_bodies", "cluster_info", "cluster_info_body", "topic_list_body",
                  "cluster_topics", "_cluster_topic_bodies", "empty_topic_list_body",
                  "system_topic_list", "system_topic_list_body", "system_topics",
-                 "system_topics_body", "live_brokers", "live_brokers_body", "broker_count")
+                 "system_topics_body", "live_brokers", "live_brokers_body", "broker_count",
+                 "order_message_enable", "kv", "_kv_list_bodies", "broker_topic_counts")
 
-    def __init__(self, snapshot: RouteSnapshot, support_acting_master: bool = False) -> None:
+    def __init__(self, snapshot: RouteSnapshot, support_acting_master: bool = False,
+                 order_message_enable: bool = False) -> None:
         tables = snapshot.tables
         self.versions: Mapping[str, int] = MappingProxyType(dict(snapshot.versions))
         self.watermark = snapshot.watermark
         self.support_acting_master = support_acting_master
+        self.order_message_enable = order_message_enable
+
+        # KVConfigManager: namespace -> {key: value}; an emptied namespace stays, empty.
+        kv = kv_config_table(tables.get(KV_CONFIG, ()))
+        self.kv: Mapping[str, Mapping[str, str]] = MappingProxyType(
+            {ns: MappingProxyType(entries) for ns, entries in kv.items()})
+        # KVTable as RemotingSerializable encodes it: {"table": {key: value}}.
+        self._kv_list_bodies: Mapping[str, Body] = MappingProxyType(
+            {ns: Body.of({"table": entries}) for ns, entries in kv.items()})
 
         brokers = _brokers(list(tables.get(BROKER_ADDR, ())))
         self.broker_count = len(brokers)
         queues: dict[str, dict[str, Row]] = {}
+        topic_counts: dict[str, int] = {}
         for row in tables.get(TOPIC_QUEUE, ()):
             queues.setdefault(row["topic"], {})[row["broker_name"]] = row
+            topic_counts[row["broker_name"]] = topic_counts.get(row["broker_name"], 0) + 1
+        # What operateWritePermOfBroker would count for a brokerName (topics with its queues).
+        self.broker_topic_counts: Mapping[str, int] = MappingProxyType(topic_counts)
         clusters: dict[str, set[str]] = {}
         for row in tables.get(CLUSTER_ADDR, ()):
             clusters.setdefault(row["cluster_name"], set()).add(row["broker_name"])
@@ -180,10 +205,17 @@ class RouteIndex:
         broker_datas = [b.to_json() for b in found]
         if self.support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):
             _acting_master(broker_datas, queue_datas)
-        # TopicRouteData's fields in fastjson order; orderTopicConf and
-        # topicQueueMappingByBroker are null here (no KV config, no static topics).
-        return {"brokerDatas": broker_datas, "filterServerTable": dict(sorted(filter_map.items())),
-                "queueDatas": queue_datas}
+        # TopicRouteData's fields in fastjson order; topicQueueMappingByBroker is null here
+        # (no static topics), orderTopicConf too unless orderMessageEnable finds a KV value
+        # (ClientRequestProcessor.getRouteInfoByTopic).
+        route: JsonObj = {"brokerDatas": broker_datas,
+                          "filterServerTable": dict(sorted(filter_map.items()))}
+        if self.order_message_enable:
+            conf = self.kv.get(ORDER_TOPIC_CONFIG, {}).get(topic)
+            if conf is not None:
+                route["orderTopicConf"] = conf
+        route["queueDatas"] = queue_datas
+        return route
 
     # -- lookups (no work beyond a dict access) --
 
@@ -193,6 +225,15 @@ class RouteIndex:
 
     def route_body(self, topic: str) -> Body | None:
         return self._route_bodies.get(topic)
+
+    def kv_value(self, namespace: str, key: str) -> str | None:
+        """KVConfigManager.getKVConfig: the value, or None (no such namespace or key)."""
+        return self.kv.get(namespace, {}).get(key)
+
+    def kv_list_body(self, namespace: str) -> Body | None:
+        """getKVListByNamespace: the KVTable body, or None for an unknown namespace (an
+        emptied one answers an empty table)."""
+        return self._kv_list_bodies.get(namespace)
 
     def topics_by_cluster_body(self, cluster: str) -> Body:
         # getTopicsByCluster on an unknown cluster answers an empty list (NPE caught in Java).

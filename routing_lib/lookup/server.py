@@ -34,7 +34,13 @@ from routing_lib.lookup.http_guard import guarded_protocol
 from routing_lib.lookup.limits import Limits, Rejections, clip
 from routing_lib.lookup.listener import RemotingListener, Reply
 from routing_lib.lookup.metrics import Metrics
-from routing_lib.lookup.processor import RequestCode, ResponseCode, answer, no_route_remark
+from routing_lib.lookup.processor import (
+    RequestCode,
+    ResponseCode,
+    answer,
+    no_kv_remark,
+    no_route_remark,
+)
 from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
 from routing_lib.lookup.remoting import RemotingCommand
 from routing_lib.lookup.routes import Body, RouteIndex
@@ -145,6 +151,30 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
         return _envelope(served, 200, "data",
                          served.index.topics_by_cluster_body(cluster).standard)
 
+    @app.get("/kv/{namespace}/{key}")
+    async def kv_value(namespace: str, key: str) -> Response:
+        """GET_KV_CONFIG: {"value": ...}; 404 with QUERY_NOT_FOUND (22) when missing."""
+        served = holder.current
+        if served is None:
+            return _not_ready()
+        value = served.index.kv_value(namespace, key)
+        if value is None:
+            return _error(served, 404, ResponseCode.QUERY_NOT_FOUND,
+                          no_kv_remark(clip(namespace), clip(key)))
+        return _envelope(served, 200, "data", jsonbody.standard({"value": value}))
+
+    @app.get("/kv/{namespace}")
+    async def kv_list(namespace: str) -> Response:
+        """GET_KVLIST_BY_NAMESPACE: the KVTable {"table": {...}}; 404 (22) when unknown."""
+        served = holder.current
+        if served is None:
+            return _not_ready()
+        body = served.index.kv_list_body(namespace)
+        if body is None:
+            return _error(served, 404, ResponseCode.QUERY_NOT_FOUND,
+                          no_kv_remark(clip(namespace)))
+        return _envelope(served, 200, "data", body.standard)
+
     @app.get("/healthz")
     async def healthz() -> Response:
         return _envelope(holder.current, 200, "data", b'{"status":"ok"}')
@@ -204,7 +234,7 @@ class LookupService:
                  support_acting_master: bool = False, limits: Limits | None = None,
                  max_frame_bytes: int | None = None, idle_timeout_s: float | None = None,
                  collector: BrokerRequests | None = None,
-                 max_watermark_age_s: float = 0.0) -> None:
+                 max_watermark_age_s: float = 0.0, order_message_enable: bool = False) -> None:
         """`max_frame_bytes` and `idle_timeout_s`, if given, override those of `limits`;
         `max_watermark_age_s` > 0: /readyz fails when the watermark is older than that."""
         self.warehouse = warehouse
@@ -218,7 +248,8 @@ class LookupService:
         self.metrics = Metrics(max_watermark_age_s=max_watermark_age_s)
         self.rejections = Rejections(self.metrics, log)
         self.holder = SnapshotHolder()
-        self.refresher = Refresher(warehouse, self.holder, self.metrics, support_acting_master)
+        self.refresher = Refresher(warehouse, self.holder, self.metrics, support_acting_master,
+                                   order_message_enable=order_message_enable)
         self.collector = collector
         if collector is not None:  # it answers from the served snapshot, counts in /metrics
             collector.attach(self.holder, self.metrics)
@@ -306,7 +337,7 @@ async def _serve_until_signal(service: LookupService) -> None:
 def serve(warehouse: str, port: int, http_port: int, poll_interval_s: float,
           max_frame_bytes: int, support_acting_master: bool, *, host: str = LOOPBACK,
           limits: Limits | None = None, collector: BrokerRequests | None = None,
-          max_watermark_age_s: float = 0.0) -> None:
+          max_watermark_age_s: float = 0.0, order_message_enable: bool = False) -> None:
     """Serve until Ctrl-C / SIGTERM (blocking; call from the main thread). Without `limits`,
     those of conf/routelake.toml [serve] (and ROUTELAKE_SERVE_* variables) apply."""
     if not logging.getLogger().handlers:
@@ -317,7 +348,8 @@ def serve(warehouse: str, port: int, http_port: int, poll_interval_s: float,
     service = LookupService(warehouse, host=host, port=port, http_port=http_port,
                             poll_interval_s=poll_interval_s, max_frame_bytes=max_frame_bytes,
                             support_acting_master=support_acting_master, limits=limits,
-                            collector=collector, max_watermark_age_s=max_watermark_age_s)
+                            collector=collector, max_watermark_age_s=max_watermark_age_s,
+                            order_message_enable=order_message_enable)
     # uvloop (libuv) serves both protocols faster than the default asyncio loop.
     runner = uvloop.run if uvloop is not None else asyncio.run
     runner(_serve_until_signal(service))

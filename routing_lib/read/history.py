@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from routing_lib.core.admin import ADMIN_EVENTS
 from routing_lib.core.as_of import as_of
 from routing_lib.core.history import (
     BROKER_LIVENESS_EVENTS,
@@ -13,7 +14,7 @@ from routing_lib.core.history import (
     TOPIC_ROUTE_HISTORY,
 )
 from routing_lib.core.tables import Row
-from routing_lib.read.warehouse import WarehouseError, load_snapshot, open_table
+from routing_lib.read.warehouse import WarehouseError, load_snapshot, open_optional, open_table
 
 
 def load_history(warehouse: str | Path, filters: dict[str, list] | None = None
@@ -58,3 +59,16 @@ def broker_history(warehouse: str | Path, broker_name: str) -> dict[str, list[Ro
         filters=[("broker_name", "=", broker_name)]).to_pylist()
     return {"membership": sorted(members, key=lambda r: (r["valid_from"], r["broker_id"])),
             "liveness": sorted(liveness, key=lambda r: (r["event_time"], r["seq"]))}
+
+
+def admin_history(warehouse: str | Path, start: int | None = None, end: int | None = None
+                  ) -> list[Row]:
+    """admin_events rows with start <= event_time < end, by event time then arrival (an
+    older warehouse without the table has none)."""
+    delta = open_optional(warehouse, ADMIN_EVENTS)
+    if delta is None:
+        return []
+    filters = [*([("event_time", ">=", start)] if start is not None else []),
+               *([("event_time", "<", end)] if end is not None else [])]
+    rows = delta.to_pyarrow_table(filters=filters or None).to_pylist()
+    return sorted(rows, key=lambda r: (r["event_time"], r["source"] or "", r["position"] or 0))

@@ -9,7 +9,11 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from routing_lib.core.dump import canonical_dump
-from routing_lib.core.tables import PROGRESS, ROUTE_TABLES, Row
+from routing_lib.core.tables import KV_CONFIG, PROGRESS, ROUTE_TABLES, Row
+
+# Tables a warehouse written before they existed lacks (issue 14): read as empty, and left
+# out of the versions until they appear (which then counts as a change).
+OPTIONAL_TABLES = frozenset({KV_CONFIG})
 
 
 class WarehouseError(Exception):
@@ -38,14 +42,35 @@ def open_table(warehouse: str | Path, table: str) -> DeltaTable:
             "(run `routectl backfill` or `routectl run` first)?") from None
 
 
+def open_optional(warehouse: str | Path, table: str) -> DeltaTable | None:
+    """`open_table`, but None when the warehouse predates `table` (an older warehouse)."""
+    if not (Path(warehouse) / table / "_delta_log").is_dir():
+        open_table(warehouse, PROGRESS)  # still a warehouse at all? (else WarehouseError)
+        return None
+    return open_table(warehouse, table)
+
+
+def _open(warehouse: str | Path, table: str) -> DeltaTable | None:
+    return (open_optional(warehouse, table) if table in OPTIONAL_TABLES
+            else open_table(warehouse, table))
+
+
 def table_versions(warehouse: str | Path) -> dict[str, int]:
-    return {t: open_table(warehouse, t).version() for t in (*ROUTE_TABLES, PROGRESS)}
+    versions = {}
+    for table in (*ROUTE_TABLES, PROGRESS):
+        delta = _open(warehouse, table)
+        if delta is not None:
+            versions[table] = delta.version()
+    return versions
 
 
 def load_snapshot(warehouse: str | Path) -> RouteSnapshot:
     tables, versions = {}, {}
     for table in ROUTE_TABLES:
-        delta = open_table(warehouse, table)
+        delta = _open(warehouse, table)
+        if delta is None:
+            tables[table] = []
+            continue
         versions[table] = delta.version()
         tables[table] = delta.to_pyarrow_table().to_pylist()
     progress = open_table(warehouse, PROGRESS)
