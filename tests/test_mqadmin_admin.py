@@ -1,0 +1,66 @@
+"""Operators' mqadmin commands (RocketMQ 5.3.3 tools from .jars/rocketmq) against `serve
+--collect` over fixture 16's warehouse: writes become contract events in the real local Kafka,
+and the KV reads (updateOrderConf -m get) answer from the served snapshot."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from routing_lib.collector.publisher import KafkaPublisher
+from routing_lib.collector.service import Collector
+from routing_lib.lookup import mqadmin
+from tests.rocketmq_support import events
+from tests.test_kv_lookup import TABLES, WATERMARK
+from tests.test_lookup_service import ServerThread, Warehouse, wait_until
+
+
+@pytest.fixture
+def tools():
+    reason = mqadmin.missing_reason()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"RocketMQ tools missing in CI: {reason}")
+        pytest.skip(reason)
+
+
+def test_mqadmin_admin_commands(tools, tmp_path, kafka_bootstrap, topic):
+    Warehouse(tmp_path / "wh").publish(0, WATERMARK, TABLES)
+    collector = Collector(KafkaPublisher(kafka_bootstrap, topic), collector_id="mqadmin-test",
+                          tick_interval_ms=3_600_000)
+    commands = {
+        "put_kv": ("updateKvConfig", "-s", "team", "-k", "oncall", "-v", "alice"),
+        "delete_kv": ("deleteKvConfig", "-s", "team", "-k", "pager"),
+        "put_order": ("updateOrderConf", "-m", "put", "-t", "Payments", "-v", "broker-a:2"),
+        "get_order": ("updateOrderConf", "-m", "get", "-t", "Orders"),
+        "wipe": ("wipeWritePerm", "-b", "broker-a"),
+    }
+    with ServerThread(tmp_path / "wh", collector=collector, order_message_enable=True) as server:
+        wait_until(lambda: server.service.holder.current is not None)
+        namesrv = f"127.0.0.1:{server.service.port}"
+
+        def run(name: str) -> mqadmin.MQAdminResult:
+            return mqadmin.run_mqadmin(*commands[name], namesrv=namesrv, timeout=45,
+                                       home=tmp_path / name)
+
+        with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+            results = dict(zip(commands, pool.map(run, commands), strict=True))
+    for name, result in results.items():
+        assert result.error is None, (name, result.stdout, result.stderr)
+    # A read from the snapshot (no job applied the puts): fixture 16's value.
+    assert "topic=[Orders], orderConf=[broker-a:4]" in results["get_order"].stdout
+    # wipeTopicCount from the snapshot: broker-a holds 3 topics in fixture 16.
+    assert f"wipe write perm of broker[broker-a] in name server[{namesrv}] OK, 3" in \
+        results["wipe"].stdout
+    published = {(e["eventType"], e.get("namespace"), e.get("key"), e.get("value"),
+                  e.get("brokerName")) for e in events(kafka_bootstrap, topic)}
+    assert published == {
+        ("PUT_KV", "team", "oncall", "alice", None),
+        ("DELETE_KV", "team", "pager", None, None),
+        ("PUT_KV", "ORDER_TOPIC_CONFIG", "Payments", "broker-a:2", None),
+        ("WIPE_WRITE_PERM", None, None, None, "broker-a"),
+    }
+    assert all(e["requestedBy"].startswith("127.0.0.1:")
+               for e in events(kafka_bootstrap, topic))
