@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import socket
 from pathlib import Path
 
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
 from routing_lib.lookup.limits import Limits, Rejections
-from routing_lib.lookup.listener import RemotingListener
+from routing_lib.lookup.listener import RemotingListener, serve_until_signal
 from routing_lib.lookup.metrics import Metrics
 from routing_lib.lookup.refresher import Refresher, SnapshotHolder
 
@@ -74,18 +73,6 @@ class CollectorServer:
             for task in late:
                 task.cancel()
         await self.collector.close()
-
-
-async def serve_until_signal(server: CollectorServer) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await server.start()
-        await server.wait(stop)
-    finally:
-        await server.stop()
 
 
 def collect(bootstrap: str, topic: str, port: int, limits: Limits, *, collector_id: str | None,

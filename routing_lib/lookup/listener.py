@@ -13,9 +13,11 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from typing import Protocol
 
 from routing_lib.lookup.limits import Limits, Rejections, ThrottledLog
 from routing_lib.lookup.metrics import Metrics
@@ -235,3 +237,28 @@ def _internal_error(command: RemotingCommand) -> Reply:
         return None
     return command.response(ResponseCode.SYSTEM_ERROR, "internal error",
                             version=NAMESRV_VERSION)
+
+
+class Serving(Protocol):
+    """A server with the lookup service's lifecycle (LookupService, CollectorServer)."""
+
+    async def start(self) -> None: ...
+
+    async def wait(self, stop: asyncio.Event) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+async def serve_until_signal(server: Serving) -> None:
+    """Run `server` until SIGINT/SIGTERM, then stop it."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+        await server.wait(stop)
+    finally:
+        await server.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

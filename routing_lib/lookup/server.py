@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -32,7 +31,7 @@ from routing_lib.config import load_config
 from routing_lib.lookup import jsonbody
 from routing_lib.lookup.http_guard import guarded_protocol
 from routing_lib.lookup.limits import Limits, Rejections, clip
-from routing_lib.lookup.listener import RemotingListener, Reply
+from routing_lib.lookup.listener import RemotingListener, Reply, serve_until_signal
 from routing_lib.lookup.metrics import Metrics
 from routing_lib.lookup.processor import (
     RequestCode,
@@ -320,20 +319,6 @@ class LookupService:
         log.info("lookup service stopped")
 
 
-async def _serve_until_signal(service: LookupService) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await service.start()
-        await service.wait(stop)
-    finally:
-        await service.stop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-
-
 def serve(warehouse: str, port: int, http_port: int, poll_interval_s: float,
           max_frame_bytes: int, support_acting_master: bool, *, host: str = LOOPBACK,
           limits: Limits | None = None, collector: BrokerRequests | None = None,
@@ -352,4 +337,4 @@ def serve(warehouse: str, port: int, http_port: int, poll_interval_s: float,
                             order_message_enable=order_message_enable)
     # uvloop (libuv) serves both protocols faster than the default asyncio loop.
     runner = uvloop.run if uvloop is not None else asyncio.run
-    runner(_serve_until_signal(service))
+    runner(serve_until_signal(service))
