@@ -57,6 +57,7 @@ from routing_lib.lookup.refresher import SnapshotHolder
 from routing_lib.lookup.remoting import RemotingCommand
 
 log = logging.getLogger("routelake.collector")
+_ACKED = object()  # _not_acknowledged: Kafka acknowledged the event
 Reply = RemotingCommand | None
 
 
@@ -144,27 +145,16 @@ class Collector:
             version = (query_data_version(request)
                        if request.code == BrokerCode.QUERY_DATA_VERSION else None)
         except BrokerRequestError as exc:
-            self.metrics.refused[str(request.code)] += 1
-            self._log.log(("refused", request.code), logging.WARNING,
-                          "collector: refused request code %s: %s", request.code, exc)
-            return None if request.is_oneway else _reply(request, ResponseCode.SYSTEM_ERROR,
-                                                         str(exc))
+            return self._refuse(request, exc)
         ack = self.publisher.send(event["brokerName"].encode(), encode_event(event))
         return self._after_ack(ack, request, event, version)
 
     async def _after_ack(self, ack: asyncio.Future, request: RemotingCommand,
                          event: dict[str, Any], version: dict[str, Any] | None) -> Reply:
-        kind = event["eventType"]
-        try:
-            await ack
-        except PublishError as exc:
-            self.metrics.publish_failures[kind] += 1
-            self._log.log(("publish", kind), logging.WARNING,
-                          "collector: %s of %s not acknowledged by Kafka: %s", kind,
-                          event["brokerAddr"], exc)
-            return None if request.is_oneway else _reply(
-                request, ResponseCode.SYSTEM_ERROR, f"routelake: event not published: {exc}")
-        self.metrics.published[kind] += 1
+        failed = await self._not_acknowledged(ack, request, event["eventType"],
+                                               event["brokerAddr"])
+        if failed is not _ACKED:
+            return failed
         cluster, addr, now = event["clusterName"], event["brokerAddr"], event["eventTime"]
         known = self.memory.data_version(cluster, addr, now) if version is not None else None
         self.memory.apply(event)
@@ -178,6 +168,27 @@ class Collector:
             return _reply(request, ResponseCode.SUCCESS, ext={"changed": str(changed).lower()},
                           body=encode_event(known) if known is not None else b"")
         return _reply(request, ResponseCode.SUCCESS)
+
+    def _refuse(self, request: RemotingCommand, exc: BrokerRequestError) -> Reply:
+        self.metrics.refused[str(request.code)] += 1
+        self._log.log(("refused", request.code), logging.WARNING,
+                      "collector: refused request code %s: %s", request.code, exc)
+        return None if request.is_oneway else _reply(request, ResponseCode.SYSTEM_ERROR,
+                                                     str(exc))
+
+    async def _not_acknowledged(self, ack: asyncio.Future, request: RemotingCommand, kind: str,
+                                who: object) -> object:
+        """Wait for Kafka: _ACKED (and counted), or the error reply to send instead."""
+        try:
+            await ack
+        except PublishError as exc:
+            self.metrics.publish_failures[kind] += 1
+            self._log.log(("publish", kind), logging.WARNING,
+                          "collector: %s of %s not acknowledged by Kafka: %s", kind, who, exc)
+            return None if request.is_oneway else _reply(
+                request, ResponseCode.SYSTEM_ERROR, f"routelake: event not published: {exc}")
+        self.metrics.published[kind] += 1
+        return _ACKED
 
     # -- operators' requests --
 
@@ -195,11 +206,7 @@ class Collector:
         try:
             event = admin_event(request, self.clock(), peer_text(peer))
         except BrokerRequestError as exc:
-            self.metrics.refused[str(request.code)] += 1
-            self._log.log(("refused", request.code), logging.WARNING,
-                          "collector: refused request code %s: %s", request.code, exc)
-            return None if request.is_oneway else _reply(request, ResponseCode.SYSTEM_ERROR,
-                                                         str(exc))
+            return self._refuse(request, exc)
         ext = None
         if request.code in COUNT_FIELD:  # counted now: the snapshot before this change
             ext = {COUNT_FIELD[request.code]: str(self.topic_count(event["brokerName"]))}
@@ -214,16 +221,9 @@ class Collector:
     async def _after_admin_ack(self, ack: asyncio.Future, request: RemotingCommand,
                                event: dict[str, Any], ext: dict[str, str] | None) -> Reply:
         kind = event["eventType"]
-        try:
-            await ack
-        except PublishError as exc:
-            self.metrics.publish_failures[kind] += 1
-            self._log.log(("publish", kind), logging.WARNING,
-                          "collector: %s from %s not acknowledged by Kafka: %s", kind,
-                          event.get("requestedBy"), exc)
-            return None if request.is_oneway else _reply(
-                request, ResponseCode.SYSTEM_ERROR, f"routelake: event not published: {exc}")
-        self.metrics.published[kind] += 1
+        failed = await self._not_acknowledged(ack, request, kind, event.get("requestedBy"))
+        if failed is not _ACKED:
+            return failed
         log.info("collector: %s published, client %s: %s", kind, event.get("requestedBy"),
                  {k: v for k, v in event.items() if k not in ("eventType", "value")})
         return None if request.is_oneway else _reply(request, ResponseCode.SUCCESS, ext=ext)
