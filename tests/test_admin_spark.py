@@ -70,3 +70,23 @@ def test_admin_events_table_records_every_admin_event(backfill):
     # the emptied namespace stays as its namespace row
     assert {"namespace": "gone", "key": None, "value": None} in kv
     assert not any(r["namespace"] == "never" for r in kv)
+
+
+@pytest.mark.parametrize("seed,per_batch", [(7, True), (11, False)],
+                         ids=["one-file-per-batch", "shuffled-files-one-batch"])
+def test_random_admin_history_split_into_files_equals_replay(seed, per_batch, backfill,
+                                                             tmp_path):
+    """A seeded random fleet history with operators' events, cut into random files: one file
+    per micro-batch in arrival order, or every file at once in shuffled order."""
+    from tests.helpers import set_mtimes
+    from tests.test_admin_properties import admin_history
+
+    lines = admin_history(seed)
+    rng = random.Random(seed)
+    paths = write_files(tmp_path / "in", split_lines(lines, 6, rng))
+    if not per_batch:
+        order = list(range(len(paths)))
+        rng.shuffle(order)
+        set_mtimes(paths, order)
+    dump = backfill([tmp_path / "in"], max_files_per_trigger=1 if per_batch else None)
+    assert dump == reference_dump(lines)

@@ -1,6 +1,7 @@
 """A real RocketMQ 5.3.3 broker registers with routelake (issue 9 d). One stack per session:
 
     broker --namesrvAddr="Java NameServer;proxy" ; proxy -> `routectl serve --collect`
+    (and, in one test, a second broker whose namesrvAddr is routelake alone)
     serve --collect -> Kafka (a dedicated local broker, restartable) -> `routectl run` -> Delta
 
 Clients (mqadmin) use only routelake's address, so routelake is their only NameServer; the
@@ -236,6 +237,33 @@ def test_send_and_consume_through_routelake(stack):
     # -c: ConsumeMessageCommand spends one of its count on each empty queue it passes
     consumed = admin(stack, "consumeMessage", "-t", "RL_T1", "-g", "rl_group", "-c", "100")
     assert "hello-routelake" in consumed.stdout
+
+
+SOLO_PORT, SOLO_NAME, SOLO_CLUSTER = 39921, "broker-solo", "SoloCluster"
+
+
+def test_broker_with_routelake_as_its_only_nameserver(stack):
+    """A second broker whose namesrvAddr is routelake alone: registered, routable, usable."""
+    solo = broker(stack.root / "solo", SOLO_PORT, [f"127.0.0.1:{ROUTELAKE}"],
+                  cluster=SOLO_CLUSTER, name=SOLO_NAME).start()
+    solo_addr = f"127.0.0.1:{SOLO_PORT}"
+    try:
+        wait_for(lambda: SOLO_NAME in cluster_info(ROUTELAKE)["brokerAddrTable"], 180,
+                 "the routelake-only broker in routelake", step=1, alive=solo.alive)
+        assert SOLO_NAME not in cluster_info(NAMESRV)["brokerAddrTable"]  # routelake alone
+        admin(stack, "updateTopic", "-b", solo_addr, "-t", "RL_SOLO", "-r", "2", "-w", "2")
+        wait_for(lambda: route(ROUTELAKE, "RL_SOLO") is not None, ROUTE_WAIT_S,
+                 "RL_SOLO routable through routelake", step=1)
+        assert [b["brokerName"] for b in route(ROUTELAKE, "RL_SOLO")["brokerDatas"]] == [
+            SOLO_NAME]
+        assert route(NAMESRV, "RL_SOLO") is None
+        sent = admin(stack, "sendMessage", "-t", "RL_SOLO", "-p", "solo-hello", "-k", "k2")
+        assert "SEND_OK" in sent.stdout
+    finally:
+        solo.stop(signal.SIGTERM, timeout=60)  # UNREGISTER to routelake only
+    wait_for(lambda: SOLO_NAME not in cluster_info(ROUTELAKE)["brokerAddrTable"], ROUTE_WAIT_S,
+             "the routelake-only broker gone after its UNREGISTER", step=1)
+    assert route(ROUTELAKE, "RL_SOLO") is None
 
 
 def _acknowledged_are_published(stack: Stack, since_ms: int) -> tuple[int, int]:
