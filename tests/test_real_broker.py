@@ -40,7 +40,9 @@ from tests.rocketmq_support import (
 pytestmark = [pytest.mark.real_broker, pytest.mark.kafka, pytest.mark.spark]
 
 REPO = Path(__file__).parent.parent
-KAFKA, NAMESRV, ROUTELAKE, HTTP, BROKER = 39092, 39876, 39877, 39880, 39911
+# Below the kernel's ephemeral range (32768-60999): a Spark or Kafka client socket of the same
+# test session can hold any port in it, and a fixed listener there fails to bind now and then.
+KAFKA, NAMESRV, ROUTELAKE, HTTP, BROKER = 29092, 29876, 29877, 29880, 29911
 CLUSTER, NAME, BROKER_ADDR = "RoutelakeCluster", "broker-rl", f"127.0.0.1:{BROKER}"
 TOPIC = "rl-broker-events"
 CONF = """[collector]
@@ -239,7 +241,7 @@ def test_send_and_consume_through_routelake(stack):
     assert "hello-routelake" in consumed.stdout
 
 
-SOLO_PORT, SOLO_NAME, SOLO_CLUSTER = 39921, "broker-solo", "SoloCluster"
+SOLO_PORT, SOLO_NAME, SOLO_CLUSTER = 29921, "broker-solo", "SoloCluster"
 
 
 def test_broker_with_routelake_as_its_only_nameserver(stack):
