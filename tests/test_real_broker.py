@@ -306,7 +306,8 @@ def test_collector_and_kafka_restarts_lose_nothing_acknowledged(stack):
 
 def test_graceful_shutdown_unregisters(stack):
     stack.broker.stop(signal.SIGTERM, timeout=60)
-    unregisters = [e for e in events(stack.bootstrap, TOPIC) if e["eventType"] == "UNREGISTER"]
+    unregisters = [e for e in events(stack.bootstrap, TOPIC)
+                   if e["eventType"] == "UNREGISTER" and e["brokerName"] == NAME]
     assert [e["brokerAddr"] for e in unregisters] == [BROKER_ADDR]
     wait_for(lambda: NAME not in cluster_info(ROUTELAKE)["brokerAddrTable"], ROUTE_WAIT_S,
              "the broker gone from routelake", step=1)
