@@ -11,7 +11,7 @@ from pathlib import Path
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
 from routing_lib.lookup.limits import Limits, Rejections
-from routing_lib.lookup.listener import RemotingListener, serve_until_signal
+from routing_lib.lookup.listener import RemotingListener, serve_until_signal, until_stopped
 from routing_lib.lookup.metrics import Metrics
 from routing_lib.lookup.refresher import Refresher, SnapshotHolder
 
@@ -58,11 +58,7 @@ class CollectorServer:
                  getattr(self.collector.publisher, "topic", "?"))
 
     async def wait(self, stop: asyncio.Event) -> None:
-        stopper = asyncio.create_task(stop.wait())
-        try:
-            await asyncio.wait([stopper, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
+        await until_stopped(stop, self._tasks)
 
     async def stop(self) -> None:
         self._stop.set()

@@ -249,6 +249,15 @@ class Serving(Protocol):
     async def stop(self) -> None: ...
 
 
+async def until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task]) -> None:
+    """Until `stop` is set or one of a server's tasks (a listener, the refresher) ends."""
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+
+
 async def serve_until_signal(server: Serving) -> None:
     """Run `server` until SIGINT/SIGTERM, then stop it."""
     loop = asyncio.get_running_loop()

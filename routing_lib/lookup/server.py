@@ -31,7 +31,12 @@ from routing_lib.config import load_config
 from routing_lib.lookup import jsonbody
 from routing_lib.lookup.http_guard import guarded_protocol
 from routing_lib.lookup.limits import Limits, Rejections, clip
-from routing_lib.lookup.listener import RemotingListener, Reply, serve_until_signal
+from routing_lib.lookup.listener import (
+    RemotingListener,
+    Reply,
+    serve_until_signal,
+    until_stopped,
+)
 from routing_lib.lookup.metrics import Metrics
 from routing_lib.lookup.processor import (
     RequestCode,
@@ -292,11 +297,7 @@ class LookupService:
 
     async def wait(self, stop: asyncio.Event) -> None:
         """Until `stop` is set or a listener dies."""
-        stopper = asyncio.create_task(stop.wait())
-        try:
-            await asyncio.wait([stopper, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
+        await until_stopped(stop, self._tasks)
         for task in self._tasks:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 log.error("lookup service: %s failed: %r", task.get_name(), task.exception())
