@@ -36,6 +36,8 @@ def test_mqadmin_admin_commands(tools, tmp_path, kafka_bootstrap, topic):
         "put_order": ("updateOrderConf", "-m", "put", "-t", "Payments", "-v", "broker-a:2"),
         "get_order": ("updateOrderConf", "-m", "get", "-t", "Orders"),
         "wipe": ("wipeWritePerm", "-b", "broker-a"),
+        "add": ("addWritePerm", "-b", "broker-b"),
+        "delete_order": ("updateOrderConf", "-m", "delete", "-t", "Gone"),
     }
     with ServerThread(tmp_path / "wh", collector=collector, order_message_enable=True) as server:
         wait_until(lambda: server.service.holder.current is not None)
@@ -61,6 +63,9 @@ def test_mqadmin_admin_commands(tools, tmp_path, kafka_bootstrap, topic):
         ("DELETE_KV", "team", "pager", None, None),
         ("PUT_KV", "ORDER_TOPIC_CONFIG", "Payments", "broker-a:2", None),
         ("WIPE_WRITE_PERM", None, None, None, "broker-a"),
+        ("ADD_WRITE_PERM", None, None, None, "broker-b"),
+        ("DELETE_KV", "ORDER_TOPIC_CONFIG", "Gone", None, None),
     }
+    assert "OK" in results["add"].stdout
     assert all(e["requestedBy"].startswith("127.0.0.1:")
                for e in events(kafka_bootstrap, topic))
