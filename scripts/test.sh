@@ -2,7 +2,7 @@
 # The test command: lint, then the whole suite against a real local Kafka broker (started here,
 # stopped on exit, also on failure). Extra arguments go to pytest.
 #   scripts/test.sh --quick   the edit-test loop: lint + the pure-Python tier (core, schema,
-#                             codecs, docs; no Spark, no Kafka, no JVM), about 15 s
+#                             codecs, docs; no Spark, no Kafka, no JVM), about 12 s
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
