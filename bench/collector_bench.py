@@ -36,14 +36,24 @@ def fleet_frames(brokers: int, topics: int, round_no: int) -> list[bytes]:
     for b in range(brokers):
         table = {f"Topic{t}": brokerside.topic_config(f"Topic{t}", 8) for t in range(topics)}
         version = {"stateVersion": 0, "timestamp": 1_764_000_000_000 + b, "counter": round_no}
-        frames.append(encode(brokerside.register_request(
-            "BenchCluster", f"broker-{b:03d}", f"127.0.{b // 250}.{b % 250 + 1}:10911",
-            topics=table, data_version=version, opaque=round_no)))
+        frames.append(
+            encode(
+                brokerside.register_request(
+                    "BenchCluster",
+                    f"broker-{b:03d}",
+                    f"127.0.{b // 250}.{b % 250 + 1}:10911",
+                    topics=table,
+                    data_version=version,
+                    opaque=round_no,
+                )
+            )
+        )
     return frames
 
 
-async def broker_loop(port: int, frames: list[bytes], latencies: list[float],
-                      codes: list[int], deadline: float) -> None:
+async def broker_loop(
+    port: int, frames: list[bytes], latencies: list[float], codes: list[int], deadline: float
+) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     decoder = FrameDecoder()
     try:
@@ -65,22 +75,42 @@ async def broker_loop(port: int, frames: list[bytes], latencies: list[float],
         writer.close()
 
 
-async def drive(port: int, per_broker: list[list[bytes]], max_seconds: float
-                ) -> tuple[list[float], list[int], float]:
+async def drive(
+    port: int, per_broker: list[list[bytes]], max_seconds: float
+) -> tuple[list[float], list[int], float]:
     latencies: list[float] = []
     codes: list[int] = []
     started = time.monotonic()
-    await asyncio.gather(*(broker_loop(port, frames, latencies, codes, started + max_seconds)
-                           for frames in per_broker))
+    await asyncio.gather(
+        *(
+            broker_loop(port, frames, latencies, codes, started + max_seconds)
+            for frames in per_broker
+        )
+    )
     return latencies, codes, time.monotonic() - started
 
 
 def start_collector(bootstrap: str, topic: str, log: Path) -> tuple[subprocess.Popen, int]:
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "routing_lib.cli", "collect", "--port",
-                                 "0", "--kafka", bootstrap, "--topic", topic, "-v"],
-                                cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "routing_lib.cli",
+                "collect",
+                "--port",
+                "0",
+                "--kafka",
+                bootstrap,
+                "--topic",
+                topic,
+                "-v",
+            ],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     deadline = time.monotonic() + 60
     while not (m := re.search(r"remoting on 127\.0\.0\.1:(\d+)", log.read_text())):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -129,9 +159,12 @@ def main(argv: list[str] | None = None) -> int:
             proc.wait(60)
     published = kafka_count(args.kafka, topic)  # REGISTERs plus the TICKs
     result = {
-        "brokers": args.brokers, "topics_per_broker": args.topics,
-        "registrations": len(codes), "failed": sum(c != 0 for c in codes),
-        "seconds": round(seconds, 2), "registrations_per_s": round(len(codes) / seconds, 1),
+        "brokers": args.brokers,
+        "topics_per_broker": args.topics,
+        "registrations": len(codes),
+        "failed": sum(c != 0 for c in codes),
+        "seconds": round(seconds, 2),
+        "registrations_per_s": round(len(codes) / seconds, 1),
         "frame_kib": round(frame_bytes / 1024, 1),
         "ack_ms_p50": round(percentile(latencies, 0.5) * 1000, 1),
         "ack_ms_p99": round(percentile(latencies, 0.99) * 1000, 1),

@@ -76,11 +76,20 @@ GET_ALL_TOPIC_LIST = 206
 GET_TOPICS_BY_CLUSTER = 224
 GET_SYSTEM_TOPIC_LIST = 304
 # distribution/bin/runserver.sh (JDK 9+) for 5.3.3, with a 1 GiB heap instead of 4 GiB.
-NAMESRV_JVM_OPTS = ("-server", "-Xms1g", "-Xmx1g", "-XX:MetaspaceSize=128m",
-                    "-XX:MaxMetaspaceSize=320m", "-XX:+UseG1GC", "-XX:G1HeapRegionSize=16m",
-                    "-XX:G1ReservePercent=25", "-XX:InitiatingHeapOccupancyPercent=30",
-                    "-XX:SoftRefLRUPolicyMSPerMB=0", "-XX:-OmitStackTraceInFastThrow",
-                    "-XX:-UseLargePages")
+NAMESRV_JVM_OPTS = (
+    "-server",
+    "-Xms1g",
+    "-Xmx1g",
+    "-XX:MetaspaceSize=128m",
+    "-XX:MaxMetaspaceSize=320m",
+    "-XX:+UseG1GC",
+    "-XX:G1HeapRegionSize=16m",
+    "-XX:G1ReservePercent=25",
+    "-XX:InitiatingHeapOccupancyPercent=30",
+    "-XX:SoftRefLRUPolicyMSPerMB=0",
+    "-XX:-OmitStackTraceInFastThrow",
+    "-XX:-UseLargePages",
+)
 # JSON request headers carry the opaque as decimal text: keep it 10 digits wide so a
 # pre-encoded frame can be patched in place (int32 max is 2147483647).
 OPAQUE_BASE = 1_000_000_000
@@ -90,6 +99,7 @@ _JSON_CODE = re.compile(rb'"code":(-?\d+)')
 
 # -- processes: everything started is stopped --
 
+
 class Processes:
     def __init__(self, logs: Path) -> None:
         self.logs = logs
@@ -97,8 +107,14 @@ class Processes:
 
     def start(self, name: str, argv: list[str], **kwargs) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "wb")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, **kwargs)
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            **kwargs,
+        )
         log.close()  # the child has its own descriptor
         self.procs.append((name, proc))
         return proc
@@ -117,8 +133,11 @@ class Processes:
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         path = self.logs / f"{name}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) \
-            if path.exists() else ""
+        return (
+            "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+            if path.exists()
+            else ""
+        )
 
 
 def free_port() -> int:
@@ -127,13 +146,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(what: str, predicate, timeout: float, proc: subprocess.Popen,
-             procs: Processes, name: str) -> None:
+def wait_for(
+    what: str, predicate, timeout: float, proc: subprocess.Popen, procs: Processes, name: str
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited ({proc.returncode}) before {what}:\n"
-                               + procs.log_tail(name))
+            raise RuntimeError(
+                f"{name} exited ({proc.returncode}) before {what}:\n" + procs.log_tail(name)
+            )
         with contextlib.suppress(OSError):
             if predicate():
                 return
@@ -165,8 +186,10 @@ def wait_idle(timeout: float, window: float = 5.0, threshold: float = 0.2) -> No
             print(f"machine idle ({busy:.2f} cores busy over {window:g} s)", flush=True)
             return
         if time.monotonic() >= deadline:
-            print(f"machine still busy ({busy:.2f} cores) after {timeout:g} s: running anyway",
-                  flush=True)
+            print(
+                f"machine still busy ({busy:.2f} cores) after {timeout:g} s: running anyway",
+                flush=True,
+            )
             return
 
 
@@ -183,21 +206,33 @@ def all_processes_cpu() -> dict[int, tuple[str, float]]:
         if entry.name.isdigit():
             with contextlib.suppress(OSError, IndexError, ValueError):
                 text = (entry / "stat").read_text()
-                name = text[text.index("(") + 1:text.rindex(")")]
+                name = text[text.index("(") + 1 : text.rindex(")")]
                 fields = text.rsplit(")", 1)[1].split()
-                out[int(entry.name)] = (name, (int(fields[11]) + int(fields[12]))
-                                        / os.sysconf("SC_CLK_TCK"))
+                out[int(entry.name)] = (
+                    name,
+                    (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"),
+                )
     return out
 
 
 def top_others(before: dict, after: dict, exclude: set[int], seconds: float) -> str:
-    used = sorted(((cpu - before.get(pid, (name, 0.0))[1], pid, name)
-                   for pid, (name, cpu) in after.items() if pid not in exclude), reverse=True)
-    return ", ".join(f"{name}[{pid}] {cores / seconds:.2f}c" for cores, pid, name in used[:3]
-                     if cores / seconds >= 0.05)
+    used = sorted(
+        (
+            (cpu - before.get(pid, (name, 0.0))[1], pid, name)
+            for pid, (name, cpu) in after.items()
+            if pid not in exclude
+        ),
+        reverse=True,
+    )
+    return ", ".join(
+        f"{name}[{pid}] {cores / seconds:.2f}c"
+        for cores, pid, name in used[:3]
+        if cores / seconds >= 0.05
+    )
 
 
 # -- a blocking remoting client (set-up and checks, not the load) --
+
 
 class Remoting:
     def __init__(self, port: int) -> None:
@@ -208,8 +243,17 @@ class Remoting:
 
     def call(self, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
         self.opaque += 1
-        self.sock.sendall(encode(RemotingCommand(code=code, version=NAMESRV_VERSION,
-                                                 opaque=self.opaque, ext_fields=ext, body=body)))
+        self.sock.sendall(
+            encode(
+                RemotingCommand(
+                    code=code,
+                    version=NAMESRV_VERSION,
+                    opaque=self.opaque,
+                    ext_fields=ext,
+                    body=body,
+                )
+            )
+        )
         while True:
             for i, command in enumerate(self.pending):
                 if command.opaque == self.opaque:
@@ -225,15 +269,22 @@ class Remoting:
 
 # -- the Java NameServer, loaded with the warehouse's routes --
 
+
 def start_java_namesrv(procs: Processes, home: Path, port: int, heap: str) -> subprocess.Popen:
     home.mkdir(parents=True)
     conf = home / "namesrv.properties"
-    conf.write_text(f"listenPort={port}\nbindAddress={LOOPBACK}\nrocketmqHome={home}\n"
-                    f"kvConfigPath={home / 'kvConfig.json'}\n")
-    opts = [o if not o.startswith(("-Xms", "-Xmx")) else o[:4] + heap
-            for o in NAMESRV_JVM_OPTS]
-    argv = mqadmin.java_command(mqadmin.NAMESRV_MAIN, ["-c", str(conf)], home=home,
-                                logback=mqadmin.NAMESRV_LOGBACK, jvm_opts=opts)
+    conf.write_text(
+        f"listenPort={port}\nbindAddress={LOOPBACK}\nrocketmqHome={home}\n"
+        f"kvConfigPath={home / 'kvConfig.json'}\n"
+    )
+    opts = [o if not o.startswith(("-Xms", "-Xmx")) else o[:4] + heap for o in NAMESRV_JVM_OPTS]
+    argv = mqadmin.java_command(
+        mqadmin.NAMESRV_MAIN,
+        ["-c", str(conf)],
+        home=home,
+        logback=mqadmin.NAMESRV_LOGBACK,
+        jvm_opts=opts,
+    )
     proc = procs.start("java-namesrv", argv, env=mqadmin.java_env(home), cwd=home)
     wait_for("listening port", lambda: port_open(port), 90, proc, procs, "java-namesrv")
     return proc
@@ -241,10 +292,16 @@ def start_java_namesrv(procs: Processes, home: Path, port: int, heap: str) -> su
 
 def topic_config(row: dict) -> dict:
     # TopicConfig as fastjson reads it (RegisterBrokerBody.topicConfigSerializeWrapper).
-    return {"attributes": {}, "order": False, "perm": int(row["perm"]),
-            "readQueueNums": int(row["read_queue_nums"]), "topicFilterType": "SINGLE_TAG",
-            "topicName": row["topic"], "topicSysFlag": int(row["topic_sys_flag"]),
-            "writeQueueNums": int(row["write_queue_nums"])}
+    return {
+        "attributes": {},
+        "order": False,
+        "perm": int(row["perm"]),
+        "readQueueNums": int(row["read_queue_nums"]),
+        "topicFilterType": "SINGLE_TAG",
+        "topicName": row["topic"],
+        "topicSysFlag": int(row["topic_sys_flag"]),
+        "writeQueueNums": int(row["write_queue_nums"]),
+    }
 
 
 def register_brokers(client: Remoting, tables: dict[str, list[dict]]) -> int:
@@ -257,8 +314,10 @@ def register_brokers(client: Remoting, tables: dict[str, list[dict]]) -> int:
     with the group's topics and its real dataVersion. Returns the number of requests sent.
     """
     live = {(r["cluster_name"], r["broker_addr"]): r for r in tables[BROKER_LIVE]}
-    filters = {(r["cluster_name"], r["broker_addr"]): list(r["filter_server_list"] or [])
-               for r in tables[FILTER_SERVER]}
+    filters = {
+        (r["cluster_name"], r["broker_addr"]): list(r["filter_server_list"] or [])
+        for r in tables[FILTER_SERVER]
+    }
     topics: dict[str, dict[str, dict]] = {}
     for row in tables[TOPIC_QUEUE]:
         topics.setdefault(row["broker_name"], {})[row["topic"]] = topic_config(row)
@@ -268,21 +327,29 @@ def register_brokers(client: Remoting, tables: dict[str, list[dict]]) -> int:
 
     def register(row: dict, topic_table: dict, version: dict) -> None:
         key = (row["cluster"], row["broker_addr"])
-        ext = {"brokerName": row["broker_name"], "brokerAddr": row["broker_addr"],
-               "clusterName": row["cluster"], "brokerId": str(row["broker_id"]),
-               "haServerAddr": (live.get(key) or {}).get("ha_server_addr") or "",
-               "heartbeatTimeoutMillis": str(3_600_000),  # no expiry during the run
-               "enableActingMaster": "true" if row.get("enable_acting_master") else "false",
-               "compressed": "false", "bodyCrc32": "0"}
+        ext = {
+            "brokerName": row["broker_name"],
+            "brokerAddr": row["broker_addr"],
+            "clusterName": row["cluster"],
+            "brokerId": str(row["broker_id"]),
+            "haServerAddr": (live.get(key) or {}).get("ha_server_addr") or "",
+            "heartbeatTimeoutMillis": str(3_600_000),  # no expiry during the run
+            "enableActingMaster": "true" if row.get("enable_acting_master") else "false",
+            "compressed": "false",
+            "bodyCrc32": "0",
+        }
         if row.get("zone_name"):
             ext["__ZONE_NAME"] = row["zone_name"]  # MixAll.ZONE_NAME, read from extFields
-        body = {"filterServerList": filters.get(key, []),
-                "topicConfigSerializeWrapper": {"dataVersion": version,
-                                                "topicConfigTable": topic_table}}
+        body = {
+            "filterServerList": filters.get(key, []),
+            "topicConfigSerializeWrapper": {
+                "dataVersion": version,
+                "topicConfigTable": topic_table,
+            },
+        }
         response = client.call(REGISTER_BROKER, ext, json.dumps(body).encode())
         if response.code != 0:
-            raise RuntimeError(f"REGISTER_BROKER {key} answered {response.code} "
-                               f"{response.remark}")
+            raise RuntimeError(f"REGISTER_BROKER {key} answered {response.code} {response.remark}")
 
     sent = 0
     for name, rows in sorted(groups.items()):
@@ -292,24 +359,34 @@ def register_brokers(client: Remoting, tables: dict[str, list[dict]]) -> int:
             sent += 1
         carrier = rows[0]
         dv = (live.get((carrier["cluster"], carrier["broker_addr"])) or {}).get("data_version")
-        version = ({"counter": int(dv["counter"]), "stateVersion": int(dv["state_version"]),
-                    "timestamp": int(dv["timestamp"])} if dv
-                   else {"counter": 1, "stateVersion": 0, "timestamp": 1})
+        version = (
+            {
+                "counter": int(dv["counter"]),
+                "stateVersion": int(dv["state_version"]),
+                "timestamp": int(dv["timestamp"]),
+            }
+            if dv
+            else {"counter": 1, "stateVersion": 0, "timestamp": 1}
+        )
         register(carrier, topics.get(name, {}), version)
         sent += 1
     return sent
 
 
 def canonical_route(route: dict) -> dict:
-    return {"brokerDatas": sorted(route["brokerDatas"], key=lambda b: b["brokerName"]),
-            "queueDatas": sorted(route["queueDatas"], key=lambda q: q["brokerName"]),
-            "filterServerTable": route.get("filterServerTable") or {},
-            "orderTopicConf": route.get("orderTopicConf")}
+    return {
+        "brokerDatas": sorted(route["brokerDatas"], key=lambda b: b["brokerName"]),
+        "queueDatas": sorted(route["queueDatas"], key=lambda q: q["brokerName"]),
+        "filterServerTable": route.get("filterServerTable") or {},
+        "orderTopicConf": route.get("orderTopicConf"),
+    }
 
 
 def canonical_cluster_info(info: dict) -> dict:
-    return {"brokerAddrTable": info["brokerAddrTable"],
-            "clusterAddrTable": {c: sorted(n) for c, n in info["clusterAddrTable"].items()}}
+    return {
+        "brokerAddrTable": info["brokerAddrTable"],
+        "clusterAddrTable": {c: sorted(n) for c, n in info["clusterAddrTable"].items()},
+    }
 
 
 def compare(java: Remoting, ours: Remoting, topics: list[str]) -> tuple[list[str], list[str]]:
@@ -325,29 +402,41 @@ def compare(java: Remoting, ours: Remoting, topics: list[str]) -> tuple[list[str
             same.append(topic)
         else:
             diffs.append(f"{topic}: java {routes[0]} ours {routes[1]}")
-    infos = [canonical_cluster_info(jsonbody.parse_legacy(c.call(GET_BROKER_CLUSTER_INFO, {}).body))
-             for c in (java, ours)]
+    infos = [
+        canonical_cluster_info(jsonbody.parse_legacy(c.call(GET_BROKER_CLUSTER_INFO, {}).body))
+        for c in (java, ours)
+    ]
     if infos[0] != infos[1]:
         diffs.append(f"ClusterInfo: java {infos[0]} ours {infos[1]}")
     # Topic lists (HashSet orders in Java: compared as sets; the system list's brokerAddr is
     # any one broker's address on both sides).
     requests = [("all topics (206)", GET_ALL_TOPIC_LIST, {})]
-    requests += [(f"topics of {c} (224)", GET_TOPICS_BY_CLUSTER, {"cluster": c})
-                 for c in sorted(infos[0]["clusterAddrTable"])]
+    requests += [
+        (f"topics of {c} (224)", GET_TOPICS_BY_CLUSTER, {"cluster": c})
+        for c in sorted(infos[0]["clusterAddrTable"])
+    ]
     requests.append(("system topics (304)", GET_SYSTEM_TOPIC_LIST, {}))
     addrs = {a for b in infos[0]["brokerAddrTable"].values() for a in b["brokerAddrs"].values()}
     for what, code, ext in requests:
         answers = [c.call(code, ext) for c in (java, ours)]
-        lists = [jsonbody.parse_legacy(a.body) if a.code == 0 else {"code": a.code}
-                 for a in answers]
-        got = [(a.get("code"), sorted(a.get("topicList", ())), a.get("brokerAddr") in addrs
-                if "brokerAddr" in a else None) for a in lists]
+        lists = [
+            jsonbody.parse_legacy(a.body) if a.code == 0 else {"code": a.code} for a in answers
+        ]
+        got = [
+            (
+                a.get("code"),
+                sorted(a.get("topicList", ())),
+                a.get("brokerAddr") in addrs if "brokerAddr" in a else None,
+            )
+            for a in lists
+        ]
         if got[0] != got[1]:
             diffs.append(f"{what}: java {got[0]} ours {got[1]}")
     return same, diffs
 
 
 # -- the load generator (runs in --procs child processes) --
+
 
 @dataclass(frozen=True)
 class Load:
@@ -375,9 +464,15 @@ def remoting_templates(load: Load) -> list[tuple[bytes, int]]:
     kind = SerializeType.ROCKETMQ if load.serialize == "rocketmq" else SerializeType.JSON
     out = []
     for topic in load.topics:
-        frame = encode(RemotingCommand(code=GET_ROUTEINFO_BY_TOPIC, version=NAMESRV_VERSION,
-                                       opaque=OPAQUE_BASE, ext_fields={"topic": topic},
-                                       serialize_type=kind))
+        frame = encode(
+            RemotingCommand(
+                code=GET_ROUTEINFO_BY_TOPIC,
+                version=NAMESRV_VERSION,
+                opaque=OPAQUE_BASE,
+                ext_fields={"topic": topic},
+                serialize_type=kind,
+            )
+        )
         if kind == SerializeType.ROCKETMQ:
             offset = 8 + 5  # length, mark, then code(2) language(1) version(2)
         else:
@@ -386,8 +481,9 @@ def remoting_templates(load: Load) -> list[tuple[bytes, int]]:
     return out
 
 
-async def remoting_connection(load: Load, templates: list[tuple[bytes, int]], seed: int,
-                              tally: Tally) -> None:
+async def remoting_connection(
+    load: Load, templates: list[tuple[bytes, int]], seed: int, tally: Tally
+) -> None:
     reader, writer = await asyncio.open_connection(LOOPBACK, load.port)
     rnd = random.Random(seed)
     binary = load.serialize == "rocketmq"
@@ -404,7 +500,7 @@ async def remoting_connection(load: Load, templates: list[tuple[bytes, int]], se
         if binary:
             struct.pack_into(">i", buf, offset, opaque)
         else:
-            buf[offset:offset + 10] = b"%d" % opaque
+            buf[offset : offset + 10] = b"%d" % opaque
         pending[opaque] = time.monotonic()
         writer.write(buf)
 
@@ -420,11 +516,11 @@ async def remoting_connection(load: Load, templates: list[tuple[bytes, int]], se
         now = time.monotonic()
         pos, end = 0, len(buf)
         while end - pos >= 8:
-            length = int.from_bytes(buf[pos:pos + 4], "big")
+            length = int.from_bytes(buf[pos : pos + 4], "big")
             if end - pos - 4 < length:
                 break
-            header_len = int.from_bytes(buf[pos + 4:pos + 8], "big") & 0xFFFFFF
-            header = bytes(buf[pos + 8:pos + 8 + header_len])
+            header_len = int.from_bytes(buf[pos + 4 : pos + 8], "big") & 0xFFFFFF
+            header = bytes(buf[pos + 8 : pos + 8 + header_len])
             body_len = length - 4 - header_len
             pos += 4 + length
             if binary:
@@ -479,13 +575,22 @@ async def run_load(load: Load) -> Tally:
     tally = Tally()
     if load.kind == "remoting":
         templates = remoting_templates(load)
-        tasks = [remoting_connection(load, templates, load.seed * 1000 + i, tally)
-                 for i in range(load.conns)]
+        tasks = [
+            remoting_connection(load, templates, load.seed * 1000 + i, tally)
+            for i in range(load.conns)
+        ]
     else:
-        requests = [(f"GET /topics/{urllib.parse.quote(t, safe='')}/route HTTP/1.1\r\n"
-                     f"Host: {LOOPBACK}:{load.port}\r\n\r\n").encode() for t in load.topics]
-        tasks = [http_connection(load, requests, load.seed * 1000 + i, tally)
-                 for i in range(load.conns * load.depth)]
+        requests = [
+            (
+                f"GET /topics/{urllib.parse.quote(t, safe='')}/route HTTP/1.1\r\n"
+                f"Host: {LOOPBACK}:{load.port}\r\n\r\n"
+            ).encode()
+            for t in load.topics
+        ]
+        tasks = [
+            http_connection(load, requests, load.seed * 1000 + i, tally)
+            for i in range(load.conns * load.depth)
+        ]
     await asyncio.gather(*tasks)
     return tally
 
@@ -515,15 +620,26 @@ class Result:
     others: str  # the biggest other processes then
 
 
-def measure(name: str, kind: str, port: int, server_pid: int, args: argparse.Namespace,
-            topics: list[str]) -> Result:
+def measure(
+    name: str, kind: str, port: int, server_pid: int, args: argparse.Namespace, topics: list[str]
+) -> Result:
     ctx = mp.get_context("fork")
     start_at = time.monotonic() + 1.5  # time for the processes to connect
     workers = []
     try:
         for i in range(args.procs):
-            load = Load(kind, port, tuple(topics), args.conns, args.depth, args.serialize,
-                        start_at, args.warmup, args.duration, seed=args.seed + i)
+            load = Load(
+                kind,
+                port,
+                tuple(topics),
+                args.conns,
+                args.depth,
+                args.serialize,
+                start_at,
+                args.warmup,
+                args.duration,
+                seed=args.seed + i,
+            )
             parent_end, child_end = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=load_process, args=(load, child_end), daemon=True)
             proc.start()
@@ -536,8 +652,7 @@ def measure(name: str, kind: str, port: int, server_pid: int, args: argparse.Nam
         everyone0 = all_processes_cpu()
         time.sleep(max(0.0, m0 + args.duration - time.monotonic()))
         cpu1 = [cpu_seconds(pid) for pid in pids] + [machine_busy_seconds()]
-        others = top_others(everyone0, all_processes_cpu(), {*pids, os.getpid()},
-                            args.duration)
+        others = top_others(everyone0, all_processes_cpu(), {*pids, os.getpid()}, args.duration)
         count = errors = 0
         latencies = array.array("d")
         for proc, conn in workers:
@@ -562,11 +677,22 @@ def measure(name: str, kind: str, port: int, server_pid: int, args: argparse.Nam
 
     used = [(b - a) / args.duration for a, b in zip(cpu0, cpu1, strict=True)]
     server, client, machine_total = used[0], sum(used[1:-1]), used[-1]
-    return Result(name, count, errors, count / args.duration, pct(0.50), pct(0.99),
-                  server, client, max(0.0, machine_total - server - client), others)
+    return Result(
+        name,
+        count,
+        errors,
+        count / args.duration,
+        pct(0.50),
+        pct(0.99),
+        server,
+        client,
+        max(0.0, machine_total - server - client),
+        others,
+    )
 
 
 # -- the run --
+
 
 def machine() -> str:
     model = ""
@@ -578,9 +704,11 @@ def machine() -> str:
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
     java = java.splitlines()[0] if java else "java ?"
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{os.cpu_count()} cores ({model or platform.machine()}), {mem_gib:.0f} GiB, "
-            f"{platform.system()} {platform.release()}; Python {platform.python_version()}; "
-            f"{java}")
+    return (
+        f"{os.cpu_count()} cores ({model or platform.machine()}), {mem_gib:.0f} GiB, "
+        f"{platform.system()} {platform.release()}; Python {platform.python_version()}; "
+        f"{java}"
+    )
 
 
 def rocketmq_version() -> str:
@@ -590,22 +718,35 @@ def rocketmq_version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--fixture", default="20_random_fleet_seed101",
-                        help="golden fixture whose final state is served")
+    parser.add_argument(
+        "--fixture",
+        default="20_random_fleet_seed101",
+        help="golden fixture whose final state is served",
+    )
     parser.add_argument("--duration", type=float, default=20.0, help="measured seconds each")
     parser.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds first")
     parser.add_argument("--procs", type=int, default=2, help="load generator processes")
     parser.add_argument("--conns", type=int, default=8, help="connections per process")
-    parser.add_argument("--depth", type=int, default=8,
-                        help="pipelined requests per remoting connection")
-    parser.add_argument("--serialize", choices=("json", "rocketmq"), default="json",
-                        help="remoting header of the requests (Java clients default: json)")
+    parser.add_argument(
+        "--depth", type=int, default=8, help="pipelined requests per remoting connection"
+    )
+    parser.add_argument(
+        "--serialize",
+        choices=("json", "rocketmq"),
+        default="json",
+        help="remoting header of the requests (Java clients default: json)",
+    )
     parser.add_argument("--java-heap", default="1g")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
-    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
-                        help="first wait up to this long for the machine to be idle (other "
-                             "work below 0.2 cores over 5 s)")
+    parser.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="first wait up to this long for the machine to be idle (other "
+        "work below 0.2 cores over 5 s)",
+    )
     args = parser.parse_args(argv)
 
     reason = mqadmin.missing_reason()
@@ -630,15 +771,29 @@ def main(argv: list[str] | None = None) -> int:
         Warehouse(tmp / "warehouse").publish(0, watermark, tables)
         index = RouteIndex(RouteSnapshot(tables, {}, watermark))
         topics = [t for t in index.topics if index.route(t) is not None]
-        print(f"warehouse: fixture {args.fixture}, {len(topics)} routable topics, "
-              f"{index.broker_count} broker groups, {len(tables[BROKER_ADDR])} brokers",
-              flush=True)
+        print(
+            f"warehouse: fixture {args.fixture}, {len(topics)} routable topics, "
+            f"{index.broker_count} broker groups, {len(tables[BROKER_ADDR])} brokers",
+            flush=True,
+        )
 
         our_port, http_port, java_port = free_port(), free_port(), free_port()
-        ours = procs.start("routectl-serve", [
-            sys.executable, "-m", "routing_lib.cli", "serve", "--warehouse",
-            str(tmp / "warehouse"), "--port", str(our_port), "--http-port", str(http_port)],
-            cwd=REPO)
+        ours = procs.start(
+            "routectl-serve",
+            [
+                sys.executable,
+                "-m",
+                "routing_lib.cli",
+                "serve",
+                "--warehouse",
+                str(tmp / "warehouse"),
+                "--port",
+                str(our_port),
+                "--http-port",
+                str(http_port),
+            ],
+            cwd=REPO,
+        )
         java = start_java_namesrv(procs, tmp / "namesrv-home", java_port, args.java_heap)
 
         def ready() -> bool:
@@ -647,9 +802,12 @@ def main(argv: list[str] | None = None) -> int:
                 return s.recv(64).startswith(b"HTTP/1.1 200")
 
         wait_for("snapshot", ready, 60, ours, procs, "routectl-serve")
-        print(f"servers: Java NameServer {rocketmq_version()} on {LOOPBACK}:{java_port} "
-              f"(pid {java.pid}); routectl serve remoting {LOOPBACK}:{our_port}, "
-              f"http {LOOPBACK}:{http_port} (pid {ours.pid})", flush=True)
+        print(
+            f"servers: Java NameServer {rocketmq_version()} on {LOOPBACK}:{java_port} "
+            f"(pid {java.pid}); routectl serve remoting {LOOPBACK}:{our_port}, "
+            f"http {LOOPBACK}:{http_port} (pid {ours.pid})",
+            flush=True,
+        )
 
         registrar = Remoting(java_port)  # stays open: closing it unregisters the brokers
         clients.append(registrar)
@@ -657,25 +815,32 @@ def main(argv: list[str] | None = None) -> int:
         java_client, our_client = Remoting(java_port), Remoting(our_port)
         clients += [java_client, our_client]
         same, diffs = compare(java_client, our_client, topics)
-        print(f"loaded Java NameServer with {sent} REGISTER_BROKER requests; same answers "
-              f"from both: GET_ROUTEINFO_BY_TOPIC (105) for {len(same)}/{len(topics)} topics; "
-              f"106, 206, 224 per cluster, 304: "
-              f"{'all identical' if len(diffs) == len(topics) - len(same) else 'DIFFERENT'}",
-              flush=True)
+        print(
+            f"loaded Java NameServer with {sent} REGISTER_BROKER requests; same answers "
+            f"from both: GET_ROUTEINFO_BY_TOPIC (105) for {len(same)}/{len(topics)} topics; "
+            f"106, 206, 224 per cluster, 304: "
+            f"{'all identical' if len(diffs) == len(topics) - len(same) else 'DIFFERENT'}",
+            flush=True,
+        )
         for diff in diffs[:5]:
             print(f"  DIFF {diff[:400]}", flush=True)
         if not same:
             raise RuntimeError("no topic with the same route on both servers")
 
-        print(f"load: {args.procs} client processes x {args.conns} connections; remoting "
-              f"{args.depth} pipelined requests per connection ({args.serialize} headers), "
-              f"HTTP {args.conns * args.depth} keep-alive connections per process, 1 request "
-              f"each; {args.warmup:g} s warm-up + {args.duration:g} s measured per target; "
-              f"random topics among {len(same)}", flush=True)
+        print(
+            f"load: {args.procs} client processes x {args.conns} connections; remoting "
+            f"{args.depth} pipelined requests per connection ({args.serialize} headers), "
+            f"HTTP {args.conns * args.depth} keep-alive connections per process, 1 request "
+            f"each; {args.warmup:g} s warm-up + {args.duration:g} s measured per target; "
+            f"random topics among {len(same)}",
+            flush=True,
+        )
         results = []
-        for name, kind, port, pid in (("java-namesrv remoting", "remoting", java_port, java.pid),
-                                      ("routelake remoting", "remoting", our_port, ours.pid),
-                                      ("routelake http", "http", http_port, ours.pid)):
+        for name, kind, port, pid in (
+            ("java-namesrv remoting", "remoting", java_port, java.pid),
+            ("routelake remoting", "remoting", our_port, ours.pid),
+            ("routelake http", "http", http_port, ours.pid),
+        ):
             result = measure(name, kind, port, pid, args, same)
             results.append(result)
             print(f"  {name}: {result.rps:,.0f} req/s", flush=True)
@@ -683,29 +848,43 @@ def main(argv: list[str] | None = None) -> int:
         still = java_client.call(GET_ROUTEINFO_BY_TOPIC, {"topic": same[0]}).code == 0
 
         print()
-        head = (f"{'target':<24}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
-                f"{'server CPU':>12}{'client CPU':>12}{'other CPU':>11}")
+        head = (
+            f"{'target':<24}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+            f"{'server CPU':>12}{'client CPU':>12}{'other CPU':>11}"
+        )
         print(head)
         print("-" * len(head))
         for r in results:
-            print(f"{r.name:<24}{r.rps:>10,.0f}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}{r.errors:>8}"
-                  f"{r.server_cpu:>11.2f}c{r.client_cpu:>11.2f}c{r.other_cpu:>10.2f}c")
+            print(
+                f"{r.name:<24}{r.rps:>10,.0f}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}{r.errors:>8}"
+                f"{r.server_cpu:>11.2f}c{r.client_cpu:>11.2f}c{r.other_cpu:>10.2f}c"
+            )
         java_r = results[0]
         for r in results[1:]:
-            print(f"ratio {r.name} / java: req/s x{r.rps / java_r.rps:.2f}, "
-                  f"p50 x{r.p50_ms / java_r.p50_ms:.2f}, p99 x{r.p99_ms / java_r.p99_ms:.2f}")
-        print(f"(CPU = cores used on average over the measured window; the client processes "
-              f"share the {os.cpu_count()} cores with the server; 'other' is the rest of the "
-              f"machine: work not part of this run that competed for the cores. Java brokers "
-              f"still registered after the runs: {still})")
+            print(
+                f"ratio {r.name} / java: req/s x{r.rps / java_r.rps:.2f}, "
+                f"p50 x{r.p50_ms / java_r.p50_ms:.2f}, p99 x{r.p99_ms / java_r.p99_ms:.2f}"
+            )
+        print(
+            f"(CPU = cores used on average over the measured window; the client processes "
+            f"share the {os.cpu_count()} cores with the server; 'other' is the rest of the "
+            f"machine: work not part of this run that competed for the cores. Java brokers "
+            f"still registered after the runs: {still})"
+        )
         busy = [r for r in results if r.other_cpu > 0.2]
         if busy:
-            print("WARNING: other work on the machine used "
-                  + "; ".join(f"{r.other_cpu:.2f} cores during '{r.name}' "
-                              f"({r.others or 'no single process'})" for r in busy)
-                  + ": these numbers are disturbed, rerun on a quiet machine")
-        print("reproduce: scripts/fetch_rocketmq.sh && .venv/bin/python bench/lookup_bench.py "
-              + shlex.join(argv if argv is not None else sys.argv[1:]))
+            print(
+                "WARNING: other work on the machine used "
+                + "; ".join(
+                    f"{r.other_cpu:.2f} cores during '{r.name}' ({r.others or 'no single process'})"
+                    for r in busy
+                )
+                + ": these numbers are disturbed, rerun on a quiet machine"
+            )
+        print(
+            "reproduce: scripts/fetch_rocketmq.sh && .venv/bin/python bench/lookup_bench.py "
+            + shlex.join(argv if argv is not None else sys.argv[1:])
+        )
         return 0 if all(r.errors == 0 for r in results) and still and not diffs else 1
     finally:
         for client in clients:

@@ -44,20 +44,27 @@ def fleet_lines(events: int, brokers: int, topics: int, start_ms: int) -> list[b
 
 
 def _event(b: int, now: int, topics: int, register: bool, table: str, counter: int = 1) -> bytes:
-    base = {"eventType": "REGISTER" if register else "HEARTBEAT", "eventTime": now,
-            "clusterName": "bench", "brokerAddr": f"10.9.{b // 250}.{b % 250}:10911",
-            "brokerName": f"bench-{b:04d}", "brokerId": 0}
+    base = {
+        "eventType": "REGISTER" if register else "HEARTBEAT",
+        "eventTime": now,
+        "clusterName": "bench",
+        "brokerAddr": f"10.9.{b // 250}.{b % 250}:10911",
+        "brokerName": f"bench-{b:04d}",
+        "brokerId": 0,
+    }
     if not register:
         return json.dumps(base).encode()
-    base |= {"haServerAddr": None, "dataVersion": {"stateVersion": 0, "timestamp": 1,
-                                                   "counter": counter}}
+    base |= {
+        "haServerAddr": None,
+        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": counter},
+    }
     return (json.dumps(base)[:-1] + ', "topicConfigTable": ' + table + "}").encode()
 
 
 def _job_config(config, topic: str, work: Path, **kafka):
-    return (config.with_overrides("kafka", topic=topic, **kafka)
-            .with_overrides("paths", warehouse=str(work / "warehouse"),
-                            checkpoint=str(work / "checkpoint")))
+    return config.with_overrides("kafka", topic=topic, **kafka).with_overrides(
+        "paths", warehouse=str(work / "warehouse"), checkpoint=str(work / "checkpoint")
+    )
 
 
 def _produce(bootstrap: str, topic: str, lines: list[bytes]) -> float:
@@ -82,16 +89,20 @@ def throughput(args, config) -> None:
     lines = fleet_lines(args.events, args.brokers, args.topics, 1_764_000_000_000)
     seconds = _produce(config.kafka.bootstrap_servers, topic, lines)
     size = sum(map(len, lines))
-    print(f"backlog: {len(lines)} events ({size / 1e6:.0f} MB, {args.brokers} brokers x "
-          f"{args.topics} topics) produced in {seconds:.1f} s")
+    print(
+        f"backlog: {len(lines)} events ({size / 1e6:.0f} MB, {args.brokers} brokers x "
+        f"{args.topics} topics) produced in {seconds:.1f} s"
+    )
     work = Path(args.workdir) / topic
     job = _job_config(config, topic, work, max_offsets_per_trigger=args.max_offsets)
     started = time.monotonic()
     metrics = run_stream(job, available_now=True, install_signal_handlers=False)
     drained = time.monotonic() - started
-    print(f"drain: {drained:.1f} s -> {len(lines) / drained:,.0f} events/s "
-          f"({metrics.get('routelake_batches_total'):.0f} batches of <= {args.max_offsets}, "
-          f"history {'on' if config.routes.history else 'off'})")
+    print(
+        f"drain: {drained:.1f} s -> {len(lines) / drained:,.0f} events/s "
+        f"({metrics.get('routelake_batches_total'):.0f} batches of <= {args.max_offsets}, "
+        f"history {'on' if config.routes.history else 'off'})"
+    )
 
 
 def freshness(args, config) -> None:
@@ -105,12 +116,14 @@ def freshness(args, config) -> None:
     topic = f"fresh-{uuid.uuid4().hex[:8]}"
     kafka_local.create_topic(config.kafka.bootstrap_servers, topic)
     work = Path(args.workdir) / topic
-    job = _job_config(config, topic, work, trigger_interval="1 second",
-                      starting_offsets="earliest")
+    job = _job_config(config, topic, work, trigger_interval="1 second", starting_offsets="earliest")
     stop = threading.Event()
-    job_thread = threading.Thread(target=run_stream, args=(job,),
-                                  kwargs={"stop_event": stop, "install_signal_handlers": False},
-                                  daemon=True)
+    job_thread = threading.Thread(
+        target=run_stream,
+        args=(job,),
+        kwargs={"stop_event": stop, "install_signal_handlers": False},
+        daemon=True,
+    )
     job_thread.start()
     producer = make_producer(config.kafka.bootstrap_servers, acks=1, linger_ms=5)
     brokers, tables = args.brokers, {}
@@ -122,8 +135,11 @@ def freshness(args, config) -> None:
     def poll() -> None:
         while not stop.is_set():
             try:
-                rows = DeltaTable(live_path).to_pyarrow_table(
-                    columns=["broker_name", "data_version"]).to_pylist()
+                rows = (
+                    DeltaTable(live_path)
+                    .to_pyarrow_table(columns=["broker_name", "data_version"])
+                    .to_pylist()
+                )
             except Exception:  # noqa: BLE001 - not created yet
                 rows = []
             now = time.monotonic()
@@ -136,8 +152,9 @@ def freshness(args, config) -> None:
     threading.Thread(target=poll, daemon=True).start()
     for broker in range(brokers):  # everyone registers once, then heartbeats
         tables[broker] = json.dumps(topic_table(broker, args.topics, 1))
-        producer.send(topic, value=_event(broker, int(time.time() * 1000), args.topics, True,
-                                          tables[broker]))
+        producer.send(
+            topic, value=_event(broker, int(time.time() * 1000), args.topics, True, tables[broker])
+        )
     interval = 1.0 / args.rate
     next_change, b, changes = time.monotonic() + 20, 0, 0
     started = time.monotonic()
@@ -162,15 +179,18 @@ def freshness(args, config) -> None:
         print("freshness: no change became visible")
         return
     p95 = delays[min(len(delays) - 1, int(0.95 * len(delays)))]
-    print(f"freshness over {len(delays)} changes at {args.rate} events/s: "
-          f"p50 {statistics.median(delays):.1f} s, p95 {p95:.1f} s, max {delays[-1]:.1f} s "
-          f"(watermarkDelay {config.routes.watermark_delay_ms / 1000:.0f} s, trigger 1 s, "
-          f"history {'on' if config.routes.history else 'off'})")
+    print(
+        f"freshness over {len(delays)} changes at {args.rate} events/s: "
+        f"p50 {statistics.median(delays):.1f} s, p95 {p95:.1f} s, max {delays[-1]:.1f} s "
+        f"(watermarkDelay {config.routes.watermark_delay_ms / 1000:.0f} s, trigger 1 s, "
+        f"history {'on' if config.routes.history else 'off'})"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="what", required=True)
     p = sub.add_parser("throughput")
     p.add_argument("--events", type=int, default=300_000)

@@ -16,9 +16,15 @@ def default_checkpoint(warehouse: str) -> str:
     return str(Path(warehouse) / "_checkpoints" / "backfill")
 
 
-def run_backfill(config: Config, inputs: list[str], warehouse: str, as_of: int | None = None,
-                 checkpoint: str | None = None, max_files_per_trigger: int | None = None,
-                 spark=None) -> None:
+def run_backfill(
+    config: Config,
+    inputs: list[str],
+    warehouse: str,
+    as_of: int | None = None,
+    checkpoint: str | None = None,
+    max_files_per_trigger: int | None = None,
+    spark=None,
+) -> None:
     missing = [p for p in inputs if not Path(p).exists()]
     if missing:
         raise FileNotFoundError(f"input not found: {', '.join(missing)}")
@@ -34,10 +40,13 @@ def run_backfill(config: Config, inputs: list[str], warehouse: str, as_of: int |
         (tick_dir / CLOCK_FILE).write_text(str(as_of + delay))
         paths.append(str(tick_dir / CLOCK_FILE))
     settings = JobSettings(
-        warehouse=str(Path(warehouse).resolve()), checkpoint=str(Path(checkpoint).resolve()),
+        warehouse=str(Path(warehouse).resolve()),
+        checkpoint=str(Path(checkpoint).resolve()),
         watermark_delay_ms=delay,
         flags=RouteFlags(config.routes.delete_topic_with_broker_registration),
-        history=config.routes.history, as_of=as_of)
+        history=config.routes.history,
+        as_of=as_of,
+    )
     classified = archive_stream(spark, paths, max_files_per_trigger, settings.warehouse)
     query = start_query(spark, classified, settings, available_now=True)
     query.awaitTermination()

@@ -23,6 +23,7 @@ def command(name: str):
     def register(fn: Handler) -> Handler:
         _COMMANDS[name] = fn
         return fn
+
     return register
 
 
@@ -43,8 +44,14 @@ def _backfill(args: argparse.Namespace, config: Config) -> int:
     from routing_lib.backfill import run_backfill
 
     try:
-        run_backfill(config, args.input, _warehouse(args, config), as_of=args.as_of,
-                     checkpoint=args.checkpoint, max_files_per_trigger=args.max_files_per_trigger)
+        run_backfill(
+            config,
+            args.input,
+            _warehouse(args, config),
+            as_of=args.as_of,
+            checkpoint=args.checkpoint,
+            max_files_per_trigger=args.max_files_per_trigger,
+        )
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
     return 0
@@ -63,17 +70,22 @@ def _route_index(args: argparse.Namespace, config: Config):
     from routing_lib.lookup.routes import RouteIndex
     from routing_lib.read.warehouse import load_snapshot
 
-    return RouteIndex(load_snapshot(_warehouse(args, config)),
-                      support_acting_master=config.routes.support_acting_master,
-                      order_message_enable=config.routes.order_message_enable)
+    return RouteIndex(
+        load_snapshot(_warehouse(args, config)),
+        support_acting_master=config.routes.support_acting_master,
+        order_message_enable=config.routes.order_message_enable,
+    )
 
 
 @command("route")
 def _route(args: argparse.Namespace, config: Config) -> int:
     route = _route_index(args, config).route(args.topic)
     if route is None:
-        print(f"routectl route: TOPIC_NOT_EXIST (17): No topic route info in name server for "
-              f"the topic: {args.topic}", file=sys.stderr)
+        print(
+            f"routectl route: TOPIC_NOT_EXIST (17): No topic route info in name server for "
+            f"the topic: {args.topic}",
+            file=sys.stderr,
+        )
         return 1
     print(json.dumps(route, indent=1))
     return 0
@@ -90,8 +102,10 @@ def _kv(args: argparse.Namespace, config: Config) -> int:
             raise UsageError("kv get needs NAMESPACE KEY")
         value = index.kv_value(args.namespace, args.key)
         if value is None:
-            print(f"routectl kv: QUERY_NOT_FOUND (22): {no_kv_remark(args.namespace, args.key)}",
-                  file=sys.stderr)
+            print(
+                f"routectl kv: QUERY_NOT_FOUND (22): {no_kv_remark(args.namespace, args.key)}",
+                file=sys.stderr,
+            )
             return 1
         print(value)
         return 0
@@ -99,8 +113,7 @@ def _kv(args: argparse.Namespace, config: Config) -> int:
         raise UsageError("kv list takes NAMESPACE only")
     table = index.kv.get(args.namespace)
     if table is None:
-        print(f"routectl kv: QUERY_NOT_FOUND (22): {no_kv_remark(args.namespace)}",
-              file=sys.stderr)
+        print(f"routectl kv: QUERY_NOT_FOUND (22): {no_kv_remark(args.namespace)}", file=sys.stderr)
         return 1
     print(json.dumps({"table": dict(table)}, indent=1, ensure_ascii=False))
     return 0
@@ -118,14 +131,18 @@ def _collector(args: argparse.Namespace, config: Config, port: int):
     from routing_lib.collector.server import default_collector_id
     from routing_lib.collector.service import Collector
 
-    publisher = KafkaPublisher(args.kafka or config.kafka.bootstrap_servers,
-                               args.topic or config.kafka.topic,
-                               delivery_timeout_ms=config.collector.publish_timeout_ms)
-    collector_id = (args.collector_id or config.collector.collector_id
-                    or default_collector_id(port))
-    return Collector(publisher, collector_id=collector_id,
-                     tick_interval_ms=config.collector.tick_interval_ms,
-                     admin_allow=config.collector.admin_allow)
+    publisher = KafkaPublisher(
+        args.kafka or config.kafka.bootstrap_servers,
+        args.topic or config.kafka.topic,
+        delivery_timeout_ms=config.collector.publish_timeout_ms,
+    )
+    collector_id = args.collector_id or config.collector.collector_id or default_collector_id(port)
+    return Collector(
+        publisher,
+        collector_id=collector_id,
+        tick_interval_ms=config.collector.tick_interval_ms,
+        admin_allow=config.collector.admin_allow,
+    )
 
 
 @command("serve")
@@ -134,13 +151,18 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
     from routing_lib.lookup.server import serve
 
     port = args.port or config.serve.port
-    serve(_warehouse(args, config), port,
-          args.http_port or config.serve.http_port, config.serve.poll_interval_s,
-          config.serve.max_frame_bytes, config.routes.support_acting_master,
-          limits=Limits.from_config(config.serve),
-          collector=_collector(args, config, port) if args.collect else None,
-          max_watermark_age_s=config.serve.max_watermark_age_s,
-          order_message_enable=config.routes.order_message_enable)
+    serve(
+        _warehouse(args, config),
+        port,
+        args.http_port or config.serve.http_port,
+        config.serve.poll_interval_s,
+        config.serve.max_frame_bytes,
+        config.routes.support_acting_master,
+        limits=Limits.from_config(config.serve),
+        collector=_collector(args, config, port) if args.collect else None,
+        max_watermark_age_s=config.serve.max_watermark_age_s,
+        order_message_enable=config.routes.order_message_enable,
+    )
     return 0
 
 
@@ -151,13 +173,17 @@ def _collect(args: argparse.Namespace, config: Config) -> int:
 
     port = config.collector.port if args.port is None else args.port
     warehouse = args.warehouse or config.collector.warehouse
-    collect(args.kafka or config.kafka.bootstrap_servers, args.topic or config.kafka.topic,
-            port, Limits.from_config(config.serve),
-            collector_id=args.collector_id or config.collector.collector_id or None,
-            tick_interval_ms=config.collector.tick_interval_ms,
-            publish_timeout_ms=config.collector.publish_timeout_ms,
-            warehouse=str(project_path(warehouse)) if warehouse else None,
-            admin_allow=config.collector.admin_allow)
+    collect(
+        args.kafka or config.kafka.bootstrap_servers,
+        args.topic or config.kafka.topic,
+        port,
+        Limits.from_config(config.serve),
+        collector_id=args.collector_id or config.collector.collector_id or None,
+        tick_interval_ms=config.collector.tick_interval_ms,
+        publish_timeout_ms=config.collector.publish_timeout_ms,
+        warehouse=str(project_path(warehouse)) if warehouse else None,
+        admin_allow=config.collector.admin_allow,
+    )
     return 0
 
 
@@ -231,10 +257,14 @@ def _produce(args: argparse.Namespace, config: Config) -> int:
 def _run(args: argparse.Namespace, config: Config) -> int:
     from routing_lib.stream_job import run_stream
 
-    config = config.with_overrides("kafka", bootstrap_servers=args.kafka, topic=args.topic,
-                                   starting_offsets=args.starting_offsets,
-                                   max_offsets_per_trigger=args.max_offsets_per_trigger,
-                                   trigger_interval=args.trigger_interval)
+    config = config.with_overrides(
+        "kafka",
+        bootstrap_servers=args.kafka,
+        topic=args.topic,
+        starting_offsets=args.starting_offsets,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        trigger_interval=args.trigger_interval,
+    )
     config = config.with_overrides("paths", warehouse=args.warehouse, checkpoint=args.checkpoint)
     run_stream(config, available_now=args.available_now, metrics_port=args.metrics_port)
     return 0
@@ -274,8 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--starting-offsets", help="earliest | latest | Spark JSON offsets")
     p.add_argument("--max-offsets-per-trigger", type=int)
     p.add_argument("--trigger-interval", help='e.g. "2 seconds"')
-    p.add_argument("--available-now", action="store_true",
-                   help="process what the topic holds now, then exit")
+    p.add_argument(
+        "--available-now", action="store_true", help="process what the topic holds now, then exit"
+    )
     p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
     _add_common(p)
 
@@ -299,17 +330,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warehouse")
     p.add_argument("--port", type=int, help="remoting port (default 9876)")
     p.add_argument("--http-port", type=int, help="HTTP port (default 8080)")
-    p.add_argument("--collect", action="store_true",
-                   help="also take brokers' requests on the remoting port, publishing them "
-                        "to Kafka (a complete NameServer, with `routectl run`)")
+    p.add_argument(
+        "--collect",
+        action="store_true",
+        help="also take brokers' requests on the remoting port, publishing them "
+        "to Kafka (a complete NameServer, with `routectl run`)",
+    )
     _add_collector_args(p)
     _add_common(p)
 
     p = sub.add_parser("collect", help="collector: brokers' NameServer requests -> Kafka")
     p.add_argument("--port", type=int, help="remoting port (default 9877)")
     _add_collector_args(p)
-    p.add_argument("--warehouse", help="answer RegisterBrokerResult from this warehouse's "
-                                       "snapshot (default: the collector's memory)")
+    p.add_argument(
+        "--warehouse",
+        help="answer RegisterBrokerResult from this warehouse's "
+        "snapshot (default: the collector's memory)",
+    )
     _add_common(p)
 
     p = sub.add_parser("as-of", help="route tables at an event time, from the history tables")
@@ -317,8 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warehouse")
     _add_common(p)
 
-    p = sub.add_parser("history", help="history of a topic or broker group, operators' "
-                                       "changes (admin), or a plot")
+    p = sub.add_parser(
+        "history", help="history of a topic or broker group, operators' changes (admin), or a plot"
+    )
     p.add_argument("what", choices=["topic", "broker", "admin", "plot"])
     p.add_argument("name", nargs="?", help="topic or brokerName")
     p.add_argument("--from", type=int, help="event time, epoch ms (topic, admin)")
@@ -355,8 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     if args.verbose:
         logging.getLogger("routelake").setLevel(logging.INFO)
     from routing_lib.read.warehouse import WarehouseError

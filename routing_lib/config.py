@@ -120,11 +120,18 @@ def load_config(path: str | Path | None = None) -> Config:
                 raise ValueError(f"config {path}: unknown section [{section}]")
             data[section].update(values)
     sections = {f.name: f.type for f in fields(Config)}
-    classes = {"routes": RoutesConfig, "spark": SparkConfig, "paths": PathsConfig,
-               "kafka": KafkaConfig, "serve": ServeConfig, "collector": CollectorConfig}
+    classes = {
+        "routes": RoutesConfig,
+        "spark": SparkConfig,
+        "paths": PathsConfig,
+        "kafka": KafkaConfig,
+        "serve": ServeConfig,
+        "collector": CollectorConfig,
+    }
     assert set(sections) == set(classes)
-    return Config(**{name: _section(cls, data.get(name, {}), name)
-                     for name, cls in classes.items()})
+    return Config(
+        **{name: _section(cls, data.get(name, {}), name) for name, cls in classes.items()}
+    )
 
 
 def project_path(path: str) -> Path:

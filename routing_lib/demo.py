@@ -26,9 +26,14 @@ DEMO_DIR = ".work/demo"
 def _spawn(args: list[str], log: Path) -> subprocess.Popen:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     out = open(log, "wb")  # noqa: SIM115 - lives as long as the child
-    return subprocess.Popen([sys.executable, "-m", "routing_lib.cli", *args],
-                            stdout=out, stderr=subprocess.STDOUT, env=env,
-                            cwd=project_path("."), start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "routing_lib.cli", *args],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=project_path("."),
+        start_new_session=True,
+    )
 
 
 def _get(url: str) -> dict | None:
@@ -51,14 +56,21 @@ def _show(http: str, started: float) -> None:
         for name in names:
             addrs = info["brokerAddrTable"].get(name, {}).get("brokerAddrs", {})
             print(f"  {cluster:12} {name:12} " + "  ".join(f"{i}={a}" for i, a in addrs.items()))
-    topics = [t for t in (_get(f"{http}/topics") or {}).get("data", {}).get("topicList", [])
-              if t.startswith("Topic")]
+    topics = [
+        t
+        for t in (_get(f"{http}/topics") or {}).get("data", {}).get("topicList", [])
+        if t.startswith("Topic")
+    ]
     if topics:
         route = _get(f"{http}/topics/{topics[0]}/route") or {}
         queues = route.get("data", {}).get("queueDatas", [])
-        print(f"  route of {topics[0]}: " + ", ".join(
-            f"{q['brokerName']}(r{q['readQueueNums']}/w{q['writeQueueNums']} perm {q['perm']})"
-            for q in queues))
+        print(
+            f"  route of {topics[0]}: "
+            + ", ".join(
+                f"{q['brokerName']}(r{q['readQueueNums']}/w{q['writeQueueNums']} perm {q['perm']})"
+                for q in queues
+            )
+        )
 
 
 def run_demo(config: Config, brokers: int, topics: int, duration_s: float | None) -> int:
@@ -72,16 +84,42 @@ def run_demo(config: Config, brokers: int, topics: int, duration_s: float | None
     print(f"kafka {config.kafka.bootstrap_servers} ready; topic {topic}")
     warehouse, http_port = work / "warehouse", config.serve.http_port
     children = [
-        _spawn(["simulate", "--topic", topic, "--brokers", str(brokers), "--topics", str(topics),
-                "--seed", "demo"], work / "simulate.log"),
-        _spawn(["run", "--topic", topic, "--warehouse", str(warehouse),
-                "--checkpoint", str(work / "checkpoint"), "--trigger-interval", "2 seconds",
-                "-v"], work / "job.log"),
+        _spawn(
+            [
+                "simulate",
+                "--topic",
+                topic,
+                "--brokers",
+                str(brokers),
+                "--topics",
+                str(topics),
+                "--seed",
+                "demo",
+            ],
+            work / "simulate.log",
+        ),
+        _spawn(
+            [
+                "run",
+                "--topic",
+                topic,
+                "--warehouse",
+                str(warehouse),
+                "--checkpoint",
+                str(work / "checkpoint"),
+                "--trigger-interval",
+                "2 seconds",
+                "-v",
+            ],
+            work / "job.log",
+        ),
         _spawn(["serve", "--warehouse", str(warehouse)], work / "serve.log"),
     ]
-    print(f"simulator, streaming job and lookup service started: "
-          f"NameServer protocol on 127.0.0.1:{config.serve.port}, "
-          f"HTTP on http://127.0.0.1:{http_port} (Ctrl-C stops the demo)")
+    print(
+        f"simulator, streaming job and lookup service started: "
+        f"NameServer protocol on 127.0.0.1:{config.serve.port}, "
+        f"HTTP on http://127.0.0.1:{http_port} (Ctrl-C stops the demo)"
+    )
     stop = False
 
     def on_signal(*_) -> None:

@@ -47,8 +47,11 @@ def _to_datenum(ms: int) -> float:
 
 
 def _watermark(warehouse: str | Path) -> int | None:
-    rows = open_table(warehouse, PROGRESS).to_pyarrow_table(
-        columns=["batch_id", "watermark"]).to_pylist()
+    rows = (
+        open_table(warehouse, PROGRESS)
+        .to_pyarrow_table(columns=["batch_id", "watermark"])
+        .to_pylist()
+    )
     return max(rows, key=lambda r: r["batch_id"])["watermark"] if rows else None
 
 
@@ -64,16 +67,21 @@ def _lanes(members: Iterable[Row], events: Iterable[Row]) -> list[tuple[str, str
     return sorted(first, key=lambda lane: (lane[0], first[lane], lane[1]))
 
 
-def plot_history(warehouse: str | Path, out_png: str | Path,
-                 broker_names: Iterable[str] | None = None) -> Path:
+def plot_history(
+    warehouse: str | Path, out_png: str | Path, broker_names: Iterable[str] | None = None
+) -> Path:
     """Draw the membership/liveness chart of `warehouse` into `out_png` (optionally only the
     given broker groups); returns the path written."""
     history = load_history(warehouse)
     wanted = set(broker_names) if broker_names is not None else None
-    members = [r for r in history[BROKER_MEMBERSHIP_HISTORY]
-               if wanted is None or r["broker_name"] in wanted]
-    events = [r for r in history[BROKER_LIVENESS_EVENTS]
-              if wanted is None or r["broker_name"] in wanted]
+    members = [
+        r
+        for r in history[BROKER_MEMBERSHIP_HISTORY]
+        if wanted is None or r["broker_name"] in wanted
+    ]
+    events = [
+        r for r in history[BROKER_LIVENESS_EVENTS] if wanted is None or r["broker_name"] in wanted
+    ]
     lanes = _lanes(members, events)
     times = [r["valid_from"] for r in members] + [r["valid_to"] for r in members if r["valid_to"]]
     times += [r["event_time"] for r in events]
@@ -99,16 +107,31 @@ def plot_history(warehouse: str | Path, out_png: str | Path,
         left = _to_datenum(row["valid_from"])
         width = _to_datenum(row["valid_to"] if row["valid_to"] is not None else end) - left
         colour = MASTER_COLOUR if row["broker_id"] == 0 else SLAVE_COLOUR
-        ax.broken_barh([(left, width)], (y - _BAR_HEIGHT / 2, _BAR_HEIGHT),
-                       facecolors=colour, edgecolors="none", zorder=2)
+        ax.broken_barh(
+            [(left, width)],
+            (y - _BAR_HEIGHT / 2, _BAR_HEIGHT),
+            facecolors=colour,
+            edgecolors="none",
+            zorder=2,
+        )
 
     for kind, (marker, colour, _) in MARKERS.items():
-        points = [(_to_datenum(r["event_time"]), y_of[(r["broker_name"], r["broker_addr"])])
-                  for r in events if r["event_type"] == kind]
+        points = [
+            (_to_datenum(r["event_time"]), y_of[(r["broker_name"], r["broker_addr"])])
+            for r in events
+            if r["event_type"] == kind
+        ]
         if points:
             xs, ys = zip(*points, strict=True)
-            ax.scatter(xs, ys, marker=marker, color=colour, s=90 if marker == "|" else 40,
-                       linewidths=1.5, zorder=3)
+            ax.scatter(
+                xs,
+                ys,
+                marker=marker,
+                color=colour,
+                s=90 if marker == "|" else 40,
+                linewidths=1.5,
+                zorder=3,
+            )
 
     ax.set_yticks(range(len(lanes)), [f"{name} {addr}" for name, addr in lanes], fontsize=8)
     ax.set_ylim(len(lanes) - 0.5, -0.5)  # first group on top
@@ -122,14 +145,21 @@ def plot_history(warehouse: str | Path, out_png: str | Path,
     ax.grid(axis="x", color="#dddddd", zorder=1)
     ax.set_xlabel("event time (UTC)")
     day = datetime.fromtimestamp(start / 1000, UTC).strftime("%Y-%m-%d %H:%M")
-    ax.set_title(f"Broker membership and liveness from {day} UTC "
-                 f"(open intervals up to the watermark)", fontsize=11)
-    handles = [Patch(color=MASTER_COLOUR, label="member as master (id 0)"),
-               Patch(color=SLAVE_COLOUR, label="member as slave (id > 0)")]
-    handles += [Line2D([], [], linestyle="none", marker=m, color=c, markersize=7, label=label)
-                for m, c, label in MARKERS.values()]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
-              frameon=False)
+    ax.set_title(
+        f"Broker membership and liveness from {day} UTC (open intervals up to the watermark)",
+        fontsize=11,
+    )
+    handles = [
+        Patch(color=MASTER_COLOUR, label="member as master (id 0)"),
+        Patch(color=SLAVE_COLOUR, label="member as slave (id > 0)"),
+    ]
+    handles += [
+        Line2D([], [], linestyle="none", marker=m, color=c, markersize=7, label=label)
+        for m, c, label in MARKERS.values()
+    ]
+    ax.legend(
+        handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False
+    )
     if not lanes:
         ax.text(0.5, 0.5, "no broker history", transform=ax.transAxes, ha="center")
 

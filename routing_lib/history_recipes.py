@@ -45,8 +45,11 @@ _NULLABLE_INTS = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
 # ---- loading ----------------------------------------------------------------------------------
 
 
-def load_frames(warehouse: str | Path, tables: Sequence[str] = HISTORY_TABLES,
-                filters: Mapping[str, list] | None = None) -> dict[str, pd.DataFrame]:
+def load_frames(
+    warehouse: str | Path,
+    tables: Sequence[str] = HISTORY_TABLES,
+    filters: Mapping[str, list] | None = None,
+) -> dict[str, pd.DataFrame]:
     """History tables as DataFrames, read with delta-rs (no JVM). Integer columns stay
     integers (nullable Int64), so valid_to NULL is <NA>, not a float NaN. `filters`: delta-rs
     filters per table, e.g. {"broker_liveness_events": [("event_date", ">=", "2025-11-24")]}."""
@@ -70,8 +73,9 @@ def _frame(history: History, table: str) -> pd.DataFrame:
 
 def _valid_at(frame: pd.DataFrame, at: int) -> pd.Series:
     """Rows whose [valid_from, valid_to) interval contains `at`."""
-    return ((frame["valid_from"] <= at)
-            & (frame["valid_to"].isna() | (frame["valid_to"] > at))).astype(bool)
+    return (
+        (frame["valid_from"] <= at) & (frame["valid_to"].isna() | (frame["valid_to"] > at))
+    ).astype(bool)
 
 
 def spark_sql(spark: Any, sql: str, warehouse: str | Path, **params: Any) -> Any:
@@ -111,12 +115,21 @@ def routes_at(history: History, topic: str, at: int) -> pd.DataFrame:
     members = members[_valid_at(members, at)]
     groups = members.groupby("broker_name").agg(cluster=("cluster", "max")).reset_index()
     masters = members.loc[members["broker_id"] == 0, ["broker_name", "broker_addr"]]
-    out = (routes.rename(columns={"valid_from": "since"})
-           .merge(groups, on="broker_name", how="left")
-           .merge(masters.rename(columns={"broker_addr": "master_addr"}),
-                  on="broker_name", how="left"))
-    columns = ["broker_name", "cluster", "master_addr", "read_queue_nums", "write_queue_nums",
-               "perm", "topic_sys_flag", "since"]
+    out = (
+        routes.rename(columns={"valid_from": "since"})
+        .merge(groups, on="broker_name", how="left")
+        .merge(masters.rename(columns={"broker_addr": "master_addr"}), on="broker_name", how="left")
+    )
+    columns = [
+        "broker_name",
+        "cluster",
+        "master_addr",
+        "read_queue_nums",
+        "write_queue_nums",
+        "perm",
+        "topic_sys_flag",
+        "since",
+    ]
     return out[columns].sort_values("broker_name").reset_index(drop=True)
 
 
@@ -162,14 +175,30 @@ def masterless_intervals(history: History) -> pd.DataFrame:
     ends, so a running count of members and masters over those points is enough."""
     members = _frame(history, BROKER_MEMBERSHIP_HISTORY)
     is_master = (members["broker_id"] == 0).astype(int)
-    starts = pd.DataFrame({"broker_name": members["broker_name"], "t": members["valid_from"],
-                           "members": 1, "masters": is_master})
+    starts = pd.DataFrame(
+        {
+            "broker_name": members["broker_name"],
+            "t": members["valid_from"],
+            "members": 1,
+            "masters": is_master,
+        }
+    )
     ended = members["valid_to"].notna()
-    ends = pd.DataFrame({"broker_name": members.loc[ended, "broker_name"],
-                         "t": members.loc[ended, "valid_to"],
-                         "members": -1, "masters": -is_master[ended]})
-    counts = (pd.concat([starts, ends]).groupby(["broker_name", "t"]).sum()
-              .groupby(level="broker_name").cumsum())
+    ends = pd.DataFrame(
+        {
+            "broker_name": members.loc[ended, "broker_name"],
+            "t": members.loc[ended, "valid_to"],
+            "members": -1,
+            "masters": -is_master[ended],
+        }
+    )
+    counts = (
+        pd.concat([starts, ends])
+        .groupby(["broker_name", "t"])
+        .sum()
+        .groupby(level="broker_name")
+        .cumsum()
+    )
     rows = []
     for name, group in counts.groupby(level="broker_name"):
         start = None
@@ -215,14 +244,27 @@ def write_perm_lost(history: History, start: int, end: int) -> pd.DataFrame:
     between."""
     versions = _frame(history, TOPIC_ROUTE_HISTORY).sort_values("valid_from", kind="stable")
     by_key = versions.groupby(["topic", "broker_name"], sort=False)
-    versions = versions.assign(previous_perm=by_key["perm"].shift(),
-                               previous_valid_to=by_key["valid_to"].shift())
-    lost = versions[(versions["valid_from"] >= start) & (versions["valid_from"] < end)
-                    & ((versions["previous_perm"].fillna(0) & PERM_WRITE) != 0)
-                    & ((versions["perm"] & PERM_WRITE) == 0)]
+    versions = versions.assign(
+        previous_perm=by_key["perm"].shift(), previous_valid_to=by_key["valid_to"].shift()
+    )
+    lost = versions[
+        (versions["valid_from"] >= start)
+        & (versions["valid_from"] < end)
+        & ((versions["previous_perm"].fillna(0) & PERM_WRITE) != 0)
+        & ((versions["perm"] & PERM_WRITE) == 0)
+    ]
     out = lost.rename(columns={"valid_from": "lost_at"})[
-        ["topic", "broker_name", "lost_at", "previous_perm", "perm", "started_by",
-         "start_broker_addr", "previous_valid_to"]]
+        [
+            "topic",
+            "broker_name",
+            "lost_at",
+            "previous_perm",
+            "perm",
+            "started_by",
+            "start_broker_addr",
+            "previous_valid_to",
+        ]
+    ]
     return out.sort_values(["lost_at", "topic", "broker_name"]).reset_index(drop=True)
 
 
@@ -244,13 +286,19 @@ def frequent_expiries(history: History, n: int) -> pd.DataFrame:
     table's partition column, so a day range filter prunes files."""
     events = _frame(history, BROKER_LIVENESS_EVENTS)
     expired = events[events["event_type"] == EXPIRED].rename(columns={"event_date": "day"})
-    counts = (expired.groupby(["cluster_name", "broker_name", "broker_addr", "day"])
-              .size().rename("expiries").reset_index())
+    counts = (
+        expired.groupby(["cluster_name", "broker_name", "broker_addr", "day"])
+        .size()
+        .rename("expiries")
+        .reset_index()
+    )
     out = counts[counts["expiries"] > n]
-    out = out.sort_values(["day", "expiries", "cluster_name", "broker_addr"],
-                          ascending=[True, False, True, True])
+    out = out.sort_values(
+        ["day", "expiries", "cluster_name", "broker_addr"], ascending=[True, False, True, True]
+    )
     return out[["cluster_name", "broker_name", "broker_addr", "day", "expiries"]].reset_index(
-        drop=True)
+        drop=True
+    )
 
 
 # ---- (e) cluster size over time ---------------------------------------------------------------
@@ -279,12 +327,16 @@ def cluster_sizes(history: History) -> pd.DataFrame:
     change point `at`, valid until the cluster's next row (0: the cluster is gone)."""
     members = _frame(history, CLUSTER_MEMBERSHIP_HISTORY)
     ended = members[members["valid_to"].notna()]
-    changes = pd.concat([
-        pd.DataFrame({"cluster_name": members["cluster_name"], "at": members["valid_from"],
-                      "delta": 1}),
-        pd.DataFrame({"cluster_name": ended["cluster_name"], "at": ended["valid_to"],
-                      "delta": -1}),
-    ])
+    changes = pd.concat(
+        [
+            pd.DataFrame(
+                {"cluster_name": members["cluster_name"], "at": members["valid_from"], "delta": 1}
+            ),
+            pd.DataFrame(
+                {"cluster_name": ended["cluster_name"], "at": ended["valid_to"], "delta": -1}
+            ),
+        ]
+    )
     net = changes.groupby(["cluster_name", "at"])["delta"].sum().reset_index()
     net["broker_groups"] = net.groupby("cluster_name")["delta"].cumsum()
     out = net[net["delta"] != 0][["cluster_name", "at", "broker_groups"]]
@@ -305,12 +357,23 @@ class Recipe:
 
 RECIPES = (
     Recipe("routes_at", "ROUTES_AT_SQL", ROUTES_AT_SQL, routes_at, ":topic, :at"),
-    Recipe("masterless_intervals", "MASTERLESS_INTERVALS_SQL", MASTERLESS_INTERVALS_SQL,
-           masterless_intervals, "none"),
-    Recipe("write_perm_lost", "WRITE_PERM_LOST_SQL", WRITE_PERM_LOST_SQL, write_perm_lost,
-           ":start, :end"),
-    Recipe("frequent_expiries", "FREQUENT_EXPIRIES_SQL", FREQUENT_EXPIRIES_SQL,
-           frequent_expiries, ":n"),
+    Recipe(
+        "masterless_intervals",
+        "MASTERLESS_INTERVALS_SQL",
+        MASTERLESS_INTERVALS_SQL,
+        masterless_intervals,
+        "none",
+    ),
+    Recipe(
+        "write_perm_lost",
+        "WRITE_PERM_LOST_SQL",
+        WRITE_PERM_LOST_SQL,
+        write_perm_lost,
+        ":start, :end",
+    ),
+    Recipe(
+        "frequent_expiries", "FREQUENT_EXPIRIES_SQL", FREQUENT_EXPIRIES_SQL, frequent_expiries, ":n"
+    ),
     Recipe("cluster_sizes", "CLUSTER_SIZES_SQL", CLUSTER_SIZES_SQL, cluster_sizes, "none"),
 )
 HELPERS = (load_frames, _frame, _valid_at, spark_sql)
@@ -324,10 +387,12 @@ def recipe_block(name: str) -> str:
         code = "\n\n".join(inspect.getsource(f) for f in HELPERS)
         return f"```python\n{code}```\n"
     recipe = next(r for r in RECIPES if r.name == name)
-    return (f"Spark SQL (`{recipe.sql_name}`, parameters: {recipe.params}):\n\n"
-            f"```sql\n{recipe.sql}```\n\n"
-            f"delta-rs + pandas (`{recipe.name}`):\n\n"
-            f"```python\n{inspect.getsource(recipe.function)}```\n")
+    return (
+        f"Spark SQL (`{recipe.sql_name}`, parameters: {recipe.params}):\n\n"
+        f"```sql\n{recipe.sql}```\n\n"
+        f"delta-rs + pandas (`{recipe.name}`):\n\n"
+        f"```python\n{inspect.getsource(recipe.function)}```\n"
+    )
 
 
 def sync_doc(text: str) -> str:
@@ -337,8 +402,12 @@ def sync_doc(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sync-doc", metavar="FILE", required=True,
-                        help="rewrite the recipe blocks of this Markdown file")
+    parser.add_argument(
+        "--sync-doc",
+        metavar="FILE",
+        required=True,
+        help="rewrite the recipe blocks of this Markdown file",
+    )
     args = parser.parse_args(argv)
     path = Path(args.sync_doc)
     text = path.read_text()

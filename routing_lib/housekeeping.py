@@ -33,8 +33,13 @@ from routing_lib.core.history import HISTORY_PARTITION_COLUMNS, HISTORY_TABLES
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, PROGRESS, ROUTE_TABLES
 
 DEFAULT_VACUUM_HOURS = 168
-WAREHOUSE_TABLES: tuple[str, ...] = (*ROUTE_TABLES, DEAD_LETTER, LATE_EVENT, PROGRESS,
-                                     *HISTORY_TABLES)
+WAREHOUSE_TABLES: tuple[str, ...] = (
+    *ROUTE_TABLES,
+    DEAD_LETTER,
+    LATE_EVENT,
+    PROGRESS,
+    *HISTORY_TABLES,
+)
 
 
 @dataclass
@@ -51,16 +56,20 @@ class TableReport:
         if self.skipped or self.error:
             return f"{self.table}: {'ERROR ' + self.error if self.error else self.skipped}"
         if dry_run:
-            return (f"{self.table}: {self.files_before} files; vacuum would delete "
-                    f"{len(self.vacuumed)}")
-        return (f"{self.table}: {self.files_before} -> {self.files_after} files "
-                f"(+{self.compaction.get('numFilesAdded', 0)} "
-                f"-{self.compaction.get('numFilesRemoved', 0)}); "
-                f"vacuum deleted {len(self.vacuumed)}")
+            return (
+                f"{self.table}: {self.files_before} files; vacuum would delete {len(self.vacuumed)}"
+            )
+        return (
+            f"{self.table}: {self.files_before} -> {self.files_after} files "
+            f"(+{self.compaction.get('numFilesAdded', 0)} "
+            f"-{self.compaction.get('numFilesRemoved', 0)}); "
+            f"vacuum deleted {len(self.vacuumed)}"
+        )
 
 
-def partition_filters(table: str, since: str | None, before: str | None
-                      ) -> list[tuple[str, str, str]] | None:
+def partition_filters(
+    table: str, since: str | None, before: str | None
+) -> list[tuple[str, str, str]] | None:
     """delta-rs partition filters restricting a history table to event_date in
     [since, before) (dates as 'YYYY-MM-DD' strings, like the partition values)."""
     if table not in HISTORY_TABLES:
@@ -71,9 +80,14 @@ def partition_filters(table: str, since: str | None, before: str | None
     return filters or None
 
 
-def housekeep_table(path: Path, vacuum_hours: int, dry_run: bool = False,
-                    disable_retention_check: bool = False, lite: bool = False,
-                    filters: list[tuple[str, str, str]] | None = None) -> TableReport:
+def housekeep_table(
+    path: Path,
+    vacuum_hours: int,
+    dry_run: bool = False,
+    disable_retention_check: bool = False,
+    lite: bool = False,
+    filters: list[tuple[str, str, str]] | None = None,
+) -> TableReport:
     report = TableReport(path.name)
     if not (path / "_delta_log").is_dir():
         report.skipped = "no Delta table here (skipped)"
@@ -87,8 +101,11 @@ def housekeep_table(path: Path, vacuum_hours: int, dry_run: bool = False,
         report.files_after = len(table.file_uris())
         # delta-rs lists every expired tombstone, also files an earlier VACUUM already
         # deleted (they stay in the log until log cleanup): report the ones still on disk.
-        options = {"retention_hours": vacuum_hours, "full": not lite,
-                   "enforce_retention_duration": not disable_retention_check}
+        options = {
+            "retention_hours": vacuum_hours,
+            "full": not lite,
+            "enforce_retention_duration": not disable_retention_check,
+        }
         expired = table.vacuum(dry_run=True, **options)
         report.vacuumed = [f for f in expired if (path / f.removeprefix("file://")).exists()]
         if report.vacuumed and not dry_run:
@@ -98,10 +115,16 @@ def housekeep_table(path: Path, vacuum_hours: int, dry_run: bool = False,
     return report
 
 
-def housekeep(warehouse: str | Path, vacuum_hours: int = DEFAULT_VACUUM_HOURS,
-              dry_run: bool = False, disable_retention_check: bool = False,
-              lite: bool = False, since: str | None = None, before: str | None = None,
-              tables: tuple[str, ...] = WAREHOUSE_TABLES) -> list[TableReport]:
+def housekeep(
+    warehouse: str | Path,
+    vacuum_hours: int = DEFAULT_VACUUM_HOURS,
+    dry_run: bool = False,
+    disable_retention_check: bool = False,
+    lite: bool = False,
+    since: str | None = None,
+    before: str | None = None,
+    tables: tuple[str, ...] = WAREHOUSE_TABLES,
+) -> list[TableReport]:
     """OPTIMIZE then VACUUM each table of the warehouse; one report per table."""
     if vacuum_hours < 0:
         raise ValueError("--vacuum-hours must be >= 0")
@@ -109,41 +132,76 @@ def housekeep(warehouse: str | Path, vacuum_hours: int = DEFAULT_VACUUM_HOURS,
         raise ValueError(
             f"a VACUUM retention of {vacuum_hours} h is below {DEFAULT_VACUUM_HOURS} h: readers "
             "still on older versions (change feed consumers, a restarting job) would lose "
-            "files; pass --disable-retention-check if you are sure")
+            "files; pass --disable-retention-check if you are sure"
+        )
     root = Path(warehouse)
     if not root.is_dir():
         raise FileNotFoundError(f"warehouse {root} does not exist")
-    return [housekeep_table(root / t, vacuum_hours, dry_run, disable_retention_check, lite,
-                            partition_filters(t, since, before)) for t in tables]
+    return [
+        housekeep_table(
+            root / t,
+            vacuum_hours,
+            dry_run,
+            disable_retention_check,
+            lite,
+            partition_filters(t, since, before),
+        )
+        for t in tables
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m routing_lib.housekeeping",
-        description="OPTIMIZE and VACUUM every table of a routelake warehouse (delta-rs).")
+        description="OPTIMIZE and VACUUM every table of a routelake warehouse (delta-rs).",
+    )
     parser.add_argument("--warehouse", help="default: [paths] warehouse of the config")
-    parser.add_argument("--vacuum-hours", type=int, default=DEFAULT_VACUUM_HOURS,
-                        help=f"VACUUM retention in hours (default {DEFAULT_VACUUM_HOURS})")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="compact nothing; list the files VACUUM would delete")
-    parser.add_argument("--disable-retention-check", action="store_true",
-                        help=f"allow --vacuum-hours below {DEFAULT_VACUUM_HOURS} (like "
-                        "spark.databricks.delta.retentionDurationCheck.enabled=false)")
-    parser.add_argument("--lite", action="store_true",
-                        help="VACUUM only files the log marks as removed (keeps old "
-                        "_change_data files and orphans)")
-    parser.add_argument("--since", metavar="YYYY-MM-DD",
-                        help="history tables: compact only event_date >= this day")
-    parser.add_argument("--before", metavar="YYYY-MM-DD",
-                        help="history tables: compact only event_date < this day")
-    parser.add_argument("--table", action="append", choices=WAREHOUSE_TABLES,
-                        help="only this table (repeatable; default: all)")
+    parser.add_argument(
+        "--vacuum-hours",
+        type=int,
+        default=DEFAULT_VACUUM_HOURS,
+        help=f"VACUUM retention in hours (default {DEFAULT_VACUUM_HOURS})",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="compact nothing; list the files VACUUM would delete"
+    )
+    parser.add_argument(
+        "--disable-retention-check",
+        action="store_true",
+        help=f"allow --vacuum-hours below {DEFAULT_VACUUM_HOURS} (like "
+        "spark.databricks.delta.retentionDurationCheck.enabled=false)",
+    )
+    parser.add_argument(
+        "--lite",
+        action="store_true",
+        help="VACUUM only files the log marks as removed (keeps old "
+        "_change_data files and orphans)",
+    )
+    parser.add_argument(
+        "--since", metavar="YYYY-MM-DD", help="history tables: compact only event_date >= this day"
+    )
+    parser.add_argument(
+        "--before", metavar="YYYY-MM-DD", help="history tables: compact only event_date < this day"
+    )
+    parser.add_argument(
+        "--table",
+        action="append",
+        choices=WAREHOUSE_TABLES,
+        help="only this table (repeatable; default: all)",
+    )
     args = parser.parse_args(argv)
     warehouse = project_path(args.warehouse or load_config().paths.warehouse)
     try:
-        reports = housekeep(warehouse, args.vacuum_hours, args.dry_run,
-                            args.disable_retention_check, args.lite, args.since, args.before,
-                            tuple(args.table) if args.table else WAREHOUSE_TABLES)
+        reports = housekeep(
+            warehouse,
+            args.vacuum_hours,
+            args.dry_run,
+            args.disable_retention_check,
+            args.lite,
+            args.since,
+            args.before,
+            tuple(args.table) if args.table else WAREHOUSE_TABLES,
+        )
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -41,8 +41,9 @@ class Classified:
     reason: str | None  # dead letters only
 
 
-def classify(raw: bytes, source: str, position: int, now_ms: int | None,
-             max_future_skew_ms: int) -> Classified:
+def classify(
+    raw: bytes, source: str, position: int, now_ms: int | None, max_future_skew_ms: int
+) -> Classified:
     """Validate one record. `now_ms` is the job clock (None for backfills: no skew check).
 
     Never raises: whatever goes wrong with one record makes that record a dead letter, so one
@@ -62,28 +63,32 @@ def internal_error_reason(exc: BaseException) -> str:
     return f"internal error: {type(exc).__name__}: {str(exc)[:500]}"
 
 
-def _classify(raw: bytes, source: str, position: int, now_ms: int | None,
-              max_future_skew_ms: int) -> Classified:
+def _classify(
+    raw: bytes, source: str, position: int, now_ms: int | None, max_future_skew_ms: int
+) -> Classified:
     try:
         event = parse_pipeline_event(raw)
         if now_ms is not None and event.eventTime > now_ms + max_future_skew_ms:
             raise ValidationFailure(
                 f"eventTime {event.eventTime} is more than {max_future_skew_ms} ms ahead of the "
-                f"job clock {now_ms} (clock skew)")
+                f"job clock {now_ms} (clock skew)"
+            )
     except ValidationFailure as failure:
         return dead_letter(raw, source, position, failure.reason)
     if isinstance(event, TickEvent):
         return Classified(TICK_KEY, event.eventTime, source, position, None, None, None)
-    return Classified(group_key(event), event.eventTime, source, position, pack_event(event),
-                      None, None)
+    return Classified(
+        group_key(event), event.eventTime, source, position, pack_event(event), None, None
+    )
 
 
 def dead_letter(raw: bytes, source: str, position: int, reason: str) -> Classified:
     return Classified(DEAD_LETTER_KEY, 0, source, position, None, raw, reason)
 
 
-def archive_records(path: str, content: bytes, now_ms: int | None,
-                    max_future_skew_ms: int) -> Iterator[Classified]:
+def archive_records(
+    path: str, content: bytes, now_ms: int | None, max_future_skew_ms: int
+) -> Iterator[Classified]:
     """Classify every line of a .jsonl or .jsonl.gz archive (positions are line numbers from 1).
 
     Blank lines are records (dead-lettered as empty); the newline that ends the file is not.

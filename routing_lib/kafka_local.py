@@ -231,7 +231,9 @@ log4j.logger.org.apache.kafka.raft=WARN
 def _jvm_args(paths: BrokerPaths, heap: str) -> list[str]:
     return [
         f"-Xmx{heap}",
-        "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-XX:+ExitOnOutOfMemoryError",
         "-Djava.awt.headless=true",
         f"-Dlog4j.configuration=file:{paths.log4j}",
         f"-Dkafka.logs.dir={paths.logs}",
@@ -285,9 +287,13 @@ def metadata_ready(bootstrap: str, timeout_s: float = 5.0) -> bool:
 
     timeout_ms = max(1000, int(timeout_s * 1000))
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="routelake-ready",
-                                 request_timeout_ms=timeout_ms, bootstrap_timeout_ms=timeout_ms,
-                                 reconnect_backoff_max_ms=1000)
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            client_id="routelake-ready",
+            request_timeout_ms=timeout_ms,
+            bootstrap_timeout_ms=timeout_ms,
+            reconnect_backoff_max_ms=1000,
+        )
     except Exception:  # any failure means "not ready yet"
         return False
     try:
@@ -299,19 +305,26 @@ def metadata_ready(bootstrap: str, timeout_s: float = 5.0) -> bool:
             admin.close()
 
 
-def wait_ready(bootstrap: str, timeout_s: float, alive: Callable[[], bool] | None = None,
-               paths: BrokerPaths | None = None) -> None:
+def wait_ready(
+    bootstrap: str,
+    timeout_s: float,
+    alive: Callable[[], bool] | None = None,
+    paths: BrokerPaths | None = None,
+) -> None:
     """Poll until metadata can be fetched; fail early once `alive()` says the broker died."""
     host, port = parse_bootstrap(bootstrap)
     deadline = time.monotonic() + timeout_s
     while True:
         if alive is not None and not alive():
-            raise RuntimeError("the Kafka broker exited during startup"
-                               + (_log_tail(paths) if paths else ""))
+            raise RuntimeError(
+                "the Kafka broker exited during startup" + (_log_tail(paths) if paths else "")
+            )
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise TimeoutError(f"Kafka on {bootstrap} not ready after {timeout_s:.0f} s"
-                               + (_log_tail(paths) if paths else ""))
+            raise TimeoutError(
+                f"Kafka on {bootstrap} not ready after {timeout_s:.0f} s"
+                + (_log_tail(paths) if paths else "")
+            )
         if _port_open(host, port) and metadata_ready(bootstrap, min(5.0, max(1.0, remaining))):
             return
         time.sleep(0.25)
@@ -336,13 +349,24 @@ def _format_storage(paths: BrokerPaths, heap: str) -> None:
     else:
         cluster_id = _new_cluster_id()
         paths.cluster_id.write_text(cluster_id + "\n")
-    cmd = [_java(), *_jvm_args(paths, heap), "-cp", _classpath(), "kafka.tools.StorageTool",
-           "format", "--config", str(paths.properties), "--cluster-id", cluster_id,
-           "--ignore-formatted"]
+    cmd = [
+        _java(),
+        *_jvm_args(paths, heap),
+        "-cp",
+        _classpath(),
+        "kafka.tools.StorageTool",
+        "format",
+        "--config",
+        str(paths.properties),
+        "--cluster-id",
+        cluster_id,
+        "--ignore-formatted",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=paths.root, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"kafka storage format failed (exit {done.returncode}):\n"
-                           f"{done.stdout}{done.stderr}")
+        raise RuntimeError(
+            f"kafka storage format failed (exit {done.returncode}):\n{done.stdout}{done.stderr}"
+        )
 
 
 def status(config: KafkaConfig | None = None) -> KafkaStatus:
@@ -354,8 +378,13 @@ def status(config: KafkaConfig | None = None) -> KafkaStatus:
     return KafkaStatus(pid is not None, pid, config.bootstrap_servers, reachable, str(paths.root))
 
 
-def start(config: KafkaConfig | None = None, *, controller_port: int | None = None,
-          timeout_s: float = 120.0, heap: str = "1g") -> StartResult:
+def start(
+    config: KafkaConfig | None = None,
+    *,
+    controller_port: int | None = None,
+    timeout_s: float = 120.0,
+    heap: str = "1g",
+) -> StartResult:
     """Start the broker unless it runs already; return once kafka-python can fetch metadata."""
     began = time.monotonic()
     config = config or load_config().kafka
@@ -366,32 +395,46 @@ def start(config: KafkaConfig | None = None, *, controller_port: int | None = No
         pid = _running_pid(paths)
         if pid is not None:
             running = pid
-            wait_ready(config.bootstrap_servers, timeout_s,
-                       lambda: _is_our_broker(running, paths), paths)
+            wait_ready(
+                config.bootstrap_servers, timeout_s, lambda: _is_our_broker(running, paths), paths
+            )
             return StartResult(False, pid, time.monotonic() - began)
         if _port_open(host, port):
             if metadata_ready(config.bootstrap_servers):
                 return StartResult(False, None, time.monotonic() - began)
             raise RuntimeError(f"{host}:{port} is in use by something that is not Kafka")
         if not _port_free(host, controller_port):
-            raise RuntimeError(f"controller port {host}:{controller_port} is in use "
-                               "(pass another one with --controller-port)")
+            raise RuntimeError(
+                f"controller port {host}:{controller_port} is in use "
+                "(pass another one with --controller-port)"
+            )
         for directory in (paths.root, paths.data, paths.logs):
             directory.mkdir(parents=True, exist_ok=True)
         paths.properties.write_text(server_properties(paths, host, port, controller_port))
         paths.log4j.write_text(LOG4J_PROPERTIES)
         _format_storage(paths, heap)
-        cmd = [_java(), *_jvm_args(paths, heap), "-cp", _classpath(), "kafka.Kafka",
-               str(paths.properties)]
+        cmd = [
+            _java(),
+            *_jvm_args(paths, heap),
+            "-cp",
+            _classpath(),
+            "kafka.Kafka",
+            str(paths.properties),
+        ]
         with open(paths.out_file, "ab") as out:
-            process = subprocess.Popen(cmd, cwd=paths.root, stdin=subprocess.DEVNULL, stdout=out,
-                                       stderr=subprocess.STDOUT, start_new_session=True,
-                                       close_fds=True)
+            process = subprocess.Popen(
+                cmd,
+                cwd=paths.root,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
         paths.pid_file.write_text(f"{process.pid}\n")
         try:
             # Not _is_our_broker: /proc/<pid>/cmdline can read empty right after exec.
-            wait_ready(config.bootstrap_servers, timeout_s, lambda: process.poll() is None,
-                       paths)
+            wait_ready(config.bootstrap_servers, timeout_s, lambda: process.poll() is None, paths)
         except BaseException:
             _terminate(process.pid, paths, 15.0)
             raise
@@ -428,18 +471,30 @@ def stop(config: KafkaConfig | None = None, *, timeout_s: float = 30.0) -> bool:
         return True
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = DEFAULT_PARTITIONS, *,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES, timeout_s: float = 30.0) -> bool:
+def create_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int = DEFAULT_PARTITIONS,
+    *,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
+    timeout_s: float = 30.0,
+) -> bool:
     """Create `topic` (replication 1, max.message.bytes raised); False if it already existed."""
     from kafka import KafkaAdminClient
     from kafka.errors import TopicAlreadyExistsError
 
     timeout_ms = int(timeout_s * 1000)
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="routelake-admin",
-                             request_timeout_ms=timeout_ms)
+    admin = KafkaAdminClient(
+        bootstrap_servers=bootstrap, client_id="routelake-admin", request_timeout_ms=timeout_ms
+    )
     try:
-        spec = {topic: {"num_partitions": partitions, "replication_factor": 1,
-                        "configs": {"max.message.bytes": str(max_message_bytes)}}}
+        spec = {
+            topic: {
+                "num_partitions": partitions,
+                "replication_factor": 1,
+                "configs": {"max.message.bytes": str(max_message_bytes)},
+            }
+        }
         try:
             admin.create_topics(spec, timeout_ms=timeout_ms, wait_for_metadata=True)
         except TopicAlreadyExistsError:
@@ -472,8 +527,10 @@ def _ensure_topic(bootstrap: str, topic: str, partitions: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m routing_lib.kafka_local",
-                                     description="Local single-node Kafka (KRaft) for routelake.")
+    parser = argparse.ArgumentParser(
+        prog="python -m routing_lib.kafka_local",
+        description="Local single-node Kafka (KRaft) for routelake.",
+    )
     parser.add_argument("command", choices=["start", "stop", "status", "topic"])
     parser.add_argument("--config", help="TOML file overriding conf/routelake.toml")
     parser.add_argument("--topic", help="topic to create (default: kafka.topic of the config)")
@@ -487,10 +544,14 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config).kafka
         topic = args.topic or config.topic
         if args.command == "start":
-            result = start(config, controller_port=args.controller_port, timeout_s=args.timeout,
-                           heap=args.heap)
-            what = (f"started (pid {result.pid})" if result.started
-                    else "already running" + (f" (pid {result.pid})" if result.pid else ""))
+            result = start(
+                config, controller_port=args.controller_port, timeout_s=args.timeout, heap=args.heap
+            )
+            what = (
+                f"started (pid {result.pid})"
+                if result.started
+                else "already running" + (f" (pid {result.pid})" if result.pid else "")
+            )
             print(f"kafka {config.bootstrap_servers}: {what} in {result.seconds:.1f} s")
             if not args.no_topic:
                 print(_ensure_topic(config.bootstrap_servers, topic, args.partitions))

@@ -19,12 +19,14 @@ JOB_METRICS: dict[str, tuple[str, str]] = {
     "routelake_state_rows": ("gauge", "Broker groups held in the state store"),
     "routelake_kafka_offsets_behind_latest": ("gauge", "Kafka lag of the source (max)"),
 }
-_COUNTS = {"input_rows": "routelake_input_rows_total",
-           "applied": "routelake_applied_events_total",
-           "late": "routelake_late_events_total",
-           "dead_lettered": "routelake_dead_letters_total",
-           "expired": "routelake_expired_brokers_total",
-           "changes": "routelake_row_changes_total"}
+_COUNTS = {
+    "input_rows": "routelake_input_rows_total",
+    "applied": "routelake_applied_events_total",
+    "late": "routelake_late_events_total",
+    "dead_lettered": "routelake_dead_letters_total",
+    "expired": "routelake_expired_brokers_total",
+    "changes": "routelake_row_changes_total",
+}
 
 
 class JobMetrics:
@@ -52,8 +54,11 @@ class JobMetrics:
         with self._lock:
             lines = []
             for name, (kind, text) in JOB_METRICS.items():
-                lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}",
-                          f"{name} {self._values[name]:g}"]
+                lines += [
+                    f"# HELP {name} {text}",
+                    f"# TYPE {name} {kind}",
+                    f"{name} {self._values[name]:g}",
+                ]
         return "\n".join(lines) + "\n"
 
 

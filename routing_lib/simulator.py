@@ -61,8 +61,14 @@ DEFAULT_HEARTBEAT_TIMEOUT_MS = 120_000
 DEFAULT_ARCHIVE_MINUTES = 10
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 FAULT_KINDS = ("crash", "unregister", "restart", "role_switch", "topic_change", "filter_servers")
-_FAULT_WEIGHTS = {"crash": 3, "unregister": 2, "restart": 3, "role_switch": 3,
-                  "topic_change": 6, "filter_servers": 3}
+_FAULT_WEIGHTS = {
+    "crash": 3,
+    "unregister": 2,
+    "restart": 3,
+    "role_switch": 3,
+    "topic_change": 6,
+    "filter_servers": 3,
+}
 _JSON_SEPARATORS = (",", ":")
 
 Event = dict[str, Any]
@@ -128,13 +134,21 @@ class _Group:
 class FleetSimulator:
     """Generates the fleet's events in eventTime order (see the module docstring)."""
 
-    def __init__(self, seed: int | str, brokers: int, topics: int,
-                 period_ms: int = DEFAULT_PERIOD_MS, start_ms: int = DEFAULT_START_MS, *,
-                 heartbeats_per_period: int = DEFAULT_HEARTBEATS_PER_PERIOD,
-                 fault_interval_ms: int | None = DEFAULT_FAULT_INTERVAL_MS) -> None:
+    def __init__(
+        self,
+        seed: int | str,
+        brokers: int,
+        topics: int,
+        period_ms: int = DEFAULT_PERIOD_MS,
+        start_ms: int = DEFAULT_START_MS,
+        *,
+        heartbeats_per_period: int = DEFAULT_HEARTBEATS_PER_PERIOD,
+        fault_interval_ms: int | None = DEFAULT_FAULT_INTERVAL_MS,
+    ) -> None:
         if brokers < 1 or topics < 0 or period_ms < 10 or heartbeats_per_period < 0:
-            raise ValueError("need brokers >= 1, topics >= 0, period_ms >= 10, "
-                             "heartbeats_per_period >= 0")
+            raise ValueError(
+                "need brokers >= 1, topics >= 0, period_ms >= 10, heartbeats_per_period >= 0"
+            )
         if start_ms <= 0:
             raise ValueError("start_ms must be a positive epoch time in ms")
         self.seed = seed
@@ -156,8 +170,13 @@ class FleetSimulator:
     # ---- fleet construction -------------------------------------------------------------
 
     def _topic(self, name: str, read: int, write: int, perm: int) -> dict[str, Any]:
-        return {"topicName": name, "readQueueNums": read, "writeQueueNums": write,
-                "perm": perm, "topicSysFlag": 0}
+        return {
+            "topicName": name,
+            "readQueueNums": read,
+            "writeQueueNums": write,
+            "perm": perm,
+            "topicSysFlag": 0,
+        }
 
     def _new_pool_topic(self) -> dict[str, Any]:
         rng = self._rng
@@ -178,23 +197,26 @@ class FleetSimulator:
         for g in range(brokers):
             name = f"broker-{g}"
             cluster = clusters[g % len(clusters)]
-            table = {"TBW102": self._topic("TBW102", 8, 8, 7),
-                     cluster: self._topic(cluster, 16, 16, 6),
-                     name: self._topic(name, 1, 1, 6)}
+            table = {
+                "TBW102": self._topic("TBW102", 8, 8, 7),
+                cluster: self._topic(cluster, 16, 16, 6),
+                name: self._topic(name, 1, 1, 6),
+            }
             for index in sorted(rng.sample(range(len(self._pool)), topics)):
                 table[self._pool[index]["topicName"]] = self._pool[index]
             dice = rng.random()
             acting = None if dice < 0.3 else (dice > 0.7)
             zone = rng.choice((None, "zone-a", "zone-b", "zone-c"))
-            version = {"stateVersion": 0,
-                       "timestamp": self.start_ms - rng.randint(60_000, 86_400_000),
-                       "counter": rng.randint(1, 20)}
+            version = {
+                "stateVersion": 0,
+                "timestamp": self.start_ms - rng.randint(60_000, 86_400_000),
+                "counter": rng.randint(1, 20),
+            }
             nodes = []
             for broker_id in range(1 + rng.randint(0, 2)):
                 host = f"10.{next_host >> 16 & 255}.{next_host >> 8 & 255}.{next_host & 255}"
                 next_host += 1
-                override = (rng.choice((3, 4, 6)) * self.period_ms if rng.random() < 0.25
-                            else None)
+                override = rng.choice((3, 4, 6)) * self.period_ms if rng.random() < 0.25 else None
                 nodes.append(_Node(host, 10911, broker_id, override, rng.random() < 0.7))
             group = _Group(name, cluster, acting, zone, table, version, nodes)
             self._groups.append(group)
@@ -247,8 +269,14 @@ class FleetSimulator:
         self._out.append(event)
 
     def _base_event(self, kind: str, at: int, group: _Group, node: _Node) -> Event:
-        return {"eventType": kind, "eventTime": at, "clusterName": group.cluster,
-                "brokerAddr": node.addr, "brokerName": group.name, "brokerId": node.broker_id}
+        return {
+            "eventType": kind,
+            "eventTime": at,
+            "clusterName": group.cluster,
+            "brokerAddr": node.addr,
+            "brokerName": group.name,
+            "brokerId": node.broker_id,
+        }
 
     def _register(self, at: int, group: _Group, node: _Node) -> None:
         event = self._base_event("REGISTER", at, group, node)
@@ -379,9 +407,11 @@ class FleetSimulator:
         if not node.up:  # cannot happen while the group is busy; be safe anyway
             return
         version = group.data_version
-        group.data_version = {"stateVersion": version["stateVersion"] + 1,
-                              "timestamp": at - self._rng.randint(0, 50),
-                              "counter": version["counter"] + 1}
+        group.data_version = {
+            "stateVersion": version["stateVersion"] + 1,
+            "timestamp": at - self._rng.randint(0, 50),
+            "counter": version["counter"] + 1,
+        }
         node.broker_id = 0
         self._register(at, group, node)
 
@@ -396,8 +426,11 @@ class FleetSimulator:
             user = [name for name in table if name not in system]
             op = rng.choice(("perm", "queues", "add", "add", "drop")) if user else "add"
             if op == "add":
-                candidates = [t for t in rng.sample(self._pool, min(8, len(self._pool)))
-                              if t["topicName"] not in table]
+                candidates = [
+                    t
+                    for t in rng.sample(self._pool, min(8, len(self._pool)))
+                    if t["topicName"] not in table
+                ]
                 topic = candidates[0] if candidates else self._new_pool_topic()
                 table[topic["topicName"]] = topic
                 changes.append(f"+{topic['topicName']}")
@@ -418,9 +451,11 @@ class FleetSimulator:
                 changes.append(f"{name} queues {queues}")
         group.topics = table
         version = group.data_version
-        group.data_version = {"stateVersion": version["stateVersion"],
-                              "timestamp": at - rng.randint(0, 50),
-                              "counter": version["counter"] + 1}
+        group.data_version = {
+            "stateVersion": version["stateVersion"],
+            "timestamp": at - rng.randint(0, 50),
+            "counter": version["counter"] + 1,
+        }
         self._record(at, "topic_change", group, master, ", ".join(changes))
         self._register(at, group, master)
 
@@ -452,10 +487,18 @@ def with_disorder(events: Iterable[Event], disorder_ms: int, seed: int | str) ->
         yield heapq.heappop(pending)[2]
 
 
-def iter_history(seed: int | str, brokers: int, topics: int, duration_ms: int | None,
-                 period_ms: int = DEFAULT_PERIOD_MS, start_ms: int = DEFAULT_START_MS,
-                 disorder_ms: int = 0, *, simulator: FleetSimulator | None = None,
-                 **options: Any) -> Iterator[Event]:
+def iter_history(
+    seed: int | str,
+    brokers: int,
+    topics: int,
+    duration_ms: int | None,
+    period_ms: int = DEFAULT_PERIOD_MS,
+    start_ms: int = DEFAULT_START_MS,
+    disorder_ms: int = 0,
+    *,
+    simulator: FleetSimulator | None = None,
+    **options: Any,
+) -> Iterator[Event]:
     """Events in arrival order; endless when duration_ms is None. `options` go to
     FleetSimulator (heartbeats_per_period, fault_interval_ms)."""
     sim = simulator or FleetSimulator(seed, brokers, topics, period_ms, start_ms, **options)
@@ -463,30 +506,51 @@ def iter_history(seed: int | str, brokers: int, topics: int, duration_ms: int | 
     return with_disorder(sim.events(until), disorder_ms, seed)
 
 
-def generate_history(seed: int | str, brokers: int, topics: int, duration_ms: int,
-                     period_ms: int = DEFAULT_PERIOD_MS, start_ms: int = DEFAULT_START_MS,
-                     disorder_ms: int = 0, **options: Any) -> list[Event]:
+def generate_history(
+    seed: int | str,
+    brokers: int,
+    topics: int,
+    duration_ms: int,
+    period_ms: int = DEFAULT_PERIOD_MS,
+    start_ms: int = DEFAULT_START_MS,
+    disorder_ms: int = 0,
+    **options: Any,
+) -> list[Event]:
     """The whole history (eventTime in [start_ms, start_ms + duration_ms)) in arrival order.
 
     REGISTER events of one group share their topicConfigTable/dataVersion objects: treat the
     result as read-only.
     """
-    return list(iter_history(seed, brokers, topics, duration_ms, period_ms, start_ms,
-                             disorder_ms, **options))
+    return list(
+        iter_history(
+            seed, brokers, topics, duration_ms, period_ms, start_ms, disorder_ms, **options
+        )
+    )
 
 
-def simulate_history(seed: int | str, brokers: int, topics: int, duration_ms: int,
-                     period_ms: int = DEFAULT_PERIOD_MS, start_ms: int = DEFAULT_START_MS,
-                     disorder_ms: int = 0, **options: Any) -> tuple[list[Event], list[Fault]]:
+def simulate_history(
+    seed: int | str,
+    brokers: int,
+    topics: int,
+    duration_ms: int,
+    period_ms: int = DEFAULT_PERIOD_MS,
+    start_ms: int = DEFAULT_START_MS,
+    disorder_ms: int = 0,
+    **options: Any,
+) -> tuple[list[Event], list[Fault]]:
     """Like generate_history, plus the log of injected faults."""
     sim = FleetSimulator(seed, brokers, topics, period_ms, start_ms, **options)
-    events = list(iter_history(seed, brokers, topics, duration_ms, period_ms, start_ms,
-                               disorder_ms, simulator=sim))
+    events = list(
+        iter_history(
+            seed, brokers, topics, duration_ms, period_ms, start_ms, disorder_ms, simulator=sim
+        )
+    )
     return events, sim.faults
 
 
-def with_admin_events(events: list[Event], seed: int | str, every: int = 15,
-                      jitter_ms: int = 2_000) -> list[Event]:
+def with_admin_events(
+    events: list[Event], seed: int | str, every: int = 15, jitter_ms: int = 2_000
+) -> list[Event]:
     """Interleave operators' events (contract §2) into a history, in arrival order: about one
     in `every` arrivals is followed by a WIPE/ADD_WRITE_PERM, DELETE_TOPIC (everywhere, in a
     cluster, or in an unknown one) or PUT/DELETE_KV on names seen so far (and sometimes unknown
@@ -503,10 +567,20 @@ def with_admin_events(events: list[Event], seed: int | str, every: int = 15,
             topics += [t for t in event["topicConfigTable"] if t not in topics]
         if rng.randrange(every):
             continue
-        admin: Event = {"eventTime": event["eventTime"] + rng.randint(0, jitter_ms),
-                        "requestedBy": "10.0.5.5:40000"}
-        kind = rng.choice(["WIPE_WRITE_PERM", "ADD_WRITE_PERM", "DELETE_TOPIC", "DELETE_TOPIC",
-                           "PUT_KV", "DELETE_KV"])
+        admin: Event = {
+            "eventTime": event["eventTime"] + rng.randint(0, jitter_ms),
+            "requestedBy": "10.0.5.5:40000",
+        }
+        kind = rng.choice(
+            [
+                "WIPE_WRITE_PERM",
+                "ADD_WRITE_PERM",
+                "DELETE_TOPIC",
+                "DELETE_TOPIC",
+                "PUT_KV",
+                "DELETE_KV",
+            ]
+        )
         if kind in ("WIPE_WRITE_PERM", "ADD_WRITE_PERM"):
             admin["brokerName"] = rng.choice(brokers)
         elif kind == "DELETE_TOPIC":
@@ -515,8 +589,9 @@ def with_admin_events(events: list[Event], seed: int | str, every: int = 15,
             if cluster is not None:
                 admin["clusterName"] = cluster
         else:
-            admin.update(namespace=rng.choice(["ORDER_TOPIC_CONFIG", "team"]),
-                         key=rng.choice(topics[:4]))
+            admin.update(
+                namespace=rng.choice(["ORDER_TOPIC_CONFIG", "team"]), key=rng.choice(topics[:4])
+            )
             if kind == "PUT_KV":
                 admin["value"] = f"v{rng.randrange(100)}"
         out.append({"eventType": kind, **admin})
@@ -553,8 +628,11 @@ class EventEncoder:
     def __call__(self, event: Event) -> bytes:
         parts = []
         for key, value in event.items():
-            text = (self._table_json(value) if key == "topicConfigTable"
-                    else json.dumps(value, separators=_JSON_SEPARATORS))
+            text = (
+                self._table_json(value)
+                if key == "topicConfigTable"
+                else json.dumps(value, separators=_JSON_SEPARATORS)
+            )
             parts.append(f"{json.dumps(key)}:{text}")
         return ("{" + ",".join(parts) + "}").encode()
 
@@ -570,8 +648,9 @@ class ArchiveWriter:
     """Writes lines into `events-<UTC window start>.jsonl.gz`, one file per `minutes` of event
     time; a file is closed once the arrival stream (disorder <= lag_ms) cannot reach it."""
 
-    def __init__(self, directory: str | Path, minutes: int = DEFAULT_ARCHIVE_MINUTES,
-                 lag_ms: int = 0) -> None:
+    def __init__(
+        self, directory: str | Path, minutes: int = DEFAULT_ARCHIVE_MINUTES, lag_ms: int = 0
+    ) -> None:
         if minutes < 1:
             raise ValueError("archive window must be at least 1 minute")
         self.directory = Path(directory)
@@ -593,8 +672,7 @@ class ArchiveWriter:
             path = self.path_for(window)
             raw = open(path, "ab" if window in self._closed else "wb")
             # mtime=0 and no file name: the same history gives byte-identical archives
-            self._open[window] = (raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
-                                                      mtime=0))
+            self._open[window] = (raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0))
             if path not in self.files:
                 self.files.append(path)
         self._open[window][1].write(line + b"\n")
@@ -624,10 +702,15 @@ def make_producer(bootstrap: str, **overrides: Any) -> Any:
     from kafka import KafkaProducer
 
     settings: dict[str, Any] = {
-        "bootstrap_servers": bootstrap, "client_id": "routelake-simulator",
-        "compression_type": "gzip", "max_request_size": MAX_MESSAGE_BYTES,
-        "linger_ms": 20, "batch_size": 256 * 1024, "acks": "all",
-        "allow_auto_create_topics": False, "max_block_ms": 30_000,
+        "bootstrap_servers": bootstrap,
+        "client_id": "routelake-simulator",
+        "compression_type": "gzip",
+        "max_request_size": MAX_MESSAGE_BYTES,
+        "linger_ms": 20,
+        "batch_size": 256 * 1024,
+        "acks": "all",
+        "allow_auto_create_topics": False,
+        "max_block_ms": 30_000,
     }
     settings.update(overrides)
     return KafkaProducer(**settings)
@@ -678,11 +761,14 @@ def check_topic(bootstrap: str, topic: str) -> None:
     try:
         partitions = topic_partitions(bootstrap, topic)
     except Exception as exc:  # kafka-python raises assorted connection/metadata errors here
-        raise RuntimeError(f"cannot reach Kafka on {bootstrap}: {exc!r} "
-                           "(start it: scripts/kafka.sh start)") from exc
+        raise RuntimeError(
+            f"cannot reach Kafka on {bootstrap}: {exc!r} (start it: scripts/kafka.sh start)"
+        ) from exc
     if not partitions:
-        raise RuntimeError(f"topic {topic!r} does not exist on {bootstrap} "
-                           f"(create it: scripts/kafka.sh topic --topic {topic})")
+        raise RuntimeError(
+            f"topic {topic!r} does not exist on {bootstrap} "
+            f"(create it: scripts/kafka.sh topic --topic {topic})"
+        )
 
 
 @dataclass
@@ -699,14 +785,26 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def simulate(bootstrap: str | None, topic: str, brokers: int, topics: int, period_ms: int,
-             seed: int | str, rate_limit: bool, duration_s: float | None,
-             archive_dir: str | Path | None, *, start_ms: int | None = None,
-             disorder_ms: int = 0, heartbeats_per_period: int = DEFAULT_HEARTBEATS_PER_PERIOD,
-             fault_interval_ms: int | None = DEFAULT_FAULT_INTERVAL_MS,
-             archive_minutes: int = DEFAULT_ARCHIVE_MINUTES, progress_s: float | None = 10.0,
-             log: Callable[[str], None] | None = None,
-             producer_overrides: dict[str, Any] | None = None) -> SimulateStats:
+def simulate(
+    bootstrap: str | None,
+    topic: str,
+    brokers: int,
+    topics: int,
+    period_ms: int,
+    seed: int | str,
+    rate_limit: bool,
+    duration_s: float | None,
+    archive_dir: str | Path | None,
+    *,
+    start_ms: int | None = None,
+    disorder_ms: int = 0,
+    heartbeats_per_period: int = DEFAULT_HEARTBEATS_PER_PERIOD,
+    fault_interval_ms: int | None = DEFAULT_FAULT_INTERVAL_MS,
+    archive_minutes: int = DEFAULT_ARCHIVE_MINUTES,
+    progress_s: float | None = 10.0,
+    log: Callable[[str], None] | None = None,
+    producer_overrides: dict[str, Any] | None = None,
+) -> SimulateStats:
     """Run the fleet: produce to Kafka (bootstrap not None) and/or write archives.
 
     start_ms defaults to the wall clock, or to now - duration when not rate limited with a
@@ -732,14 +830,25 @@ def simulate(bootstrap: str | None, topic: str, brokers: int, topics: int, perio
         check_topic(bootstrap, topic)
         producer = make_producer(bootstrap, **(producer_overrides or {}))
         sender = _Sender(producer, topic)
-    archive = (ArchiveWriter(archive_dir, archive_minutes, disorder_ms)
-               if archive_dir is not None else None)
+    archive = (
+        ArchiveWriter(archive_dir, archive_minutes, disorder_ms)
+        if archive_dir is not None
+        else None
+    )
     began = time.monotonic()
     wall_start = _now_ms()
     next_report = began + (progress_s or 0)
-    events = iter_history(seed, brokers, topics, duration_ms, period_ms, start_ms, disorder_ms,
-                          heartbeats_per_period=heartbeats_per_period,
-                          fault_interval_ms=fault_interval_ms)
+    events = iter_history(
+        seed,
+        brokers,
+        topics,
+        duration_ms,
+        period_ms,
+        start_ms,
+        disorder_ms,
+        heartbeats_per_period=heartbeats_per_period,
+        fault_interval_ms=fault_interval_ms,
+    )
     try:
         for event in events:
             event_time = event["eventTime"]
@@ -759,8 +868,10 @@ def simulate(bootstrap: str | None, topic: str, brokers: int, topics: int, perio
             stats.last_event_time = event_time
             if progress_s and time.monotonic() >= next_report:
                 next_report += progress_s
-                say(f"simulate: {stats.events} events, {stats.bytes / 1e6:.1f} MB, "
-                    f"eventTime {event_time}")
+                say(
+                    f"simulate: {stats.events} events, {stats.bytes / 1e6:.1f} MB, "
+                    f"eventTime {event_time}"
+                )
     except KeyboardInterrupt:
         say("simulate: interrupted, flushing")
     finally:
@@ -796,9 +907,14 @@ def line_key(line: bytes) -> bytes | None:
     return name.encode() if isinstance(name, str) and name else None
 
 
-def produce_files(bootstrap: str, topic: str, files: Iterable[str | Path], *,
-                  log: Callable[[str], None] | None = None,
-                  producer_overrides: dict[str, Any] | None = None) -> int:
+def produce_files(
+    bootstrap: str,
+    topic: str,
+    files: Iterable[str | Path],
+    *,
+    log: Callable[[str], None] | None = None,
+    producer_overrides: dict[str, Any] | None = None,
+) -> int:
     """Send every line of every file in order (lines as they are, malformed ones included),
     keyed by the line's brokerName when it has one. Returns the number of messages sent."""
     say = log or (lambda text: print(text, file=sys.stderr))
@@ -813,8 +929,9 @@ def produce_files(bootstrap: str, topic: str, files: Iterable[str | Path], *,
                     sender.send(line_key(line), line)
             except (OSError, EOFError, gzip.BadGzipFile) as exc:
                 sender.finish()
-                raise RuntimeError(f"cannot read {path} after {sender.sent - before} lines: "
-                                   f"{exc}") from exc
+                raise RuntimeError(
+                    f"cannot read {path} after {sender.sent - before} lines: {exc}"
+                ) from exc
             say(f"produce: {path}: {sender.sent - before} messages")
         sender.finish()
         return sender.sent
@@ -837,46 +954,83 @@ def add_simulate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", help="Kafka topic (default: config kafka.topic)")
     parser.add_argument("--brokers", type=int, default=8, help="broker groups (default 8)")
     parser.add_argument("--topics", type=int, default=20, help="user topics per broker")
-    parser.add_argument("--period-ms", type=int, default=DEFAULT_PERIOD_MS,
-                        help="registration period (default 30000)")
-    parser.add_argument("--heartbeats-per-period", type=int,
-                        default=DEFAULT_HEARTBEATS_PER_PERIOD)
-    parser.add_argument("--fault-interval-ms", type=int, default=DEFAULT_FAULT_INTERVAL_MS,
-                        help="mean time between faults per group; 0 = no faults")
+    parser.add_argument(
+        "--period-ms",
+        type=int,
+        default=DEFAULT_PERIOD_MS,
+        help="registration period (default 30000)",
+    )
+    parser.add_argument("--heartbeats-per-period", type=int, default=DEFAULT_HEARTBEATS_PER_PERIOD)
+    parser.add_argument(
+        "--fault-interval-ms",
+        type=int,
+        default=DEFAULT_FAULT_INTERVAL_MS,
+        help="mean time between faults per group; 0 = no faults",
+    )
     parser.add_argument("--seed", default="1")
-    parser.add_argument("--duration", type=float, dest="duration_s",
-                        help="seconds of event time (default: run until interrupted)")
-    parser.add_argument("--start-ms", type=int,
-                        help="first eventTime (default: now, or now - duration if not "
-                             "rate limited)")
-    parser.add_argument("--disorder-ms", type=int, default=0,
-                        help="shuffle arrival order within this bound")
-    parser.add_argument("--no-rate-limit", dest="rate_limit", action="store_false",
-                        help="send as fast as possible instead of at the wall clock")
-    parser.add_argument("--archive", metavar="DIR",
-                        help="write .jsonl.gz archives instead of producing (with --produce: "
-                             "as well)")
-    parser.add_argument("--archive-minutes", type=int, default=DEFAULT_ARCHIVE_MINUTES,
-                        help="event-time minutes per archive file (default 10)")
-    parser.add_argument("--produce", action="store_true",
-                        help="with --archive: also produce to Kafka")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        dest="duration_s",
+        help="seconds of event time (default: run until interrupted)",
+    )
+    parser.add_argument(
+        "--start-ms",
+        type=int,
+        help="first eventTime (default: now, or now - duration if not rate limited)",
+    )
+    parser.add_argument(
+        "--disorder-ms", type=int, default=0, help="shuffle arrival order within this bound"
+    )
+    parser.add_argument(
+        "--no-rate-limit",
+        dest="rate_limit",
+        action="store_false",
+        help="send as fast as possible instead of at the wall clock",
+    )
+    parser.add_argument(
+        "--archive",
+        metavar="DIR",
+        help="write .jsonl.gz archives instead of producing (with --produce: as well)",
+    )
+    parser.add_argument(
+        "--archive-minutes",
+        type=int,
+        default=DEFAULT_ARCHIVE_MINUTES,
+        help="event-time minutes per archive file (default 10)",
+    )
+    parser.add_argument(
+        "--produce", action="store_true", help="with --archive: also produce to Kafka"
+    )
 
 
 def run_simulate(args: argparse.Namespace) -> int:
     bootstrap, topic = _kafka_defaults(args)
     produce = args.archive is None or args.produce
     seed: int | str = int(args.seed) if str(args.seed).lstrip("-").isdigit() else args.seed
-    stats = simulate(bootstrap if produce else None, topic, args.brokers, args.topics,
-                     args.period_ms, seed, args.rate_limit and produce, args.duration_s,
-                     args.archive, start_ms=args.start_ms, disorder_ms=args.disorder_ms,
-                     heartbeats_per_period=args.heartbeats_per_period,
-                     fault_interval_ms=args.fault_interval_ms,
-                     archive_minutes=args.archive_minutes)
+    stats = simulate(
+        bootstrap if produce else None,
+        topic,
+        args.brokers,
+        args.topics,
+        args.period_ms,
+        seed,
+        args.rate_limit and produce,
+        args.duration_s,
+        args.archive,
+        start_ms=args.start_ms,
+        disorder_ms=args.disorder_ms,
+        heartbeats_per_period=args.heartbeats_per_period,
+        fault_interval_ms=args.fault_interval_ms,
+        archive_minutes=args.archive_minutes,
+    )
     where = [f"{topic} on {bootstrap}"] if produce else []
     where += [f"{len(stats.files)} files in {args.archive}"] if args.archive else []
-    print(f"simulate: {stats.events} events ({stats.bytes / 1e6:.1f} MB, eventTime "
-          f"{stats.first_event_time}..{stats.last_event_time}) -> {' and '.join(where)} "
-          f"in {stats.seconds:.1f} s")
+    print(
+        f"simulate: {stats.events} events ({stats.bytes / 1e6:.1f} MB, eventTime "
+        f"{stats.first_event_time}..{stats.last_event_time}) -> {' and '.join(where)} "
+        f"in {stats.seconds:.1f} s"
+    )
     return 0
 
 
@@ -894,8 +1048,10 @@ def run_produce(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m routing_lib.simulator",
-                                     description="Broker fleet simulator / archive producer.")
+    parser = argparse.ArgumentParser(
+        prog="python -m routing_lib.simulator",
+        description="Broker fleet simulator / archive producer.",
+    )
     parser.add_argument("--config", help="TOML file overriding conf/routelake.toml")
     commands = parser.add_subparsers(dest="command", required=True)
     add_simulate_args(commands.add_parser("simulate", help="simulate a broker fleet"))

@@ -18,9 +18,13 @@ from routing_lib.spark.sources import kafka_stream
 log = logging.getLogger("routelake.job")
 
 
-def run_stream(config: Config, available_now: bool = False, metrics_port: int | None = None,
-               stop_event: threading.Event | None = None,
-               install_signal_handlers: bool = True) -> JobMetrics:
+def run_stream(
+    config: Config,
+    available_now: bool = False,
+    metrics_port: int | None = None,
+    stop_event: threading.Event | None = None,
+    install_signal_handlers: bool = True,
+) -> JobMetrics:
     """Run until stopped (SIGTERM, Ctrl-C, stop_event) or, with available_now, until caught up."""
     stop_event = stop_event or threading.Event()
     metrics = JobMetrics()
@@ -34,20 +38,29 @@ def run_stream(config: Config, available_now: bool = False, metrics_port: int | 
     def on_batch(report: BatchReport) -> None:
         metrics.record_batch(report.watermark, report.counts, report.seconds)
         phases = " ".join(f"{k} {v:.2f}s" for k, v in report.phases.items())
-        log.info("batch %d published: watermark %d in %.2fs (%s) %s", report.batch_id,
-                 report.watermark, report.seconds, phases, report.counts)
+        log.info(
+            "batch %d published: watermark %d in %.2fs (%s) %s",
+            report.batch_id,
+            report.watermark,
+            report.seconds,
+            phases,
+            report.counts,
+        )
 
     settings = JobSettings(
         warehouse=str(project_path(config.paths.warehouse)),
         checkpoint=str(project_path(config.paths.checkpoint)),
         watermark_delay_ms=config.routes.watermark_delay_ms,
         flags=RouteFlags(config.routes.delete_topic_with_broker_registration),
-        history=config.routes.history)
+        history=config.routes.history,
+    )
     Path(settings.checkpoint).parent.mkdir(parents=True, exist_ok=True)
-    classified = kafka_stream(spark, config.kafka, config.routes.max_future_skew_ms,
-                              settings.warehouse)
-    query = start_query(spark, classified, settings, available_now,
-                        config.kafka.trigger_interval, on_batch)
+    classified = kafka_stream(
+        spark, config.kafka, config.routes.max_future_skew_ms, settings.warehouse
+    )
+    query = start_query(
+        spark, classified, settings, available_now, config.kafka.trigger_interval, on_batch
+    )
 
     if install_signal_handlers and threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -90,15 +90,15 @@ class RegisterEvent(_BrokerEvent):
     enableActingMaster: StrictBool | None = None
     zoneName: StrictStr | None = None
 
-
     @model_validator(mode="after")
     def _keys_are_topic_names(self) -> RegisterEvent:
         # RocketMQ keys topicConfigTable by topicName; a differing key is a broken collector.
         for key, config in self.topicConfigTable.items():
             name = config["topicName"] if isinstance(config, dict) else config.topicName
             if key != name:
-                raise ValueError(f"topicConfigTable key {_clip(key)} differs from its "
-                                 f"topicName {_clip(name)}")
+                raise ValueError(
+                    f"topicConfigTable key {_clip(key)} differs from its topicName {_clip(name)}"
+                )
         return self
 
 
@@ -196,9 +196,12 @@ class PipelineRegister(RegisterEvent):
     topicConfigTable: dict[TopicName, TopicConfigDict]  # type: ignore[assignment]
 
 
-_PIPELINE_ADAPTER: TypeAdapter[Any] = TypeAdapter(Annotated[
-    PipelineRegister | HeartbeatEvent | UnregisterEvent | TickEvent | AdminEvent,
-    Field(discriminator="eventType")])
+_PIPELINE_ADAPTER: TypeAdapter[Any] = TypeAdapter(
+    Annotated[
+        PipelineRegister | HeartbeatEvent | UnregisterEvent | TickEvent | AdminEvent,
+        Field(discriminator="eventType"),
+    ]
+)
 
 
 def parse_pipeline_event(raw: bytes | str) -> AnyEvent:

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 
 .venv/bin/ruff check . || exit 1
+.venv/bin/ruff format --check . || { echo "run: .venv/bin/ruff format ." >&2; exit 1; }
 
 if [ "${1:-}" = "--quick" ]; then
   shift

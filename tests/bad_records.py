@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import json
 
-_GOOD = {"eventType": "REGISTER", "eventTime": 1764000000500, "clusterName": "BadCluster",
-         "brokerAddr": "10.8.0.1:10911", "brokerName": "broker-bad", "brokerId": 0,
-         "haServerAddr": "10.8.0.1:10912",
-         "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1},
-         "topicConfigTable": {"T": {"topicName": "T", "readQueueNums": 4, "writeQueueNums": 4,
-                                    "perm": 6, "topicSysFlag": 0}}}
+_GOOD = {
+    "eventType": "REGISTER",
+    "eventTime": 1764000000500,
+    "clusterName": "BadCluster",
+    "brokerAddr": "10.8.0.1:10911",
+    "brokerName": "broker-bad",
+    "brokerId": 0,
+    "haServerAddr": "10.8.0.1:10912",
+    "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1},
+    "topicConfigTable": {
+        "T": {
+            "topicName": "T",
+            "readQueueNums": 4,
+            "writeQueueNums": 4,
+            "perm": 6,
+            "topicSysFlag": 0,
+        }
+    },
+}
 
 
 def _with(**changes) -> bytes:
@@ -80,8 +93,9 @@ def _with_number(path: tuple[str, ...], literal: str, base: dict | None = None) 
     return json.dumps(record).replace(json.dumps(_NUMBER), literal).encode()
 
 
-_HEARTBEAT = {key: _GOOD[key] for key in ("eventTime", "clusterName", "brokerAddr",
-                                          "brokerName", "brokerId")} | {"eventType": "HEARTBEAT"}
+_HEARTBEAT = {
+    key: _GOOD[key] for key in ("eventTime", "clusterName", "brokerAddr", "brokerName", "brokerId")
+} | {"eventType": "HEARTBEAT"}
 
 # field path -> a value that fits Python (and maybe int64) but not the field's column/Java type
 INTEGER_FIELDS: dict[tuple[str, ...], str] = {
@@ -96,72 +110,137 @@ INTEGER_FIELDS: dict[tuple[str, ...], str] = {
     ("topicConfigTable", "T", "writeQueueNums"): "65536",
     ("topicConfigTable", "T", "perm"): "8",
 }
-OUT_OF_RANGE_LITERALS = {"2^63": str(2**63), "-2^63-1": str(-(2**63) - 1), "10^30": str(10**30),
-                         "exponent float": "1e3", "huge exponent": "1e400"}
+OUT_OF_RANGE_LITERALS = {
+    "2^63": str(2**63),
+    "-2^63-1": str(-(2**63) - 1),
+    "10^30": str(10**30),
+    "exponent float": "1e3",
+    "huge exponent": "1e400",
+}
 
-INTEGER_RANGE_RECORDS: list[tuple[str, bytes, str]] = [
-    (f"{'.'.join(path)} = {label}", _with_number(path, literal), path[-1])
-    for path in INTEGER_FIELDS for label, literal in OUT_OF_RANGE_LITERALS.items()
-] + [
-    (f"{'.'.join(path)} fits Python, not its column", _with_number(path, literal), path[-1])
-    for path, literal in INTEGER_FIELDS.items()
-] + [
-    ("HEARTBEAT eventTime = 10^30 (issue 13's record)",
-     _with_number(("eventTime",), str(10**30), _HEARTBEAT), "eventTime"),
-    ("HEARTBEAT brokerId = 2^63", _with_number(("brokerId",), str(2**63), _HEARTBEAT),
-     "brokerId"),
-]
+INTEGER_RANGE_RECORDS: list[tuple[str, bytes, str]] = (
+    [
+        (f"{'.'.join(path)} = {label}", _with_number(path, literal), path[-1])
+        for path in INTEGER_FIELDS
+        for label, literal in OUT_OF_RANGE_LITERALS.items()
+    ]
+    + [
+        (f"{'.'.join(path)} fits Python, not its column", _with_number(path, literal), path[-1])
+        for path, literal in INTEGER_FIELDS.items()
+    ]
+    + [
+        (
+            "HEARTBEAT eventTime = 10^30 (issue 13's record)",
+            _with_number(("eventTime",), str(10**30), _HEARTBEAT),
+            "eventTime",
+        ),
+        (
+            "HEARTBEAT brokerId = 2^63",
+            _with_number(("brokerId",), str(2**63), _HEARTBEAT),
+            "brokerId",
+        ),
+    ]
+)
 BAD_RECORDS += INTEGER_RANGE_RECORDS
 
 # TICK (contract §2, "Clock ticks"): validated like any event
 BAD_RECORDS += [
     ("TICK without eventTime", b'{"eventType": "TICK", "source": "c1"}', "eventTime"),
     ("TICK with eventTime 0", b'{"eventType": "TICK", "eventTime": 0}', "eventTime"),
-    ("TICK with a numeric source", b'{"eventType": "TICK", "eventTime": 5, "source": 1}',
-     "source"),
+    ("TICK with a numeric source", b'{"eventType": "TICK", "eventTime": 5, "source": 1}', "source"),
 ]
 
 # contract §2: a topicConfigTable key must equal its value's topicName
-BAD_RECORDS.append(("topicConfigTable key unlike its topicName",
-                    _with(topicConfigTable={"T": {**_GOOD["topicConfigTable"]["T"],
-                                                  "topicName": "U"}}), "differs from"))
+BAD_RECORDS.append(
+    (
+        "topicConfigTable key unlike its topicName",
+        _with(topicConfigTable={"T": {**_GOOD["topicConfigTable"]["T"], "topicName": "U"}}),
+        "differs from",
+    )
+)
 
 # administrative events (contract §2): missing/empty names, bad topic, bad KV value
 _T = 1764000000500
 BAD_RECORDS += [
-    ("WIPE_WRITE_PERM without brokerName",
-     json.dumps({"eventType": "WIPE_WRITE_PERM", "eventTime": _T}).encode(), "brokerName"),
-    ("ADD_WRITE_PERM with an empty brokerName",
-     json.dumps({"eventType": "ADD_WRITE_PERM", "eventTime": _T, "brokerName": ""}).encode(),
-     "brokerName"),
-    ("DELETE_TOPIC without topic",
-     json.dumps({"eventType": "DELETE_TOPIC", "eventTime": _T}).encode(), "topic"),
-    ("DELETE_TOPIC with an empty topic",
-     json.dumps({"eventType": "DELETE_TOPIC", "eventTime": _T, "topic": ""}).encode(), "topic"),
-    ("DELETE_TOPIC with a bad topic name",
-     json.dumps({"eventType": "DELETE_TOPIC", "eventTime": _T, "topic": "a/b"}).encode(),
-     "topic"),
-    ("DELETE_TOPIC with a numeric clusterName",
-     json.dumps({"eventType": "DELETE_TOPIC", "eventTime": _T, "topic": "T",
-                 "clusterName": 7}).encode(), "clusterName"),
-    ("PUT_KV without namespace",
-     json.dumps({"eventType": "PUT_KV", "eventTime": _T, "key": "k", "value": "v"}).encode(),
-     "namespace"),
-    ("PUT_KV with an empty key",
-     json.dumps({"eventType": "PUT_KV", "eventTime": _T, "namespace": "n", "key": "",
-                 "value": "v"}).encode(), "key"),
-    ("PUT_KV with a numeric value",
-     json.dumps({"eventType": "PUT_KV", "eventTime": _T, "namespace": "n", "key": "k",
-                 "value": 5}).encode(), "value"),
-    ("PUT_KV without value",
-     json.dumps({"eventType": "PUT_KV", "eventTime": _T, "namespace": "n",
-                 "key": "k"}).encode(), "value"),
-    ("PUT_KV with a value over 65 536 characters",
-     json.dumps({"eventType": "PUT_KV", "eventTime": _T, "namespace": "n", "key": "k",
-                 "value": "x" * 65_537}).encode(), "value"),
-    ("DELETE_KV with an empty namespace",
-     json.dumps({"eventType": "DELETE_KV", "eventTime": _T, "namespace": "",
-                 "key": "k"}).encode(), "namespace"),
-    ("admin event without eventTime",
-     json.dumps({"eventType": "DELETE_KV", "namespace": "n", "key": "k"}).encode(), "eventTime"),
+    (
+        "WIPE_WRITE_PERM without brokerName",
+        json.dumps({"eventType": "WIPE_WRITE_PERM", "eventTime": _T}).encode(),
+        "brokerName",
+    ),
+    (
+        "ADD_WRITE_PERM with an empty brokerName",
+        json.dumps({"eventType": "ADD_WRITE_PERM", "eventTime": _T, "brokerName": ""}).encode(),
+        "brokerName",
+    ),
+    (
+        "DELETE_TOPIC without topic",
+        json.dumps({"eventType": "DELETE_TOPIC", "eventTime": _T}).encode(),
+        "topic",
+    ),
+    (
+        "DELETE_TOPIC with an empty topic",
+        json.dumps({"eventType": "DELETE_TOPIC", "eventTime": _T, "topic": ""}).encode(),
+        "topic",
+    ),
+    (
+        "DELETE_TOPIC with a bad topic name",
+        json.dumps({"eventType": "DELETE_TOPIC", "eventTime": _T, "topic": "a/b"}).encode(),
+        "topic",
+    ),
+    (
+        "DELETE_TOPIC with a numeric clusterName",
+        json.dumps(
+            {"eventType": "DELETE_TOPIC", "eventTime": _T, "topic": "T", "clusterName": 7}
+        ).encode(),
+        "clusterName",
+    ),
+    (
+        "PUT_KV without namespace",
+        json.dumps({"eventType": "PUT_KV", "eventTime": _T, "key": "k", "value": "v"}).encode(),
+        "namespace",
+    ),
+    (
+        "PUT_KV with an empty key",
+        json.dumps(
+            {"eventType": "PUT_KV", "eventTime": _T, "namespace": "n", "key": "", "value": "v"}
+        ).encode(),
+        "key",
+    ),
+    (
+        "PUT_KV with a numeric value",
+        json.dumps(
+            {"eventType": "PUT_KV", "eventTime": _T, "namespace": "n", "key": "k", "value": 5}
+        ).encode(),
+        "value",
+    ),
+    (
+        "PUT_KV without value",
+        json.dumps({"eventType": "PUT_KV", "eventTime": _T, "namespace": "n", "key": "k"}).encode(),
+        "value",
+    ),
+    (
+        "PUT_KV with a value over 65 536 characters",
+        json.dumps(
+            {
+                "eventType": "PUT_KV",
+                "eventTime": _T,
+                "namespace": "n",
+                "key": "k",
+                "value": "x" * 65_537,
+            }
+        ).encode(),
+        "value",
+    ),
+    (
+        "DELETE_KV with an empty namespace",
+        json.dumps(
+            {"eventType": "DELETE_KV", "eventTime": _T, "namespace": "", "key": "k"}
+        ).encode(),
+        "namespace",
+    ),
+    (
+        "admin event without eventTime",
+        json.dumps({"eventType": "DELETE_KV", "namespace": "n", "key": "k"}).encode(),
+        "eventTime",
+    ),
 ]

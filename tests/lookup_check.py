@@ -19,15 +19,22 @@ def _expected_route(dump: dict, topic: str) -> tuple[list, list] | None:
     brokers = [dump["brokerAddrTable"][n] for n in sorted(queues) if n in dump["brokerAddrTable"]]
     if not brokers:
         return None
-    return ([queues[n] for n in sorted(queues)],
-            [(b["cluster"], b["brokerName"], b["brokerAddrs"]) for b in brokers])
+    return (
+        [queues[n] for n in sorted(queues)],
+        [(b["cluster"], b["brokerName"], b["brokerAddrs"]) for b in brokers],
+    )
 
 
 def _actual(route: dict) -> tuple[list, list]:
     queues = sorted(route["queueDatas"], key=lambda q: q["brokerName"])
     brokers = sorted(route["brokerDatas"], key=lambda b: b["brokerName"])
-    return (queues, [(b["cluster"], b["brokerName"],
-                      {str(k): v for k, v in b["brokerAddrs"].items()}) for b in brokers])
+    return (
+        queues,
+        [
+            (b["cluster"], b["brokerName"], {str(k): v for k, v in b["brokerAddrs"].items()})
+            for b in brokers
+        ],
+    )
 
 
 def assert_lookup_matches_dump(warehouse: Path, dump: dict) -> None:

@@ -30,12 +30,20 @@ from routing_lib.lookup.remoting import (
 class CollectorThread:
     """`routectl collect` in-process: a CollectorServer on its own event loop thread."""
 
-    def __init__(self, bootstrap: str, topic: str, *, tick_interval_ms: int = 3_600_000,
-                 publish_timeout_ms: int = 10_000, limits: Limits | None = None,
-                 collector_id: str = "test-collector") -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        tick_interval_ms: int = 3_600_000,
+        publish_timeout_ms: int = 10_000,
+        limits: Limits | None = None,
+        collector_id: str = "test-collector",
+    ) -> None:
         self.publisher = KafkaPublisher(bootstrap, topic, delivery_timeout_ms=publish_timeout_ms)
-        self.collector = Collector(self.publisher, collector_id=collector_id,
-                                   tick_interval_ms=tick_interval_ms)
+        self.collector = Collector(
+            self.publisher, collector_id=collector_id, tick_interval_ms=tick_interval_ms
+        )
         self.limits = limits or Limits()
         self.started = threading.Event()
         self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
@@ -69,14 +77,16 @@ class CollectorThread:
         assert not self.thread.is_alive()
 
 
-def exchange(port: int, *requests: RemotingCommand, timeout: float = 30.0
-             ) -> tuple[list[RemotingCommand], bool]:
+def exchange(
+    port: int, *requests: RemotingCommand, timeout: float = 30.0
+) -> tuple[list[RemotingCommand], bool]:
     """Send requests on one connection, half-close, read to EOF: (answers, closed by peer)."""
     return exchange_bytes(port, b"".join(encode(r) for r in requests), timeout)
 
 
-def exchange_bytes(port: int, data: bytes, timeout: float = 30.0
-                   ) -> tuple[list[RemotingCommand], bool]:
+def exchange_bytes(
+    port: int, data: bytes, timeout: float = 30.0
+) -> tuple[list[RemotingCommand], bool]:
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         try:
             sock.sendall(data)
@@ -106,8 +116,7 @@ def records(bootstrap: str, topic: str, partition: int = 0) -> list[Any]:
     """Every record of one partition, as it is now."""
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             group_id=None)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
     try:
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])
@@ -142,8 +151,7 @@ def port_open(port: int) -> bool:
         return False
 
 
-def wait_for(predicate, timeout: float, what: str, step: float = 0.25,
-             alive=lambda: True) -> None:
+def wait_for(predicate, timeout: float, what: str, step: float = 0.25, alive=lambda: True) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert alive(), f"{what}: the process died"
@@ -154,21 +162,35 @@ def wait_for(predicate, timeout: float, what: str, step: float = 0.25,
 class JavaProcess:
     """One RocketMQ JVM (NameServer or broker) in its own scratch home; stop() always reaps."""
 
-    def __init__(self, name: str, main: str, conf: dict[str, object], home: Path,
-                 jvm_opts: tuple[str, ...], logback: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        main: str,
+        conf: dict[str, object],
+        home: Path,
+        jvm_opts: tuple[str, ...],
+        logback: str,
+    ) -> None:
         self.name, self.home = name, home
         home.mkdir(parents=True, exist_ok=True)
         self.conf_path = home / f"{name}.conf"
         self.conf_path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
-        self.argv = mqadmin.java_command(main, ["-c", str(self.conf_path)], home=home,
-                                         logback=logback, jvm_opts=jvm_opts)
+        self.argv = mqadmin.java_command(
+            main, ["-c", str(self.conf_path)], home=home, logback=logback, jvm_opts=jvm_opts
+        )
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> JavaProcess:
         log = (self.home / f"{self.name}.out").open("ab")
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, cwd=self.home,
-                                     env=mqadmin.java_env(self.home), start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.home,
+            env=mqadmin.java_env(self.home),
+            start_new_session=True,
+        )
         log.close()
         return self
 
@@ -192,29 +214,49 @@ class JavaProcess:
 
 
 def namesrv(home: Path, port: int) -> JavaProcess:
-    return JavaProcess("namesrv", mqadmin.NAMESRV_MAIN,
-                       {"listenPort": port, "bindAddress": "127.0.0.1"}, home, NAMESRV_JVM,
-                       mqadmin.NAMESRV_LOGBACK)
+    return JavaProcess(
+        "namesrv",
+        mqadmin.NAMESRV_MAIN,
+        {"listenPort": port, "bindAddress": "127.0.0.1"},
+        home,
+        NAMESRV_JVM,
+        mqadmin.NAMESRV_LOGBACK,
+    )
 
 
-def broker(home: Path, port: int, namesrv_addrs: list[str], *, cluster: str,
-           name: str) -> JavaProcess:
+def broker(
+    home: Path, port: int, namesrv_addrs: list[str], *, cluster: str, name: str
+) -> JavaProcess:
     store = home / "store"
-    conf = {"brokerClusterName": cluster, "brokerName": name, "brokerId": 0,
-            "listenPort": port, "bindAddress": "127.0.0.1", "brokerIP1": "127.0.0.1",
-            "brokerIP2": "127.0.0.1", "namesrvAddr": ";".join(namesrv_addrs),
-            "storePathRootDir": store, "storePathCommitLog": store / "commitlog",
-            "autoCreateTopicEnable": "false", "mappedFileSizeCommitLog": 67108864,
-            "mappedFileSizeConsumeQueue": 60000, "maxHashSlotNum": 50000,
-            "maxIndexNum": 200000, "diskMaxUsedSpaceRatio": 95,
-            # Register every 10 s (the minimum); acting-master mode makes the broker send
-            # BROKER_HEARTBEAT and a 10 s heartbeatTimeoutMillis (brokerNotActiveTimeoutMillis).
-            "registerNameServerPeriod": 10000, "enableSlaveActingMaster": "true",
-            "brokerNotActiveTimeoutMillis": 10000, "skipPreOnline": "true"}
+    conf = {
+        "brokerClusterName": cluster,
+        "brokerName": name,
+        "brokerId": 0,
+        "listenPort": port,
+        "bindAddress": "127.0.0.1",
+        "brokerIP1": "127.0.0.1",
+        "brokerIP2": "127.0.0.1",
+        "namesrvAddr": ";".join(namesrv_addrs),
+        "storePathRootDir": store,
+        "storePathCommitLog": store / "commitlog",
+        "autoCreateTopicEnable": "false",
+        "mappedFileSizeCommitLog": 67108864,
+        "mappedFileSizeConsumeQueue": 60000,
+        "maxHashSlotNum": 50000,
+        "maxIndexNum": 200000,
+        "diskMaxUsedSpaceRatio": 95,
+        # Register every 10 s (the minimum); acting-master mode makes the broker send
+        # BROKER_HEARTBEAT and a 10 s heartbeatTimeoutMillis (brokerNotActiveTimeoutMillis).
+        "registerNameServerPeriod": 10000,
+        "enableSlaveActingMaster": "true",
+        "brokerNotActiveTimeoutMillis": 10000,
+        "skipPreOnline": "true",
+    }
     return JavaProcess("broker", BROKER_MAIN, conf, home, BROKER_JVM, "rmq.broker.logback.xml")
 
 
 # -- a recording TCP proxy between a broker and the collector --
+
 
 @dataclass
 class Exchange:
@@ -253,8 +295,9 @@ class RecordingProxy:
             return
         open_requests: dict[int, Exchange] = {}
 
-        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter,
-                       requests: bool) -> None:
+        async def pump(
+            src: asyncio.StreamReader, dst: asyncio.StreamWriter, requests: bool
+        ) -> None:
             decoder = FrameDecoder()
             try:
                 while data := await src.read(65536):

@@ -15,16 +15,25 @@ def group_state(values: tuple | None = None, watermark: int = 0) -> GroupState:
     from pyspark.sql.types import Row, StringType, StructField, StructType
 
     names = [column.split()[0] for column in STATE_SCHEMA.split(", ")]
-    return GroupState(optionalValue=Row(*values) if values else Row(),
-                      batchProcessingTimeMs=0, eventTimeWatermarkMs=watermark,
-                      timeoutConf="EventTimeTimeout", hasTimedOut=False, watermarkPresent=True,
-                      defined=values is not None, updated=False, removed=False,
-                      timeoutTimestamp=-1, keyAsUnsafe=b"",
-                      valueSchema=StructType([StructField(n, StringType()) for n in names]))
+    return GroupState(
+        optionalValue=Row(*values) if values else Row(),
+        batchProcessingTimeMs=0,
+        eventTimeWatermarkMs=watermark,
+        timeoutConf="EventTimeTimeout",
+        hasTimedOut=False,
+        watermarkPresent=True,
+        defined=values is not None,
+        updated=False,
+        removed=False,
+        timeoutTimestamp=-1,
+        keyAsUnsafe=b"",
+        valueSchema=StructType([StructField(n, StringType()) for n in names]),
+    )
 
 
-def run_step(events: list[tuple], state: GroupState, watermark: int,
-              group: str = "edge") -> pd.DataFrame:
+def run_step(
+    events: list[tuple], state: GroupState, watermark: int, group: str = "edge"
+) -> pd.DataFrame:
     state._event_time_watermark_ms = watermark
     step = make_step(StepSettings("/nonexistent-checkpoint", DEFAULT_FLAGS, history=True))
     frame = pd.DataFrame(events, columns=["event_time", "source", "position", "payload"])

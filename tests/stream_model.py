@@ -94,13 +94,18 @@ class StreamModel:
         return project(canonical_dump(fleet_rows(groups), self.published))
 
 
-def run_model_in_batches(events: list[Event | TickEvent], rng: random.Random, delay_ms: int,
-                         round_trip: bool, max_batch: int = 40) -> StreamModel:
+def run_model_in_batches(
+    events: list[Event | TickEvent],
+    rng: random.Random,
+    delay_ms: int,
+    round_trip: bool,
+    max_batch: int = 40,
+) -> StreamModel:
     model = StreamModel(delay_ms, round_trip)
     i = 0
     while i < len(events):
         size = rng.randint(1, max_batch)
-        model.batch([(e, ("file", i + n)) for n, e in enumerate(events[i:i + size])])
+        model.batch([(e, ("file", i + n)) for n, e in enumerate(events[i : i + size])])
         i += size
     model.finish(max(e.eventTime for e in events) - delay_ms)
     return model

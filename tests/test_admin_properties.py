@@ -18,10 +18,16 @@ from tests.stream_model import run_model_in_batches
 
 def admin_history(seed: int) -> list[str]:
     rng = random.Random(seed)
-    history = generate_history(seed, brokers=rng.randint(3, 7), topics=rng.randint(2, 6),
-                               duration_ms=rng.randint(10, 25) * 60_000, period_ms=30_000,
-                               start_ms=1_764_000_000_000, disorder_ms=rng.randint(0, 6000),
-                               fault_interval_ms=120_000)
+    history = generate_history(
+        seed,
+        brokers=rng.randint(3, 7),
+        topics=rng.randint(2, 6),
+        duration_ms=rng.randint(10, 25) * 60_000,
+        period_ms=30_000,
+        start_ms=1_764_000_000_000,
+        disorder_ms=rng.randint(0, 6000),
+        fault_interval_ms=120_000,
+    )
     return [json.dumps(e) for e in with_admin_events(history, seed, every=rng.randint(5, 20))]
 
 
@@ -32,8 +38,9 @@ def test_random_admin_history_in_random_batches_equals_replay(seed):
     final = default_watermark(events, DELAY_MS)
     expected = project(replay_dump(events, final))
     rng = random.Random(seed)
-    model = run_model_in_batches(events, rng, DELAY_MS, round_trip=seed % 2 == 0,
-                                 max_batch=rng.choice([3, 10, 40]))
+    model = run_model_in_batches(
+        events, rng, DELAY_MS, round_trip=seed % 2 == 0, max_batch=rng.choice([3, 10, 40])
+    )
     assert model.late == 0
     assert model.dump() == expected
 

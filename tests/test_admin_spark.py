@@ -23,8 +23,9 @@ from tests.helpers import (
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("name", ["14_write_perm_admin", "15_delete_topic_admin",
-                                  "16_kv_config_admin"])
+@pytest.mark.parametrize(
+    "name", ["14_write_perm_admin", "15_delete_topic_admin", "16_kv_config_admin"]
+)
 def test_admin_fixture_one_file_per_micro_batch(name, backfill, tmp_path):
     lines = fixture_lines(name)
     write_files(tmp_path / "in", split_lines(lines, 5, random.Random(3)))
@@ -43,10 +44,13 @@ def test_idle_holder_loses_the_topic_deleted_in_a_later_batch(backfill, tmp_path
     DELETE_TOPIC arrives (one file per micro-batch): only the fan-out wakes it in time."""
     register = fixture_lines("15_delete_topic_admin")[0]
     t0 = json.loads(register)["eventTime"]
-    delete = json.dumps({"eventType": "DELETE_TOPIC", "eventTime": t0 + 15_000,
-                         "topic": "Orders"})
-    chunks = [[register, _tick(t0 + 20_000)], [_tick(t0 + 21_000)], [_tick(t0 + 22_000)],
-              [delete, _tick(t0 + 40_000)]]
+    delete = json.dumps({"eventType": "DELETE_TOPIC", "eventTime": t0 + 15_000, "topic": "Orders"})
+    chunks = [
+        [register, _tick(t0 + 20_000)],
+        [_tick(t0 + 21_000)],
+        [_tick(t0 + 22_000)],
+        [delete, _tick(t0 + 40_000)],
+    ]
     write_files(tmp_path / "in", chunks)
     dump = backfill([tmp_path / "in"], max_files_per_trigger=1)
     assert dump["watermark"] == t0 + 30_000
@@ -55,8 +59,12 @@ def test_idle_holder_loses_the_topic_deleted_in_a_later_batch(backfill, tmp_path
 
 
 def test_admin_events_table_records_every_admin_event(backfill):
-    backfill([GOLDEN / "16_kv_config_admin" / "events.jsonl",
-              GOLDEN / "15_delete_topic_admin" / "events.jsonl"])
+    backfill(
+        [
+            GOLDEN / "16_kv_config_admin" / "events.jsonl",
+            GOLDEN / "15_delete_topic_admin" / "events.jsonl",
+        ]
+    )
     rows = DeltaTable(str(backfill.warehouse / ADMIN_EVENTS)).to_pyarrow_table().to_pylist()
     by_type: dict[str, int] = {}
     for row in rows:
@@ -72,10 +80,12 @@ def test_admin_events_table_records_every_admin_event(backfill):
     assert not any(r["namespace"] == "never" for r in kv)
 
 
-@pytest.mark.parametrize("seed,per_batch", [(7, True), (11, False)],
-                         ids=["one-file-per-batch", "shuffled-files-one-batch"])
-def test_random_admin_history_split_into_files_equals_replay(seed, per_batch, backfill,
-                                                             tmp_path):
+@pytest.mark.parametrize(
+    "seed,per_batch",
+    [(7, True), (11, False)],
+    ids=["one-file-per-batch", "shuffled-files-one-batch"],
+)
+def test_random_admin_history_split_into_files_equals_replay(seed, per_batch, backfill, tmp_path):
     """A seeded random fleet history with operators' events, cut into random files: one file
     per micro-batch in arrival order, or every file at once in shuffled order."""
     from tests.helpers import set_mtimes

@@ -66,7 +66,8 @@ def test_gzip_archives_in_nested_folders(backfill, tmp_path):
         folder = tmp_path / "archive" / f"day-{i}"
         folder.mkdir(parents=True)
         (folder / f"events-{i}.jsonl.gz").write_bytes(
-            gzip.compress("".join(line + "\n" for line in chunk).encode()))
+            gzip.compress("".join(line + "\n" for line in chunk).encode())
+        )
     (tmp_path / "archive" / "README.txt").write_text("not an archive: ignored")
     assert backfill([tmp_path / "archive"]) == expected_dump(name)
 
@@ -104,10 +105,16 @@ def test_random_history_in_random_batches_equals_sequential_replay(seed, backfil
     from routing_lib.simulator import generate_history
 
     rng = random.Random(seed)
-    history = generate_history(seed, brokers=rng.randint(3, 7), topics=rng.randint(2, 6),
-                               duration_ms=rng.randint(10, 25) * 60_000, period_ms=30_000,
-                               start_ms=1_764_000_000_000, disorder_ms=rng.randint(0, 6000),
-                               fault_interval_ms=120_000)
+    history = generate_history(
+        seed,
+        brokers=rng.randint(3, 7),
+        topics=rng.randint(2, 6),
+        duration_ms=rng.randint(10, 25) * 60_000,
+        period_ms=30_000,
+        start_ms=1_764_000_000_000,
+        disorder_ms=rng.randint(0, 6000),
+        fault_interval_ms=120_000,
+    )
     lines = [json.dumps(event) for event in history]
     write_files(tmp_path / "in", split_lines(lines, rng.randint(3, 6), rng))
     assert backfill([tmp_path / "in"], max_files_per_trigger=1) == reference_dump(lines)

@@ -29,19 +29,43 @@ def admin(code: int, opaque: int, **ext: str) -> RemotingCommand:
 
 
 REQUESTS = [
-    (admin(205, 1, brokerName="broker-a"), "WIPE_WRITE_PERM", {"brokerName": "broker-a"},
-     {"wipeTopicCount": "3"}),
-    (admin(327, 2, brokerName="broker-a"), "ADD_WRITE_PERM", {"brokerName": "broker-a"},
-     {"addTopicCount": "3"}),
-    (admin(327, 3, brokerName="unknown"), "ADD_WRITE_PERM", {"brokerName": "unknown"},
-     {"addTopicCount": "0"}),
+    (
+        admin(205, 1, brokerName="broker-a"),
+        "WIPE_WRITE_PERM",
+        {"brokerName": "broker-a"},
+        {"wipeTopicCount": "3"},
+    ),
+    (
+        admin(327, 2, brokerName="broker-a"),
+        "ADD_WRITE_PERM",
+        {"brokerName": "broker-a"},
+        {"addTopicCount": "3"},
+    ),
+    (
+        admin(327, 3, brokerName="unknown"),
+        "ADD_WRITE_PERM",
+        {"brokerName": "unknown"},
+        {"addTopicCount": "0"},
+    ),
     (admin(216, 4, topic="Orders"), "DELETE_TOPIC", {"topic": "Orders"}, {}),
-    (admin(216, 5, topic="Orders", clusterName="DefaultCluster"), "DELETE_TOPIC",
-     {"topic": "Orders", "clusterName": "DefaultCluster"}, {}),
-    (admin(100, 6, namespace="ORDER_TOPIC_CONFIG", key="Orders", value="broker-a:8"), "PUT_KV",
-     {"namespace": "ORDER_TOPIC_CONFIG", "key": "Orders", "value": "broker-a:8"}, {}),
-    (admin(102, 7, namespace="team", key="owner"), "DELETE_KV",
-     {"namespace": "team", "key": "owner"}, {}),
+    (
+        admin(216, 5, topic="Orders", clusterName="DefaultCluster"),
+        "DELETE_TOPIC",
+        {"topic": "Orders", "clusterName": "DefaultCluster"},
+        {},
+    ),
+    (
+        admin(100, 6, namespace="ORDER_TOPIC_CONFIG", key="Orders", value="broker-a:8"),
+        "PUT_KV",
+        {"namespace": "ORDER_TOPIC_CONFIG", "key": "Orders", "value": "broker-a:8"},
+        {},
+    ),
+    (
+        admin(102, 7, namespace="team", key="owner"),
+        "DELETE_KV",
+        {"namespace": "team", "key": "owner"},
+        {},
+    ),
 ]
 
 
@@ -58,8 +82,11 @@ def test_each_admin_request_is_published_then_answered(kafka_bootstrap, topic):
             assert (response.code, response.version) == (ResponseCode.SUCCESS, NAMESRV_VERSION)
             assert dict(response.ext_fields or {}) == ext
             # Answered only after Kafka's ack: the event is readable now.
-            published = [r for r in records(kafka_bootstrap, topic)
-                         if json.loads(r.value)["eventType"] != "TICK"]
+            published = [
+                r
+                for r in records(kafka_bootstrap, topic)
+                if json.loads(r.value)["eventType"] != "TICK"
+            ]
             assert len(published) == n
             event = json.loads(published[-1].value)
             assert {k: event[k] for k in fields} == fields and event["eventType"] == kind
@@ -71,8 +98,13 @@ def test_each_admin_request_is_published_then_answered(kafka_bootstrap, topic):
             assert parsed.eventType == kind
         published_counts = dict(collector.collector.metrics.published)
     published_counts.pop("TICK", None)  # the first TICK, at start
-    assert published_counts == {"WIPE_WRITE_PERM": 1, "ADD_WRITE_PERM": 2, "DELETE_TOPIC": 2,
-                                "PUT_KV": 1, "DELETE_KV": 1}
+    assert published_counts == {
+        "WIPE_WRITE_PERM": 1,
+        "ADD_WRITE_PERM": 2,
+        "DELETE_TOPIC": 2,
+        "PUT_KV": 1,
+        "DELETE_KV": 1,
+    }
 
 
 def test_missing_fields_are_refused_and_not_published(kafka_bootstrap, topic):
@@ -125,10 +157,20 @@ def test_unreachable_kafka_is_an_error_answer():
     assert failures["PUT_KV"] == 1
 
 
-@pytest.mark.parametrize(("host", "ok"), [
-    ("127.0.0.1", True), ("127.9.9.9", True), ("::1", True), ("::ffff:127.0.0.1", True),
-    ("10.1.2.3", False), ("::2", False), ("fe80::1%eth0", False), (None, False),
-    ("not-an-ip", False)])
+@pytest.mark.parametrize(
+    ("host", "ok"),
+    [
+        ("127.0.0.1", True),
+        ("127.9.9.9", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("10.1.2.3", False),
+        ("::2", False),
+        ("fe80::1%eth0", False),
+        (None, False),
+        ("not-an-ip", False),
+    ],
+)
 def test_allowed_default_networks(host, ok):
     assert allowed(host, parse_networks(["127.0.0.0/8", "::1/128"])) is ok
 

@@ -28,8 +28,10 @@ from routing_lib.lookup.remoting import RemotingCommand, SerializeType, decode, 
 from schemas import parse_event
 
 DV = {"stateVersion": 3, "timestamp": 1_700_000_000_000, "counter": 7}
-TOPICS = {"Orders": brokerside.topic_config("Orders", 8),
-          "Audit": brokerside.topic_config("Audit", 4, perm=4, sys_flag=1, order=True)}
+TOPICS = {
+    "Orders": brokerside.topic_config("Orders", 8),
+    "Audit": brokerside.topic_config("Audit", 4, perm=4, sys_flag=1, order=True),
+}
 
 
 def test_crc32_is_javas_masked_value():
@@ -41,49 +43,89 @@ def test_crc32_is_javas_masked_value():
 @pytest.mark.parametrize("kind", [SerializeType.JSON, SerializeType.ROCKETMQ])
 def test_register_header_and_json_body_become_a_register_event(kind):
     request = brokerside.register_request(
-        "C1", "broker-a", "127.0.0.1:10911", 0, topics=TOPICS, data_version=DV,
-        ha_server_addr="127.0.0.1:10912", serialize_type=kind, filter_servers=["127.0.0.1:1"],
-        extra={"heartbeatTimeoutMillis": "30000", "__ZONE_NAME": "z1"})
+        "C1",
+        "broker-a",
+        "127.0.0.1:10911",
+        0,
+        topics=TOPICS,
+        data_version=DV,
+        ha_server_addr="127.0.0.1:10912",
+        serialize_type=kind,
+        filter_servers=["127.0.0.1:1"],
+        extra={"heartbeatTimeoutMillis": "30000", "__ZONE_NAME": "z1"},
+    )
     request = decode(encode(request))  # through the wire codec
     header, event = register_event(request, 1_764_000_000_123)
     assert header.body_crc32 == crc32(request.body) and not header.compressed
     assert event == {
-        "eventType": "REGISTER", "eventTime": 1_764_000_000_123, "clusterName": "C1",
-        "brokerAddr": "127.0.0.1:10911", "brokerName": "broker-a", "brokerId": 0,
-        "haServerAddr": "127.0.0.1:10912", "dataVersion": DV,
+        "eventType": "REGISTER",
+        "eventTime": 1_764_000_000_123,
+        "clusterName": "C1",
+        "brokerAddr": "127.0.0.1:10911",
+        "brokerName": "broker-a",
+        "brokerId": 0,
+        "haServerAddr": "127.0.0.1:10912",
+        "dataVersion": DV,
         "topicConfigTable": {
-            "Orders": {"topicName": "Orders", "readQueueNums": 8, "writeQueueNums": 8,
-                       "perm": 6, "topicSysFlag": 0, "order": False},
-            "Audit": {"topicName": "Audit", "readQueueNums": 4, "writeQueueNums": 4,
-                      "perm": 4, "topicSysFlag": 1, "order": True}},
-        "filterServerList": ["127.0.0.1:1"], "heartbeatTimeoutMillis": 30000,
-        "enableActingMaster": False, "zoneName": "z1"}
+            "Orders": {
+                "topicName": "Orders",
+                "readQueueNums": 8,
+                "writeQueueNums": 8,
+                "perm": 6,
+                "topicSysFlag": 0,
+                "order": False,
+            },
+            "Audit": {
+                "topicName": "Audit",
+                "readQueueNums": 4,
+                "writeQueueNums": 4,
+                "perm": 4,
+                "topicSysFlag": 1,
+                "order": True,
+            },
+        },
+        "filterServerList": ["127.0.0.1:1"],
+        "heartbeatTimeoutMillis": 30000,
+        "enableActingMaster": False,
+        "zoneName": "z1",
+    }
     parse_event(json.dumps(event))  # a valid contract event
 
 
 def test_compressed_body_loses_sys_flag_and_order_like_java():
-    request = brokerside.register_request("C1", "b", "127.0.0.1:1", topics=TOPICS,
-                                          data_version=DV, compressed=True)
+    request = brokerside.register_request(
+        "C1", "b", "127.0.0.1:1", topics=TOPICS, data_version=DV, compressed=True
+    )
     _, event = register_event(request, 5)
     assert event["dataVersion"] == DV
     assert event["topicConfigTable"]["Audit"] == {
-        "topicName": "Audit", "readQueueNums": 4, "writeQueueNums": 4, "perm": 4,
-        "topicSysFlag": 0, "order": False}
+        "topicName": "Audit",
+        "readQueueNums": 4,
+        "writeQueueNums": 4,
+        "perm": 4,
+        "topicSysFlag": 0,
+        "order": False,
+    }
     assert event["filterServerList"] == []
 
 
 def test_wrong_crc32_is_refused_and_zero_crc32_is_not_checked():
     request = brokerside.register_request("C1", "b", "127.0.0.1:1", topics=TOPICS)
-    bad = RemotingCommand(**{**request.__dict__, "ext_fields": {
-        **request.ext_fields, "bodyCrc32": str(crc32(request.body) ^ 1)}})
+    bad = RemotingCommand(
+        **{
+            **request.__dict__,
+            "ext_fields": {**request.ext_fields, "bodyCrc32": str(crc32(request.body) ^ 1)},
+        }
+    )
     with pytest.raises(BrokerRequestError, match="^crc32 not match$"):
         register_event(bad, 1)
     unchecked = brokerside.register_request("C1", "b", "127.0.0.1:1", topics=TOPICS, crc=False)
     assert register_event(unchecked, 1)[1]["topicConfigTable"].keys() == TOPICS.keys()
 
 
-@pytest.mark.parametrize("field", ["brokerName", "brokerAddr", "clusterName", "haServerAddr",
-                                   "brokerId"])
+@pytest.mark.parametrize(
+    "field", ["brokerName", "brokerAddr", "clusterName", "haServerAddr", "brokerId"]
+)
 def test_missing_required_header_field(field):
     request = brokerside.register_request("C1", "b", "127.0.0.1:1")
     ext = {k: v for k, v in request.ext_fields.items() if k != field}
@@ -106,14 +148,21 @@ def test_no_body_is_an_empty_registration():
 
 
 def test_json_body_filter_server_list_absent_vs_null():
-    assert register_body(b'{"topicConfigSerializeWrapper":{}}', False, 479
-                         ).filter_server_list == []
+    assert register_body(b'{"topicConfigSerializeWrapper":{}}', False, 479).filter_server_list == []
     assert register_body(b'{"filterServerList":null}', False, 479).filter_server_list is None
 
 
-@pytest.mark.parametrize("body", [b"{", b"[]", b"\xff\xfe", b'{"topicConfigSerializeWrapper":1}',
-                                  b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"a":1}}}',
-                                  b'{"filterServerList":"x"}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{",
+        b"[]",
+        b"\xff\xfe",
+        b'{"topicConfigSerializeWrapper":1}',
+        b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"a":1}}}',
+        b'{"filterServerList":"x"}',
+    ],
+)
 def test_bad_json_bodies(body):
     with pytest.raises(BrokerRequestError, match="RegisterBrokerBody"):
         register_body(body, False, 479)
@@ -123,15 +172,22 @@ def _parts(*parts: bytes) -> bytes:
     return b"".join(struct.pack(">i", len(p)) + p for p in parts)
 
 
-@pytest.mark.parametrize("raw", [
-    b"not zlib at all",
-    zlib.compress(b"\x00\x00"),  # truncated length
-    zlib.compress(_parts(b'{"counter":1}') + struct.pack(">i", 2) + _parts(b"T 1 1 6 SINGLE_TAG")),
-    zlib.compress(_parts(b'{"counter":1}') + struct.pack(">i", 1) + _parts(b"T 1 1 6 NOPE")),
-    zlib.compress(_parts(b'{"counter":1}') + struct.pack(">i", 1) + _parts(b"T x 1 6 MULTI_TAG")),
-    zlib.compress(_parts(b"{")),
-    zlib.compress(_parts(b'{"counter":1}'))[:-6],  # truncated stream
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"not zlib at all",
+        zlib.compress(b"\x00\x00"),  # truncated length
+        zlib.compress(
+            _parts(b'{"counter":1}') + struct.pack(">i", 2) + _parts(b"T 1 1 6 SINGLE_TAG")
+        ),
+        zlib.compress(_parts(b'{"counter":1}') + struct.pack(">i", 1) + _parts(b"T 1 1 6 NOPE")),
+        zlib.compress(
+            _parts(b'{"counter":1}') + struct.pack(">i", 1) + _parts(b"T x 1 6 MULTI_TAG")
+        ),
+        zlib.compress(_parts(b"{")),
+        zlib.compress(_parts(b'{"counter":1}'))[:-6],  # truncated stream
+    ],
+)
 def test_bad_compressed_bodies(raw):
     with pytest.raises(BrokerRequestError):
         register_body(raw, True, 479)
@@ -151,21 +207,32 @@ def test_compressed_old_broker_has_no_mapping_part():
 
 
 def test_topic_config_string_form():
-    assert topic_config_from_string("T 8 4 6 MULTI_TAG {\"a b\":\"1\"} ")["writeQueueNums"] == 4
+    assert topic_config_from_string('T 8 4 6 MULTI_TAG {"a b":"1"} ')["writeQueueNums"] == 4
     with pytest.raises(BrokerRequestError):
         topic_config_from_string("T 8 4 6")
 
 
-@pytest.mark.parametrize("code", [BrokerCode.UNREGISTER_BROKER, BrokerCode.BROKER_HEARTBEAT,
-                                  BrokerCode.QUERY_DATA_VERSION])
+@pytest.mark.parametrize(
+    "code",
+    [BrokerCode.UNREGISTER_BROKER, BrokerCode.BROKER_HEARTBEAT, BrokerCode.QUERY_DATA_VERSION],
+)
 def test_identity_headers(code):
     request = brokerside.identity_request(code, "C1", "b", "127.0.0.1:1", 2)
     assert identity(request).event("HEARTBEAT", 9) == {
-        "eventType": "HEARTBEAT", "eventTime": 9, "clusterName": "C1",
-        "brokerAddr": "127.0.0.1:1", "brokerName": "b", "brokerId": 2}
+        "eventType": "HEARTBEAT",
+        "eventTime": 9,
+        "clusterName": "C1",
+        "brokerAddr": "127.0.0.1:1",
+        "brokerName": "b",
+        "brokerId": 2,
+    }
     with pytest.raises(BrokerRequestError, match="<brokerId> is null"):
-        identity(RemotingCommand(code=code, ext_fields={
-            k: v for k, v in request.ext_fields.items() if k != "brokerId"}))
+        identity(
+            RemotingCommand(
+                code=code,
+                ext_fields={k: v for k, v in request.ext_fields.items() if k != "brokerId"},
+            )
+        )
 
 
 def test_query_data_version_body():
@@ -215,9 +282,20 @@ def java_bodies(tmp_path_factory) -> dict[bool, tuple[int, bytes]]:
     root: Path = tmp_path_factory.mktemp("java-bodies")
     source = root / "EncodeBodies.java"
     source.write_text(JAVA_ENCODER)
-    done = subprocess.run(["java", "-Xmx128m", f"-Duser.home={root}", "-cp",
-                           str(mqadmin.jars_dir() / "*"), str(source)],
-                          capture_output=True, text=True, timeout=120, cwd=root)
+    done = subprocess.run(
+        [
+            "java",
+            "-Xmx128m",
+            f"-Duser.home={root}",
+            "-cp",
+            str(mqadmin.jars_dir() / "*"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     import base64
 

@@ -54,9 +54,26 @@ def collect(kafka_bootstrap, tmp_path_factory) -> Iterator[Collect]:
     log_path = root / "collect.log"
     with log_path.open("w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "routing_lib.cli", "collect", "--port", "0", "--kafka",
-             kafka_bootstrap, "--topic", topic, "--config", str(root / "conf.toml"), "-v"],
-            stderr=log, stdout=log, cwd=REPO, stdin=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "routing_lib.cli",
+                "collect",
+                "--port",
+                "0",
+                "--kafka",
+                kafka_bootstrap,
+                "--topic",
+                topic,
+                "--config",
+                str(root / "conf.toml"),
+                "-v",
+            ],
+            stderr=log,
+            stdout=log,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+        )
     try:
         deadline = time.monotonic() + 60
         while not (m := re.search(r"remoting on 127\.0\.0\.1:(\d+)", log_path.read_text())):
@@ -82,25 +99,38 @@ def nothing_published_and_healthy(collect: Collect, kafka_bootstrap) -> Iterator
 
 
 def good(**kw) -> bytes:
-    return encode(brokerside.register_request("C1", "broker-a", "127.0.0.1:10911",
-                                              topics=TOPICS, **kw))
+    return encode(
+        brokerside.register_request("C1", "broker-a", "127.0.0.1:10911", topics=TOPICS, **kw)
+    )
 
 
 def frame(header: bytes, body: bytes = b"", kind: int = 0) -> bytes:
-    return struct.pack(">ii", 4 + len(header) + len(body), (kind << 24) | len(header)) + \
-        header + body
+    return (
+        struct.pack(">ii", 4 + len(header) + len(body), (kind << 24) | len(header)) + header + body
+    )
 
 
-@pytest.mark.parametrize("data", [
-    b"\x00\x00\x00\x02\x00\x00",  # a frame shorter than its header length field
-    frame(b"{not json"),
-    frame(b"[1,2]"),
-    frame(b"\x00" * 10, kind=1),  # ROCKETMQ header too short
-    frame(b"{}", kind=7),  # unknown serialize type
-    b"\xff\xff\xff\xff" + b"x" * 64,  # negative length
-    struct.pack(">i", 17 * 1024 * 1024) + b"x" * 1024,  # over collector_max_frame_bytes
-], ids=["short", "bad-json", "json-array", "short-binary", "serialize-type", "negative",
-        "oversized"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x00\x00\x00\x02\x00\x00",  # a frame shorter than its header length field
+        frame(b"{not json"),
+        frame(b"[1,2]"),
+        frame(b"\x00" * 10, kind=1),  # ROCKETMQ header too short
+        frame(b"{}", kind=7),  # unknown serialize type
+        b"\xff\xff\xff\xff" + b"x" * 64,  # negative length
+        struct.pack(">i", 17 * 1024 * 1024) + b"x" * 1024,  # over collector_max_frame_bytes
+    ],
+    ids=[
+        "short",
+        "bad-json",
+        "json-array",
+        "short-binary",
+        "serialize-type",
+        "negative",
+        "oversized",
+    ],
+)
 def test_bad_frames_close_the_connection(collect, data):
     answers, closed = exchange_bytes(collect.port, data, timeout=10)
     assert answers == [] and closed
@@ -115,26 +145,43 @@ def test_large_frame_of_another_code_is_refused(collect):
 
 @pytest.mark.parametrize("kind", [SerializeType.JSON, SerializeType.ROCKETMQ])
 def test_error_answers(collect, kind):
-    request = brokerside.register_request("C1", "broker-a", "127.0.0.1:10911", topics=TOPICS,
-                                          serialize_type=kind)
+    request = brokerside.register_request(
+        "C1", "broker-a", "127.0.0.1:10911", topics=TOPICS, serialize_type=kind
+    )
     wrong = request.ext_fields | {"bodyCrc32": "12345"}
     cases = {
-        "crc": brokerside.register_request("C1", "b", "a:1", opaque=1, serialize_type=kind,
-                                           extra={"bodyCrc32": "12345"}),
-        "truncated": type(request)(**{**request.__dict__, "opaque": 2,
-                                      "body": request.body[:-40],
-                                      "ext_fields": request.ext_fields | {"bodyCrc32": "0"}}),
-        "truncated-crc": type(request)(**{**request.__dict__, "opaque": 3,
-                                          "body": request.body[:-40], "ext_fields": wrong}),
+        "crc": brokerside.register_request(
+            "C1", "b", "a:1", opaque=1, serialize_type=kind, extra={"bodyCrc32": "12345"}
+        ),
+        "truncated": type(request)(
+            **{
+                **request.__dict__,
+                "opaque": 2,
+                "body": request.body[:-40],
+                "ext_fields": request.ext_fields | {"bodyCrc32": "0"},
+            }
+        ),
+        "truncated-crc": type(request)(
+            **{**request.__dict__, "opaque": 3, "body": request.body[:-40], "ext_fields": wrong}
+        ),
         "unknown": type(request)(code=9999, opaque=4, serialize_type=kind),
         "no-id": brokerside.identity_request(104, "C1", "b", "a:x", opaque=5),
     }
-    cases["no-id"] = type(request)(**{**cases["no-id"].__dict__, "ext_fields": {
-        k: v for k, v in cases["no-id"].ext_fields.items() if k != "brokerId"}})
+    cases["no-id"] = type(request)(
+        **{
+            **cases["no-id"].__dict__,
+            "ext_fields": {k: v for k, v in cases["no-id"].ext_fields.items() if k != "brokerId"},
+        }
+    )
     answers = {name: call(collect.port, r) for name, r in cases.items()}
     assert answers["crc"].remark == "crc32 not match"
     assert {n: a.code for n, a in answers.items()} == {
-        "crc": 1, "truncated": 1, "truncated-crc": 1, "unknown": 3, "no-id": 1}
+        "crc": 1,
+        "truncated": 1,
+        "truncated-crc": 1,
+        "unknown": 3,
+        "no-id": 1,
+    }
 
 
 def test_seeded_fuzz_of_register_frames(collect):
@@ -163,9 +210,10 @@ def test_seeded_fuzz_of_register_frames(collect):
 
 
 def test_valid_request_still_answered_and_published(collect, kafka_bootstrap):
-    response = call(collect.port, brokerside.register_request("C1", "broker-a",
-                                                              "127.0.0.1:10911",
-                                                              topics=TOPICS))
+    response = call(
+        collect.port,
+        brokerside.register_request("C1", "broker-a", "127.0.0.1:10911", topics=TOPICS),
+    )
     assert response.code == ResponseCode.SUCCESS
     published = events(kafka_bootstrap, collect.topic)
     assert [e["brokerName"] for e in published] == ["broker-a"]

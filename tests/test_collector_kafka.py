@@ -27,16 +27,22 @@ def now_ms() -> int:
 
 def test_each_request_is_published_before_it_is_answered(kafka_bootstrap, topic):
     requests = [
-        brokerside.register_request("C1", "broker-a", ADDR, topics=TOPICS, data_version=DV1,
-                                    opaque=1),
-        brokerside.register_request("C1", "broker-b", "127.0.0.1:10921", compressed=True,
-                                    topics=TOPICS, opaque=2),
-        brokerside.identity_request(BrokerCode.BROKER_HEARTBEAT, "C1", "broker-a", ADDR,
-                                    opaque=3),
-        brokerside.identity_request(BrokerCode.QUERY_DATA_VERSION, "C1", "broker-a", ADDR,
-                                    opaque=4, body=json.dumps(DV1).encode()),
-        brokerside.identity_request(BrokerCode.UNREGISTER_BROKER, "C1", "broker-a", ADDR,
-                                    opaque=5),
+        brokerside.register_request(
+            "C1", "broker-a", ADDR, topics=TOPICS, data_version=DV1, opaque=1
+        ),
+        brokerside.register_request(
+            "C1", "broker-b", "127.0.0.1:10921", compressed=True, topics=TOPICS, opaque=2
+        ),
+        brokerside.identity_request(BrokerCode.BROKER_HEARTBEAT, "C1", "broker-a", ADDR, opaque=3),
+        brokerside.identity_request(
+            BrokerCode.QUERY_DATA_VERSION,
+            "C1",
+            "broker-a",
+            ADDR,
+            opaque=4,
+            body=json.dumps(DV1).encode(),
+        ),
+        brokerside.identity_request(BrokerCode.UNREGISTER_BROKER, "C1", "broker-a", ADDR, opaque=5),
     ]
     kinds = ["REGISTER", "REGISTER", "HEARTBEAT", "HEARTBEAT", "UNREGISTER"]
     with CollectorThread(kafka_bootstrap, topic) as collector:
@@ -60,8 +66,9 @@ def test_each_request_is_published_before_it_is_answered(kafka_bootstrap, topic)
 
 
 def test_ticks_are_published_every_interval(kafka_bootstrap, topic):
-    with CollectorThread(kafka_bootstrap, topic, tick_interval_ms=200,
-                         collector_id="tap-1") as collector:
+    with CollectorThread(
+        kafka_bootstrap, topic, tick_interval_ms=200, collector_id="tap-1"
+    ) as collector:
         time.sleep(1.5)
         counts = collector.collector.metrics.published
     ticks = [e for e in events(kafka_bootstrap, topic, ticks=True) if e["eventType"] == "TICK"]
@@ -76,21 +83,36 @@ def test_ticks_are_published_every_interval(kafka_bootstrap, topic):
 
 def test_refused_requests_publish_nothing(kafka_bootstrap, topic):
     good = brokerside.register_request("C1", "broker-a", ADDR, topics=TOPICS, opaque=1)
-    bad_crc = RemotingCommand(**{**good.__dict__, "opaque": 2, "ext_fields": {
-        **good.ext_fields, "bodyCrc32": str(int(good.ext_fields["bodyCrc32"]) ^ 1)}})
-    packed = brokerside.register_request("C1", "broker-a", ADDR, compressed=True, crc=False,
-                                         topics=TOPICS, opaque=3)
+    bad_crc = RemotingCommand(
+        **{
+            **good.__dict__,
+            "opaque": 2,
+            "ext_fields": {
+                **good.ext_fields,
+                "bodyCrc32": str(int(good.ext_fields["bodyCrc32"]) ^ 1),
+            },
+        }
+    )
+    packed = brokerside.register_request(
+        "C1", "broker-a", ADDR, compressed=True, crc=False, topics=TOPICS, opaque=3
+    )
     truncated = RemotingCommand(**{**packed.__dict__, "body": packed.body[:-8]})
-    no_name = RemotingCommand(code=103, opaque=4, ext_fields={
-        k: v for k, v in good.ext_fields.items() if k != "brokerName"}, body=good.body)
+    no_name = RemotingCommand(
+        code=103,
+        opaque=4,
+        ext_fields={k: v for k, v in good.ext_fields.items() if k != "brokerName"},
+        body=good.body,
+    )
     unknown = RemotingCommand(code=105, opaque=5, ext_fields={"topic": "Orders"})
     with CollectorThread(kafka_bootstrap, topic) as collector:
-        answers = {r.opaque: call(collector.port, r) for r in (bad_crc, truncated, no_name,
-                                                               unknown)}
+        answers = {
+            r.opaque: call(collector.port, r) for r in (bad_crc, truncated, no_name, unknown)
+        }
         refused = dict(collector.collector.metrics.refused)
     assert (answers[2].code, answers[2].remark) == (ResponseCode.SYSTEM_ERROR, "crc32 not match")
-    assert answers[3].code == ResponseCode.SYSTEM_ERROR and "RegisterBrokerBody" in \
-        answers[3].remark
+    assert (
+        answers[3].code == ResponseCode.SYSTEM_ERROR and "RegisterBrokerBody" in answers[3].remark
+    )
     assert answers[4].code == ResponseCode.SYSTEM_ERROR and "<brokerName>" in answers[4].remark
     assert answers[5].code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     assert refused == {"103": 3}
@@ -105,13 +127,18 @@ def _closed_port() -> int:
 
 def test_unreachable_kafka_is_an_error_answer():
     request = brokerside.register_request("C1", "broker-a", ADDR, topics=TOPICS)
-    with CollectorThread(f"127.0.0.1:{_closed_port()}", "nowhere",
-                         publish_timeout_ms=1500) as collector:
+    with CollectorThread(
+        f"127.0.0.1:{_closed_port()}", "nowhere", publish_timeout_ms=1500
+    ) as collector:
         started = time.monotonic()
         response = call(collector.port, request)
         took = time.monotonic() - started
-        beat = call(collector.port, brokerside.identity_request(
-            BrokerCode.BROKER_HEARTBEAT, "C1", "broker-a", ADDR, opaque=2))
+        beat = call(
+            collector.port,
+            brokerside.identity_request(
+                BrokerCode.BROKER_HEARTBEAT, "C1", "broker-a", ADDR, opaque=2
+            ),
+        )
         metrics = collector.collector.metrics
         assert metrics.publish_failures["REGISTER"] == 1 and not metrics.published
     assert response.code == ResponseCode.SYSTEM_ERROR and "not published" in response.remark
@@ -120,14 +147,20 @@ def test_unreachable_kafka_is_an_error_answer():
 
 
 def test_register_result_and_data_version_from_memory(kafka_bootstrap, topic):
-    master = brokerside.register_request("C1", "broker-a", ADDR, 0, data_version=DV1,
-                                         ha_server_addr="127.0.0.1:10912")
+    master = brokerside.register_request(
+        "C1", "broker-a", ADDR, 0, data_version=DV1, ha_server_addr="127.0.0.1:10912"
+    )
     slave = brokerside.register_request("C1", "broker-a", "127.0.0.1:10931", 1, opaque=2)
 
     def query(version: dict, opaque: int) -> RemotingCommand:
-        return brokerside.identity_request(BrokerCode.QUERY_DATA_VERSION, "C1", "broker-a",
-                                           ADDR, opaque=opaque,
-                                           body=json.dumps(version).encode())
+        return brokerside.identity_request(
+            BrokerCode.QUERY_DATA_VERSION,
+            "C1",
+            "broker-a",
+            ADDR,
+            opaque=opaque,
+            body=json.dumps(version).encode(),
+        )
 
     with CollectorThread(kafka_bootstrap, topic) as collector:
         before = call(collector.port, query(DV1, 1))  # unknown broker: changed

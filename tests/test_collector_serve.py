@@ -22,41 +22,51 @@ OLD_WATERMARK = 1_764_000_050_000
 
 
 def collector(bootstrap: str, topic: str) -> Collector:
-    return Collector(KafkaPublisher(bootstrap, topic), collector_id="serve-test",
-                     tick_interval_ms=3_600_000)
+    return Collector(
+        KafkaPublisher(bootstrap, topic), collector_id="serve-test", tick_interval_ms=3_600_000
+    )
 
 
 def test_one_port_for_brokers_and_clients(tmp_path, kafka_bootstrap, topic):
     routes = tables()
-    routes[BROKER_LIVE] = [{**row, "ha_server_addr": "10.0.0.1:10912"}
-                           if row["broker_addr"] == "10.0.0.1:10911" else row
-                           for row in routes[BROKER_LIVE]]
+    routes[BROKER_LIVE] = [
+        {**row, "ha_server_addr": "10.0.0.1:10912"}
+        if row["broker_addr"] == "10.0.0.1:10911"
+        else row
+        for row in routes[BROKER_LIVE]
+    ]
     Warehouse(tmp_path).publish(0, OLD_WATERMARK, routes)
     many = {f"Topic{i}": brokerside.topic_config(f"Topic{i}", 8) for i in range(800)}
-    slave = brokerside.register_request("ClusterA", "broker-a", "10.0.0.2:10911", 1,
-                                        topics=many, opaque=7)
+    slave = brokerside.register_request(
+        "ClusterA", "broker-a", "10.0.0.2:10911", 1, topics=many, opaque=7
+    )
     assert slave.frame_bytes == 0 and len(slave.body) > 65536  # past the lookup's limit
     with ServerThread(tmp_path, collector=collector(kafka_bootstrap, topic)) as server:
         port = server.service.port
         wait_until(lambda: server.service.holder.current is not None)
         registered = call(port, slave)
-        route = call(port, RemotingCommand(code=105, version=479, opaque=8,
-                                           ext_fields={"topic": "Orders"}))
-        big_query = RemotingCommand(code=105, opaque=9, ext_fields={"topic": "Orders"},
-                                    body=b"x" * 70_000)
+        route = call(
+            port, RemotingCommand(code=105, version=479, opaque=8, ext_fields={"topic": "Orders"})
+        )
+        big_query = RemotingCommand(
+            code=105, opaque=9, ext_fields={"topic": "Orders"}, body=b"x" * 70_000
+        )
         refused, closed = exchange(port, big_query, timeout=10)
         metrics = httpx.get(f"http://127.0.0.1:{server.service.http_port}/metrics").text
     # RouteInfoManager: a slave learns its live master's address and HA address.
     assert registered.code == ResponseCode.SUCCESS
-    assert registered.ext_fields == {"masterAddr": "10.0.0.1:10911",
-                                     "haServerAddr": "10.0.0.1:10912"}
+    assert registered.ext_fields == {
+        "masterAddr": "10.0.0.1:10911",
+        "haServerAddr": "10.0.0.1:10912",
+    }
     assert route.code == ResponseCode.SUCCESS and b"broker-a" in route.body
     assert refused == [] and closed
     [event] = events(kafka_bootstrap, topic)
     assert event["brokerAddr"] == "10.0.0.2:10911" and len(event["topicConfigTable"]) == 800
     assert 'routelake_collector_published_total{event="REGISTER"} 1' in metrics
-    assert 'routelake_lookup_requests_total{protocol="remoting",request="103",code="0"} 1' \
-        in metrics
+    assert (
+        'routelake_lookup_requests_total{protocol="remoting",request="103",code="0"} 1' in metrics
+    )
 
 
 def _metric(text: str, name: str) -> float | None:

@@ -21,5 +21,6 @@ def test_copied_fixtures_are_identical_to_shared():
     ours = ROOT / "tests" / "golden"
     for fixture in ours.iterdir():
         for item in fixture.iterdir():
-            assert item.read_bytes() == (SHARED / "golden" / fixture.name / item.name
-                                         ).read_bytes(), item
+            assert (
+                item.read_bytes() == (SHARED / "golden" / fixture.name / item.name).read_bytes()
+            ), item

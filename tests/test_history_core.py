@@ -50,8 +50,13 @@ Rows = dict[str, list[Row]]
 # ---- driving the clocks ---------------------------------------------------------------------
 
 
-def run_history(events: list[Event], rng: random.Random | None = None, round_trip: bool = False,
-                flags: RouteFlags = FLAGS, final: int | None = None) -> tuple[Rows, int]:
+def run_history(
+    events: list[Event],
+    rng: random.Random | None = None,
+    round_trip: bool = False,
+    flags: RouteFlags = FLAGS,
+    final: int | None = None,
+) -> tuple[Rows, int]:
     """Events in arrival order through per-group GroupClock + HistoryTracker, like the Spark
     step: random micro-batches when `rng` is given (else one), each batch's per-group changes
     MERGEd as one batch. Checks the history driver against plain GroupClock.advance on the way.
@@ -72,16 +77,23 @@ def run_history(events: list[Event], rng: random.Random | None = None, round_tri
             assert tracker.is_idle() or not clock.is_idle()
             batch += changes
             if round_trip:
-                groups[name] = (decode_clock(encode_clock(clock)),
-                                decode_history(encode_history(tracker)))
+                groups[name] = (
+                    decode_clock(encode_clock(clock)),
+                    decode_history(encode_history(tracker)),
+                )
         merge_history_batch(store, batch)  # raises if a batch holds two changes for one row
 
-    every_group = sorted({group_key(e) for e in events if not isinstance(e, TickEvent)
-                          and not isinstance(e, DeleteTopicEvent)})
+    every_group = sorted(
+        {
+            group_key(e)
+            for e in events
+            if not isinstance(e, TickEvent) and not isinstance(e, DeleteTopicEvent)
+        }
+    )
     max_seen = published = i = 0
     while i < len(events):
         size = rng.randint(1, 40) if rng else len(events)
-        chunk = events[i:i + size]
+        chunk = events[i : i + size]
         watermark = max(max_seen - DELAY_MS, 0)  # Spark's watermark lags one batch
         for position, event in enumerate(chunk, start=i):
             if isinstance(event, TickEvent):  # moves the watermark (max_seen) only
@@ -108,12 +120,12 @@ def run_history(events: list[Event], rng: random.Random | None = None, round_tri
     return rows, watermark
 
 
-def probe_times(events: list[Event], rows: Rows, watermark: int, rng: random.Random,
-                limit: int) -> list[int]:
+def probe_times(
+    events: list[Event], rows: Rows, watermark: int, rng: random.Random, limit: int
+) -> list[int]:
     """Event times, expiry deadlines and interval bounds, +-1 ms, and some random times."""
     marks = {e.eventTime for e in events}
-    marks |= {e.eventTime + (getattr(e, "heartbeatTimeoutMillis", None) or 120_000)
-              for e in events}
+    marks |= {e.eventTime + (getattr(e, "heartbeatTimeoutMillis", None) or 120_000) for e in events}
     for table_rows in rows.values():
         for r in table_rows:
             marks |= {r.get(c) for c in ("valid_from", "valid_to", "event_time", "deadline")}
@@ -121,12 +133,21 @@ def probe_times(events: list[Event], rows: Rows, watermark: int, rng: random.Ran
     start = min(e.eventTime for e in events)
     near = sorted({m + d for m in marks for d in (-1, 0, 1) if start - 1 <= m + d <= watermark})
     picked = near if len(near) <= limit else rng.sample(near, limit)
-    return sorted(set(picked) | {start - 1, watermark}
-                  | {rng.randint(start - 1, watermark) for _ in range(10)})
+    return sorted(
+        set(picked)
+        | {start - 1, watermark}
+        | {rng.randint(start - 1, watermark) for _ in range(10)}
+    )
 
 
-def assert_as_of_exact(events: list[Event], rows: Rows, watermark: int, seed: int,
-                       limit: int, flags: RouteFlags = FLAGS) -> None:
+def assert_as_of_exact(
+    events: list[Event],
+    rows: Rows,
+    watermark: int,
+    seed: int,
+    limit: int,
+    flags: RouteFlags = FLAGS,
+) -> None:
     for t in probe_times(events, rows, watermark, random.Random(seed), limit):
         expected = as_of_view(replay_dump(events, t, flags))
         assert as_of(rows, t) == expected, f"as of {t}"
@@ -148,8 +169,10 @@ def assert_well_formed(rows: Rows) -> None:
             for r in versions:
                 assert r["valid_to"] is None or r["valid_from"] < r["valid_to"], (table, key)
                 assert r["event_date"] == event_date(r["valid_from"])
-    identities = {tuple(r[c] for c in HISTORY_IDENTITY[BROKER_LIVENESS_EVENTS])
-                  for r in rows[BROKER_LIVENESS_EVENTS]}
+    identities = {
+        tuple(r[c] for c in HISTORY_IDENTITY[BROKER_LIVENESS_EVENTS])
+        for r in rows[BROKER_LIVENESS_EVENTS]
+    }
     assert len(identities) == len(rows[BROKER_LIVENESS_EVENTS])
     by_broker: dict[tuple, list[Row]] = defaultdict(list)
     for r in rows[BROKER_LIVENESS_EVENTS]:
@@ -190,8 +213,7 @@ def test_as_of_equals_reference_state_on_golden(name):
 @pytest.mark.parametrize("name", FIXTURES)
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_history_does_not_depend_on_micro_batches(name, seed):
-    rows, _ = run_history(events_of(fixture_lines(name)), random.Random(seed),
-                          round_trip=seed != 3)
+    rows, _ = run_history(events_of(fixture_lines(name)), random.Random(seed), round_trip=seed != 3)
     assert rows == one_shot(name)[0]
 
 
@@ -200,8 +222,14 @@ SIM_SEEDS = [3, 17, 29, 41]
 
 @cache
 def simulated(seed: int) -> list[Event]:
-    history = generate_history(seed, brokers=5, topics=6, duration_ms=40 * 60_000,
-                               disorder_ms=3000, fault_interval_ms=120_000)
+    history = generate_history(
+        seed,
+        brokers=5,
+        topics=6,
+        duration_ms=40 * 60_000,
+        disorder_ms=3000,
+        fault_interval_ms=120_000,
+    )
     return [parse_event(encode_event(e)) for e in history]
 
 
@@ -219,23 +247,48 @@ def test_as_of_equals_reference_state_on_simulated_fleets(seed):
 # ---- hand-made cases: same instant, expiry stamping, ties, rejection, deletion ----------------
 
 
-def reg(t: int, addr: str = "10.0.0.1:10911", broker_id: int = 0, topics: dict | None = None,
-        counter: int = 1, state_version: int = 0, timeout: int | None = None,
-        name: str = "broker-a", cluster: str = "C1") -> Event:
-    body = {"eventType": "REGISTER", "eventTime": t, "clusterName": cluster,
-            "brokerAddr": addr, "brokerName": name, "brokerId": broker_id,
-            "dataVersion": {"stateVersion": state_version, "timestamp": 1, "counter": counter},
-            "topicConfigTable": {n: {"topicName": n, "perm": p} for n, p in
-                                 (topics if topics is not None else {"T": 6}).items()}}
+def reg(
+    t: int,
+    addr: str = "10.0.0.1:10911",
+    broker_id: int = 0,
+    topics: dict | None = None,
+    counter: int = 1,
+    state_version: int = 0,
+    timeout: int | None = None,
+    name: str = "broker-a",
+    cluster: str = "C1",
+) -> Event:
+    body = {
+        "eventType": "REGISTER",
+        "eventTime": t,
+        "clusterName": cluster,
+        "brokerAddr": addr,
+        "brokerName": name,
+        "brokerId": broker_id,
+        "dataVersion": {"stateVersion": state_version, "timestamp": 1, "counter": counter},
+        "topicConfigTable": {
+            n: {"topicName": n, "perm": p}
+            for n, p in (topics if topics is not None else {"T": 6}).items()
+        },
+    }
     if timeout:
         body["heartbeatTimeoutMillis"] = timeout
     return parse_event(json.dumps(body))
 
 
 def unreg(t: int, addr: str = "10.0.0.1:10911", broker_id: int = 0) -> Event:
-    return parse_event(json.dumps({"eventType": "UNREGISTER", "eventTime": t,
-                                   "clusterName": "C1", "brokerAddr": addr,
-                                   "brokerName": "broker-a", "brokerId": broker_id}))
+    return parse_event(
+        json.dumps(
+            {
+                "eventType": "UNREGISTER",
+                "eventTime": t,
+                "clusterName": "C1",
+                "brokerAddr": addr,
+                "brokerName": "broker-a",
+                "brokerId": broker_id,
+            }
+        )
+    )
 
 
 def run_exact(events: list[Event], until: int, flags: RouteFlags = FLAGS) -> Rows:
@@ -249,32 +302,42 @@ def run_exact(events: list[Event], until: int, flags: RouteFlags = FLAGS) -> Row
 
 
 def topic_versions(rows: Rows, topic: str = "T") -> list[tuple]:
-    return [(r["valid_from"] - T0, None if r["valid_to"] is None else r["valid_to"] - T0,
-             r["perm"], r["started_by"], r["ended_by"])
-            for r in sorted(rows[TOPIC_ROUTE_HISTORY], key=lambda r: r["valid_from"])
-            if r["topic"] == topic]
+    return [
+        (
+            r["valid_from"] - T0,
+            None if r["valid_to"] is None else r["valid_to"] - T0,
+            r["perm"],
+            r["started_by"],
+            r["ended_by"],
+        )
+        for r in sorted(rows[TOPIC_ROUTE_HISTORY], key=lambda r: r["valid_from"])
+        if r["topic"] == topic
+    ]
 
 
 def test_versions_within_one_instant_are_dropped():
-    events = [reg(T0, topics={"T": 6}),
-              reg(T0 + 5, topics={"T": 4}, counter=2),
-              reg(T0 + 5, topics={"T": 2}, counter=3),  # same ms: perm 4 never showed
-              reg(T0 + 9, topics={"T": 4}, counter=4),
-              reg(T0 + 9, topics={"T": 2}, counter=5)]  # back to the value it had
+    events = [
+        reg(T0, topics={"T": 6}),
+        reg(T0 + 5, topics={"T": 4}, counter=2),
+        reg(T0 + 5, topics={"T": 2}, counter=3),  # same ms: perm 4 never showed
+        reg(T0 + 9, topics={"T": 4}, counter=4),
+        reg(T0 + 9, topics={"T": 2}, counter=5),
+    ]  # back to the value it had
     rows = run_exact(events, T0 + 20)
-    assert topic_versions(rows) == [(0, 5, 6, "TOPIC_ADDED", "CONFIG_CHANGED"),
-                                    (5, 9, 2, "CONFIG_CHANGED", "CONFIG_CHANGED"),
-                                    (9, None, 2, "CONFIG_CHANGED", None)]
+    assert topic_versions(rows) == [
+        (0, 5, 6, "TOPIC_ADDED", "CONFIG_CHANGED"),
+        (5, 9, 2, "CONFIG_CHANGED", "CONFIG_CHANGED"),
+        (9, None, 2, "CONFIG_CHANGED", None),
+    ]
 
 
 def test_group_created_and_removed_in_one_instant_leaves_only_liveness():
     rows = run_exact([reg(T0 + 3), unreg(T0 + 3), reg(T0 + 8, topics={"U": 6})], T0 + 20)
     assert topic_versions(rows) == []
     assert [r["valid_from"] - T0 for r in rows[BROKER_MEMBERSHIP_HISTORY]] == [8]
-    assert [(r["event_time"] - T0, r["seq"], r["event_type"])
-            for r in rows[BROKER_LIVENESS_EVENTS]] == [(3, 0, "REGISTERED"),
-                                                       (3, 1, "UNREGISTERED"),
-                                                       (8, 0, "REGISTERED")]
+    assert [
+        (r["event_time"] - T0, r["seq"], r["event_type"]) for r in rows[BROKER_LIVENESS_EVENTS]
+    ] == [(3, 0, "REGISTERED"), (3, 1, "UNREGISTERED"), (8, 0, "REGISTERED")]
     assert as_of(rows, T0 + 3)["liveBrokers"] == []
 
 
@@ -285,8 +348,11 @@ def test_expiry_is_stamped_deadline_plus_one_whatever_detects_it():
     clock.add(events[0], ("f", 0))
     _, transitions = advance_transitions(clock, deadline + 50_000, FLAGS)
     expiry = transitions[-1]
-    assert (expiry.kind, expiry.time, expiry.detected_at) == ("EXPIRE", deadline + 1,
-                                                             deadline + 50_000)
+    assert (expiry.kind, expiry.time, expiry.detected_at) == (
+        "EXPIRE",
+        deadline + 1,
+        deadline + 50_000,
+    )
     rows = run_exact(events, deadline + 50_000)
     (expired,) = [r for r in rows[BROKER_LIVENESS_EVENTS] if r["event_type"] == "EXPIRED"]
     assert (expired["event_time"], expired["deadline"]) == (deadline + 1, deadline)
@@ -298,19 +364,26 @@ def test_expiry_is_stamped_deadline_plus_one_whatever_detects_it():
 def test_expiry_and_registration_in_the_same_ms():
     # expires at deadline + 1 = 30_001, before the registration at 30_001 is applied
     rows = run_exact([reg(T0, timeout=30_000), reg(T0 + 30_001, topics={"T": 6})], T0 + 40_000)
-    assert topic_versions(rows) == [(0, 30_001, 6, "TOPIC_ADDED", "GROUP_REMOVED"),
-                                    (30_001, None, 6, "TOPIC_ADDED", None)]
+    assert topic_versions(rows) == [
+        (0, 30_001, 6, "TOPIC_ADDED", "GROUP_REMOVED"),
+        (30_001, None, 6, "TOPIC_ADDED", None),
+    ]
     assert [r["event_type"] for r in rows[BROKER_LIVENESS_EVENTS]] == [
-        "REGISTERED", "EXPIRED", "REGISTERED"]
+        "REGISTERED",
+        "EXPIRED",
+        "REGISTERED",
+    ]
 
 
 def test_brokers_expiring_together():
     slave = "10.0.0.2:10911"
-    events = [reg(T0, timeout=60_000), reg(T0 + 30_000, addr=slave, broker_id=1,
-                                           timeout=30_000)]
+    events = [reg(T0, timeout=60_000), reg(T0 + 30_000, addr=slave, broker_id=1, timeout=30_000)]
     rows = run_exact(events, T0 + 100_000)  # both deadlines are T0 + 60_000
-    expired = [(r["broker_addr"], r["event_time"] - T0, r["seq"])
-               for r in rows[BROKER_LIVENESS_EVENTS] if r["event_type"] == "EXPIRED"]
+    expired = [
+        (r["broker_addr"], r["event_time"] - T0, r["seq"])
+        for r in rows[BROKER_LIVENESS_EVENTS]
+        if r["event_type"] == "EXPIRED"
+    ]
     assert expired == [("10.0.0.1:10911", 60_001, 0), (slave, 60_001, 1)]
     (topic,) = rows[TOPIC_ROUTE_HISTORY]
     assert topic["end_broker_addr"] == slave  # the removal that emptied the group
@@ -318,23 +391,38 @@ def test_brokers_expiring_together():
 
 def test_role_switch_and_takeover_reasons():
     a, b = "10.0.0.1:10911", "10.0.0.2:10911"
-    events = [reg(T0, addr=a), reg(T0 + 1, addr=b, broker_id=1),
-              reg(T0 + 2, addr=b, broker_id=0, state_version=1),  # b takes id 0 from a
-              reg(T0 + 3, addr=a, broker_id=1)]
+    events = [
+        reg(T0, addr=a),
+        reg(T0 + 1, addr=b, broker_id=1),
+        reg(T0 + 2, addr=b, broker_id=0, state_version=1),  # b takes id 0 from a
+        reg(T0 + 3, addr=a, broker_id=1),
+    ]
     rows = run_exact(events, T0 + 10)
-    got = sorted((r["broker_id"], r["broker_addr"], r["valid_from"] - T0, r["start_reason"],
-                  r["end_reason"]) for r in rows[BROKER_MEMBERSHIP_HISTORY])
-    assert got == [(0, a, 0, "REGISTERED", "REPLACED"), (0, b, 2, "ROLE_SWITCH", None),
-                   (1, a, 3, "REGISTERED", None), (1, b, 1, "REGISTERED", "ROLE_SWITCH")]
+    got = sorted(
+        (r["broker_id"], r["broker_addr"], r["valid_from"] - T0, r["start_reason"], r["end_reason"])
+        for r in rows[BROKER_MEMBERSHIP_HISTORY]
+    )
+    assert got == [
+        (0, a, 0, "REGISTERED", "REPLACED"),
+        (0, b, 2, "ROLE_SWITCH", None),
+        (1, a, 3, "REGISTERED", None),
+        (1, b, 1, "REGISTERED", "ROLE_SWITCH"),
+    ]
 
 
 def test_rejected_registration_leaves_the_live_table():
     a, b = "10.0.0.1:10911", "10.0.0.2:10911"
-    events = [reg(T0, addr=a, state_version=5), reg(T0 + 1, addr=b, broker_id=1, state_version=5),
-              reg(T0 + 2, addr=b, broker_id=0, state_version=3)]  # stale: rejected
+    events = [
+        reg(T0, addr=a, state_version=5),
+        reg(T0 + 1, addr=b, broker_id=1, state_version=5),
+        reg(T0 + 2, addr=b, broker_id=0, state_version=3),
+    ]  # stale: rejected
     rows = run_exact(events, T0 + 10)
     assert [(r["broker_addr"], r["event_type"]) for r in rows[BROKER_LIVENESS_EVENTS]] == [
-        (a, "REGISTERED"), (b, "REGISTERED"), (b, "REJECTED")]
+        (a, "REGISTERED"),
+        (b, "REGISTERED"),
+        (b, "REJECTED"),
+    ]
 
 
 def test_topic_deleted_on_registration():
@@ -346,11 +434,12 @@ def test_topic_deleted_on_registration():
 
 def test_two_clusters_for_one_broker_name():
     # the group's cluster set keeps the second name: not derivable from brokerAddrTable
-    events = [reg(T0), reg(T0 + 1, addr="10.0.0.2:10911", broker_id=1, cluster="C2"),
-              unreg(T0 + 2)]
+    events = [reg(T0), reg(T0 + 1, addr="10.0.0.2:10911", broker_id=1, cluster="C2"), unreg(T0 + 2)]
     rows = run_exact(events, T0 + 10)
-    assert sorted((r["cluster_name"], r["valid_to"]) for r in
-                  rows[CLUSTER_MEMBERSHIP_HISTORY]) == [("C1", None), ("C2", None)]
+    assert sorted((r["cluster_name"], r["valid_to"]) for r in rows[CLUSTER_MEMBERSHIP_HISTORY]) == [
+        ("C1", None),
+        ("C2", None),
+    ]
 
 
 # ---- the writer's side --------------------------------------------------------------------
@@ -369,13 +458,33 @@ def test_merging_a_batch_twice_changes_nothing():
 
 
 def test_compaction_folds_open_and_close_of_one_row():
-    row = {"topic": "T", "broker_name": "b", "valid_from": 1, "valid_to": None, "perm": 6,
-           "ended_by": None, "end_event": None, "end_broker_addr": None, "event_date": "x"}
-    close = {"topic": "T", "broker_name": "b", "valid_from": 1, "valid_to": 4,
-             "ended_by": "CONFIG_CHANGED", "end_event": "REGISTER", "end_broker_addr": "a",
-             "event_date": "x"}
-    (folded,) = compact_changes([HistoryChange(TOPIC_ROUTE_HISTORY, UPSERT, row),
-                                 HistoryChange(TOPIC_ROUTE_HISTORY, "close", close)])
+    row = {
+        "topic": "T",
+        "broker_name": "b",
+        "valid_from": 1,
+        "valid_to": None,
+        "perm": 6,
+        "ended_by": None,
+        "end_event": None,
+        "end_broker_addr": None,
+        "event_date": "x",
+    }
+    close = {
+        "topic": "T",
+        "broker_name": "b",
+        "valid_from": 1,
+        "valid_to": 4,
+        "ended_by": "CONFIG_CHANGED",
+        "end_event": "REGISTER",
+        "end_broker_addr": "a",
+        "event_date": "x",
+    }
+    (folded,) = compact_changes(
+        [
+            HistoryChange(TOPIC_ROUTE_HISTORY, UPSERT, row),
+            HistoryChange(TOPIC_ROUTE_HISTORY, "close", close),
+        ]
+    )
     assert folded.op == UPSERT and folded.row == {**row, **close}
     with pytest.raises(ValueError):
         merge_history_batch({}, [HistoryChange(TOPIC_ROUTE_HISTORY, UPSERT, row)] * 2)

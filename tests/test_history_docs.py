@@ -14,7 +14,8 @@ DOC = ROOT / "docs" / "history-recipes.md"
 def test_recipe_blocks_are_up_to_date():
     text = DOC.read_text()
     assert hr.sync_doc(text) == text, (
-        "run: .venv/bin/python -m routing_lib.history_recipes --sync-doc docs/history-recipes.md")
+        "run: .venv/bin/python -m routing_lib.history_recipes --sync-doc docs/history-recipes.md"
+    )
 
 
 def test_doc_shows_every_sql_text_and_function():

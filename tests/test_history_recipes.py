@@ -56,8 +56,10 @@ class Facts:
 def _instants(events: list, until: int) -> Iterator[tuple[int, dict[str, GroupRoutes], list]]:
     """The reference replay, stopping after every instant: expire brokers whose deadline is
     before t, then apply the events at t (the same order as replay())."""
-    ordered = sorted(((e.eventTime, i, e) for i, e in enumerate(events) if e.eventTime <= until),
-                     key=lambda item: item[:2])
+    ordered = sorted(
+        ((e.eventTime, i, e) for i, e in enumerate(events) if e.eventTime <= until),
+        key=lambda item: item[:2],
+    )
     groups: dict[str, GroupRoutes] = {}
     i = 0
     while True:
@@ -108,11 +110,13 @@ def core_facts(events: list, until: int, samples: set[int]) -> Facts:
                 previous = last_version.get(key)
                 if topic in listed and previous == queue:
                     continue  # same version as at the previous instant
-                if (previous is not None and previous.perm & PERM_WRITE
-                        and not queue.perm & PERM_WRITE):
+                if (
+                    previous is not None
+                    and previous.perm & PERM_WRITE
+                    and not queue.perm & PERM_WRITE
+                ):
                     previous_to = t if topic in listed else gone_at[key]
-                    facts.perm_lost.append((topic, name, t, previous.perm, queue.perm,
-                                            previous_to))
+                    facts.perm_lost.append((topic, name, t, previous.perm, queue.perm, previous_to))
                 last_version[key] = queue
             for topic in listed - g.topics.keys():
                 gone_at[(topic, name)] = t
@@ -136,8 +140,14 @@ def _routes(groups: dict[str, GroupRoutes]) -> dict[str, dict[str, tuple]]:
         cluster = data.cluster if data else None
         master = data.broker_addrs.get(0) if data else None
         for topic, q in g.topics.items():
-            out.setdefault(topic, {})[name] = (q.read_queue_nums, q.write_queue_nums, q.perm,
-                                               q.topic_sys_flag, cluster, master)
+            out.setdefault(topic, {})[name] = (
+                q.read_queue_nums,
+                q.write_queue_nums,
+                q.perm,
+                q.topic_sys_flag,
+                cluster,
+                master,
+            )
     return out
 
 
@@ -157,22 +167,35 @@ def fleet(spark, config, tmp_path_factory) -> Fleet:
     from routing_lib.backfill import run_backfill
 
     warehouse = tmp_path_factory.mktemp("recipes") / "warehouse"
-    run_backfill(config, [str(GOLDEN / name / "events.jsonl") for name in FIXTURES],
-                 str(warehouse), spark=spark)
+    run_backfill(
+        config,
+        [str(GOLDEN / name / "events.jsonl") for name in FIXTURES],
+        str(warehouse),
+        spark=spark,
+    )
     events = [parse_event(line) for name in FIXTURES for line in fixture_lines(name)]
     watermark = default_watermark(events, DELAY_MS)
     times = sorted({e.eventTime for e in events if e.eventTime <= watermark})
     samples = sorted(random.Random(7).sample(times[:-1], 12) + [times[-1]])
     facts = core_facts(events, watermark, set(samples))
     assert facts.checked_against_replay == len(set(samples))
-    return Fleet(warehouse, events, watermark, hr.load_frames(warehouse),
-                 load_history(warehouse), facts, samples)
+    return Fleet(
+        warehouse,
+        events,
+        watermark,
+        hr.load_frames(warehouse),
+        load_history(warehouse),
+        facts,
+        samples,
+    )
 
 
 def records(frame: pd.DataFrame) -> list[tuple]:
     """DataFrame rows as tuples of plain values (<NA> -> None)."""
-    return [tuple(None if pd.isna(v) else v for v in row)
-            for row in frame.astype(object).itertuples(index=False)]
+    return [
+        tuple(None if pd.isna(v) else v for v in row)
+        for row in frame.astype(object).itertuples(index=False)
+    ]
 
 
 def spark_records(spark, fleet: Fleet, sql: str, **params: Any) -> list[tuple]:
@@ -188,11 +211,15 @@ def test_routes_at(fleet, spark):
             expected = fleet.facts.routes[t].get(topic, {})
             got = hr.routes_at(fleet.frames, topic, t)
             assert records(got.drop(columns="since")) == [
-                (name, *expected[name][4:], *expected[name][:4]) for name in sorted(expected)]
-            assert {r.broker_name: (r.read_queue_nums, r.write_queue_nums, r.perm,
-                                    r.topic_sys_flag) for r in got.itertuples()} == {
+                (name, *expected[name][4:], *expected[name][:4]) for name in sorted(expected)
+            ]
+            assert {
+                r.broker_name: (r.read_queue_nums, r.write_queue_nums, r.perm, r.topic_sys_flag)
+                for r in got.itertuples()
+            } == {
                 name: (q["readQueueNums"], q["writeQueueNums"], q["perm"], q["topicSysFlag"])
-                for name, q in replayed.get(topic, {}).items()}
+                for name, q in replayed.get(topic, {}).items()
+            }
     t = fleet.samples[len(fleet.samples) // 2]
     pandas = hr.routes_at(fleet.frames, TOPIC, t)
     assert len(pandas) > 1
@@ -202,8 +229,9 @@ def test_routes_at(fleet, spark):
 
 def test_masterless_intervals(fleet, spark):
     pandas = hr.masterless_intervals(fleet.frames)
-    expected = sorted((name, start, end) for name, spans in fleet.facts.masterless.items()
-                      for start, end in spans)
+    expected = sorted(
+        (name, start, end) for name, spans in fleet.facts.masterless.items() for start, end in spans
+    )
     assert records(pandas) == expected
     assert len(expected) > 10
     assert ("broker-a", 1764000005000, 1764000121001) in expected  # fixture 11: slave left
@@ -222,14 +250,16 @@ def test_masterless_intervals(fleet, spark):
 
 def test_write_perm_lost(fleet, spark):
     everything = hr.write_perm_lost(fleet.frames, 0, fleet.watermark + 1)
-    assert records(everything) == [r[:5] + (_started_by(fleet, r), _addr(fleet, r), r[5])
-                                   for r in fleet.facts.perm_lost]
+    assert records(everything) == [
+        r[:5] + (_started_by(fleet, r), _addr(fleet, r), r[5]) for r in fleet.facts.perm_lost
+    ]
     assert {"PERM_WIPED", "CONFIG_CHANGED"} <= set(everything["started_by"])
     wiped = everything[everything["broker_name"] == "broker-a"]  # fixture 11
     assert sorted(wiped["topic"]) == ["DefaultCluster", "Orders", TOPIC]
     assert records(wiped[["topic", "lost_at", "previous_perm", "perm", "started_by"]]) == [
-        (topic, 1764000005000, 7 if topic == TOPIC else 6, 5 if topic == TOPIC else 4,
-         "PERM_WIPED") for topic in sorted(wiped["topic"])]
+        (topic, 1764000005000, 7 if topic == TOPIC else 6, 5 if topic == TOPIC else 4, "PERM_WIPED")
+        for topic in sorted(wiped["topic"])
+    ]
 
     # [A, B): A included, B excluded.
     times = sorted(set(everything["lost_at"]))
@@ -250,8 +280,9 @@ def test_write_perm_lost(fleet, spark):
 def _history_row(fleet: Fleet, fact: tuple) -> dict:
     topic, name, t = fact[:3]
     rows = fleet.frames["topic_route_history"]
-    match = rows[(rows["topic"] == topic) & (rows["broker_name"] == name)
-                 & (rows["valid_from"] == t)]
+    match = rows[
+        (rows["topic"] == topic) & (rows["broker_name"] == name) & (rows["valid_from"] == t)
+    ]
     assert len(match) == 1, fact
     return match.iloc[0]
 
@@ -267,25 +298,29 @@ def _addr(fleet: Fleet, fact: tuple) -> str:
 def test_frequent_expiries(fleet, spark):
     counted = Counter(
         (r["cluster_name"], r["broker_name"], r["broker_addr"], _day(r["event_time"]))
-        for r in fleet.rows[BROKER_LIVENESS_EVENTS] if r["event_type"] == EXPIRED)
+        for r in fleet.rows[BROKER_LIVENESS_EVENTS]
+        if r["event_type"] == EXPIRED
+    )
     assert counted == fleet.facts.expiries
     for n in (0, 3, 30):
         pandas = hr.frequent_expiries(fleet.frames, n)
-        expected = sorted(((*key, c) for key, c in counted.items() if c > n),
-                          key=lambda r: (r[3], -r[4], r[0], r[2]))
+        expected = sorted(
+            ((*key, c) for key, c in counted.items() if c > n),
+            key=lambda r: (r[3], -r[4], r[0], r[2]),
+        )
         assert records(pandas) == expected
         assert records(hr.frequent_expiries(fleet.rows, n)) == expected
     assert len(hr.frequent_expiries(fleet.frames, 3)) > 1
     assert spark_records(spark, fleet, hr.FREQUENT_EXPIRIES_SQL, n=3) == records(
-        hr.frequent_expiries(fleet.frames, 3))
+        hr.frequent_expiries(fleet.frames, 3)
+    )
 
 
 def test_cluster_sizes(fleet, spark):
     pandas = hr.cluster_sizes(fleet.frames)
     expected = sorted(fleet.facts.cluster_sizes)
     assert records(pandas) == expected
-    assert {c for c, _, _ in expected} >= {"cluster-0", "cluster-1", "cluster-2",
-                                            "DefaultCluster"}
+    assert {c for c, _, _ in expected} >= {"cluster-0", "cluster-1", "cluster-2", "DefaultCluster"}
     assert records(hr.cluster_sizes(fleet.rows)) == expected
     assert spark_records(spark, fleet, hr.CLUSTER_SIZES_SQL) == expected
     # The reference replay at some change points and 1 ms before them.
@@ -304,6 +339,17 @@ def test_history_plot(fleet, tmp_path, capsys):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
     small = plot_history(fleet.warehouse, tmp_path / "a.png", broker_names=["broker-a"])
     assert small.stat().st_size < out.stat().st_size
-    assert main(["history", "plot", "--warehouse", str(fleet.warehouse),
-                 "--out", str(tmp_path / "cli.png")]) == 0
+    assert (
+        main(
+            [
+                "history",
+                "plot",
+                "--warehouse",
+                str(fleet.warehouse),
+                "--out",
+                str(tmp_path / "cli.png"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "cli.png").exists() and "wrote" in capsys.readouterr().out

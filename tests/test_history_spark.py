@@ -18,8 +18,9 @@ from tests.helpers import GOLDEN, fixture_lines, reference_dump, split_lines, wr
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("name", ["08_role_switch", "11_acting_master_perm_wipe",
-                                  "20_random_fleet_seed101"])
+@pytest.mark.parametrize(
+    "name", ["08_role_switch", "11_acting_master_perm_wipe", "20_random_fleet_seed101"]
+)
 def test_as_of_from_delta_history_equals_state_at_t(name, backfill, tmp_path):
     lines = fixture_lines(name)
     events = [parse_event(line) for line in lines]
@@ -38,8 +39,10 @@ def test_as_of_refuses_times_past_the_watermark(backfill, capsys):
     dump = backfill([GOLDEN / "04_expiry_default_120s" / "events.jsonl"])
     with pytest.raises(WarehouseError):
         as_of_dump(backfill.warehouse, dump["watermark"] + 1)
-    assert main(["as-of", "--warehouse", str(backfill.warehouse),
-                 "--at", str(dump["watermark"] + 1)]) == 1
+    assert (
+        main(["as-of", "--warehouse", str(backfill.warehouse), "--at", str(dump["watermark"] + 1)])
+        == 1
+    )
     assert "watermark" in capsys.readouterr().err
 
 
@@ -51,8 +54,9 @@ def test_history_rows_do_not_depend_on_batch_boundaries(backfill, tmp_path, spar
     one = backfill([GOLDEN / name / "events.jsonl"])
     write_files(tmp_path / "split", split_lines(lines, 7, random.Random(4)))
     other = tmp_path / "other-warehouse"
-    run_backfill(config, [str(tmp_path / "split")], str(other), spark=spark,
-                 max_files_per_trigger=1)
+    run_backfill(
+        config, [str(tmp_path / "split")], str(other), spark=spark, max_files_per_trigger=1
+    )
     first, second = load_history(backfill.warehouse), load_history(other)
     for table in HISTORY_TABLES:
         assert _sorted(first[table]) == _sorted(second[table]), table

@@ -29,21 +29,37 @@ DAYS = ("2025-11-24", "2025-11-25")
 
 def _write(path: Path, batches: list[dict], partition_by: list[str] | None = None) -> None:
     for batch in batches:  # one commit, one or more files each
-        write_deltalake(str(path), pa.table(batch), mode="append", partition_by=partition_by,
-                        configuration=CDF)
+        write_deltalake(
+            str(path), pa.table(batch), mode="append", partition_by=partition_by, configuration=CDF
+        )
 
 
 @pytest.fixture
 def warehouse(tmp_path: Path) -> Path:
     root = tmp_path / "warehouse"
-    _write(root / TOPIC_QUEUE, [
-        {"topic": [f"T{i}", f"U{i}"], "broker_name": ["broker-a", "broker-b"],
-         "perm": pa.array([6, 4], pa.int32())} for i in range(5)])
-    _write(root / PROGRESS, [{"batch_id": [i], "watermark": [1_764_000_000_000 + i]}
-                             for i in range(4)])
-    _write(root / TOPIC_ROUTE_HISTORY, [
-        {"topic": [f"T{i}"], "valid_from": [1_764_000_000_000 + i], "event_date": [day]}
-        for day in DAYS for i in range(3)], partition_by=["event_date"])
+    _write(
+        root / TOPIC_QUEUE,
+        [
+            {
+                "topic": [f"T{i}", f"U{i}"],
+                "broker_name": ["broker-a", "broker-b"],
+                "perm": pa.array([6, 4], pa.int32()),
+            }
+            for i in range(5)
+        ],
+    )
+    _write(
+        root / PROGRESS, [{"batch_id": [i], "watermark": [1_764_000_000_000 + i]} for i in range(4)]
+    )
+    _write(
+        root / TOPIC_ROUTE_HISTORY,
+        [
+            {"topic": [f"T{i}"], "valid_from": [1_764_000_000_000 + i], "event_date": [day]}
+            for day in DAYS
+            for i in range(3)
+        ],
+        partition_by=["event_date"],
+    )
     return root
 
 
@@ -58,14 +74,17 @@ def _rows(table: Path) -> list[tuple]:
 
 def _state(root: Path) -> dict[str, tuple[int, int, list[tuple]]]:
     tables = (TOPIC_QUEUE, PROGRESS, TOPIC_ROUTE_HISTORY)
-    return {t: (len(DeltaTable(str(root / t)).file_uris()), _parquet_on_disk(root / t),
-                _rows(root / t)) for t in tables}
+    return {
+        t: (len(DeltaTable(str(root / t)).file_uris()), _parquet_on_disk(root / t), _rows(root / t))
+        for t in tables
+    }
 
 
 def test_optimize_and_vacuum_shrink_files_and_keep_rows(warehouse):
     before = _state(warehouse)
-    reports = {r.table: r for r in housekeep(warehouse, vacuum_hours=0,
-                                              disable_retention_check=True)}
+    reports = {
+        r.table: r for r in housekeep(warehouse, vacuum_hours=0, disable_retention_check=True)
+    }
     after = _state(warehouse)
     assert set(reports) == set(WAREHOUSE_TABLES)
     assert (before[TOPIC_QUEUE][0], after[TOPIC_QUEUE][0]) == (5, 1)
@@ -77,7 +96,8 @@ def test_optimize_and_vacuum_shrink_files_and_keep_rows(warehouse):
         compaction = reports[table].compaction
         assert compaction["numFilesRemoved"] == before[table][0]
         assert len(reports[table].vacuumed) == (
-            before[table][1] + compaction["numFilesAdded"] - on_disk)
+            before[table][1] + compaction["numFilesAdded"] - on_disk
+        )
     # Tables the warehouse does not have are skipped, not errors.
     assert reports["dead_letter_table"].skipped and not reports["dead_letter_table"].error
     assert not any(r.error for r in reports.values())
@@ -100,9 +120,11 @@ def test_default_retention_keeps_replaced_files(warehouse):
 def test_full_vacuum_removes_old_orphans_and_change_data(warehouse):
     table = warehouse / TOPIC_QUEUE
     old, fresh = time.time() - 30 * 24 * 3600, time.time()
-    strays = {table / "_change_data" / "cdc-old.snappy.parquet": old,
-              table / "part-orphan-old.snappy.parquet": old,
-              table / "part-orphan-new.snappy.parquet": fresh}
+    strays = {
+        table / "_change_data" / "cdc-old.snappy.parquet": old,
+        table / "part-orphan-old.snappy.parquet": old,
+        table / "part-orphan-new.snappy.parquet": fresh,
+    }
     for path, mtime in strays.items():
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(b"not referenced by the log")
@@ -112,7 +134,9 @@ def test_full_vacuum_removes_old_orphans_and_change_data(warehouse):
     report = housekeep(warehouse, tables=(TOPIC_QUEUE,))[0]  # like Spark's VACUUM, 168 h
     assert {p: p.exists() for p in strays} == {p: m == fresh for p, m in strays.items()}
     assert sorted(Path(f).name for f in report.vacuumed) == [
-        "cdc-old.snappy.parquet", "part-orphan-old.snappy.parquet"]
+        "cdc-old.snappy.parquet",
+        "part-orphan-old.snappy.parquet",
+    ]
     assert len(DeltaTable(str(table)).file_uris()) == 1
 
 
@@ -120,8 +144,9 @@ def test_dry_run_changes_nothing(warehouse):
     housekeep(warehouse, 168)  # leaves replaced files for a later VACUUM
     versions = {t: DeltaTable(str(warehouse / t)).version() for t in (TOPIC_QUEUE, PROGRESS)}
     before = _state(warehouse)
-    reports = {r.table: r for r in housekeep(warehouse, 0, dry_run=True,
-                                              disable_retention_check=True)}
+    reports = {
+        r.table: r for r in housekeep(warehouse, 0, dry_run=True, disable_retention_check=True)
+    }
     assert _state(warehouse) == before
     assert {t: DeltaTable(str(warehouse / t)).version() for t in versions} == versions
     assert len(reports[TOPIC_QUEUE].vacuumed) == 5  # what a real run would delete
@@ -130,12 +155,13 @@ def test_dry_run_changes_nothing(warehouse):
 def test_partition_filter_scopes_history_compaction(warehouse):
     reports = {r.table: r for r in housekeep(warehouse, 168, before=DAYS[1])}
     history = DeltaTable(str(warehouse / TOPIC_ROUTE_HISTORY))
-    per_day = {day: sum(f"event_date={day}" in uri for uri in history.file_uris())
-               for day in DAYS}
+    per_day = {day: sum(f"event_date={day}" in uri for uri in history.file_uris()) for day in DAYS}
     assert per_day == {DAYS[0]: 1, DAYS[1]: 3}  # only the earlier day was compacted
     assert reports[TOPIC_QUEUE].files_after == 1  # unpartitioned tables: always whole
     assert partition_filters(TOPIC_ROUTE_HISTORY, DAYS[0], DAYS[1]) == [
-        ("event_date", ">=", DAYS[0]), ("event_date", "<", DAYS[1])]
+        ("event_date", ">=", DAYS[0]),
+        ("event_date", "<", DAYS[1]),
+    ]
     assert partition_filters(TOPIC_QUEUE, DAYS[0], None) is None
 
 
@@ -145,16 +171,32 @@ def test_short_retention_needs_the_explicit_flag(warehouse, capsys):
     assert main(["--warehouse", str(warehouse), "--vacuum-hours", "24"]) == 2
     assert "--disable-retention-check" in capsys.readouterr().err
     assert _parquet_on_disk(warehouse / TOPIC_QUEUE) == 5  # nothing touched
-    assert main(["--warehouse", str(warehouse), "--vacuum-hours", "0",
-                 "--disable-retention-check", "--table", TOPIC_QUEUE]) == 0
+    assert (
+        main(
+            [
+                "--warehouse",
+                str(warehouse),
+                "--vacuum-hours",
+                "0",
+                "--disable-retention-check",
+                "--table",
+                TOPIC_QUEUE,
+            ]
+        )
+        == 0
+    )
     assert f"{TOPIC_QUEUE}: 5 -> 1 files" in capsys.readouterr().out
     assert _parquet_on_disk(warehouse / TOPIC_QUEUE) == 1
     assert _parquet_on_disk(warehouse / PROGRESS) == 4  # --table: the others untouched
 
 
 def test_script(warehouse):
-    result = subprocess.run([str(ROOT / "scripts" / "housekeeping.sh"), "--warehouse",
-                             str(warehouse), "--dry-run"], capture_output=True, text=True,
-                            check=False, timeout=120)
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "housekeeping.sh"), "--warehouse", str(warehouse), "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert f"{TOPIC_QUEUE}: 5 files; vacuum would delete 0" in result.stdout

@@ -18,23 +18,43 @@ TOPICS = 10_000
 
 
 def register(t: int, counter: int = 1) -> dict:
-    return {"eventType": "REGISTER", "eventTime": t, "clusterName": "C",
-            "brokerAddr": "10.0.0.1:10911", "brokerName": "wide", "brokerId": 0,
-            "haServerAddr": "10.0.0.1:10912",
-            "dataVersion": {"stateVersion": 0, "timestamp": T0, "counter": counter},
-            "topicConfigTable": {f"T{i:05d}": {"topicName": f"T{i:05d}", "readQueueNums": 8,
-                                              "writeQueueNums": 8, "perm": 6}
-                                 for i in range(TOPICS)}}
+    return {
+        "eventType": "REGISTER",
+        "eventTime": t,
+        "clusterName": "C",
+        "brokerAddr": "10.0.0.1:10911",
+        "brokerName": "wide",
+        "brokerId": 0,
+        "haServerAddr": "10.0.0.1:10912",
+        "dataVersion": {"stateVersion": 0, "timestamp": T0, "counter": counter},
+        "topicConfigTable": {
+            f"T{i:05d}": {
+                "topicName": f"T{i:05d}",
+                "readQueueNums": 8,
+                "writeQueueNums": 8,
+                "perm": 6,
+            }
+            for i in range(TOPICS)
+        },
+    }
 
 
 def heartbeat(t: int) -> dict:
-    return {"eventType": "HEARTBEAT", "eventTime": t, "clusterName": "C",
-            "brokerAddr": "10.0.0.1:10911", "brokerName": "wide", "brokerId": 0}
+    return {
+        "eventType": "HEARTBEAT",
+        "eventTime": t,
+        "clusterName": "C",
+        "brokerAddr": "10.0.0.1:10911",
+        "brokerName": "wide",
+        "brokerId": 0,
+    }
 
 
 def rows(*records: dict) -> list[tuple]:
-    return [(r["eventTime"], "k-0", n, pack_event(parse_event(json.dumps(r))))
-            for n, r in enumerate(records)]
+    return [
+        (r["eventTime"], "k-0", n, pack_event(parse_event(json.dumps(r))))
+        for n, r in enumerate(records)
+    ]
 
 
 def registered_state():
@@ -55,8 +75,9 @@ def step_again(saved, records: list[dict], watermark: int):
 
 def test_heartbeats_only_batch_does_not_decode_the_topic_table():
     saved = registered_state()
-    after, out, decodes = step_again(saved, [heartbeat(T0 + 5_000), heartbeat(T0 + 10_000)],
-                                     watermark=T0 + 10_000)
+    after, out, decodes = step_again(
+        saved, [heartbeat(T0 + 5_000), heartbeat(T0 + 10_000)], watermark=T0 + 10_000
+    )
     assert decodes == 0
     assert after[1] is saved[1]  # the topics blob, handed back as it came
     assert after[3] is saved[3]  # the topic history opens too

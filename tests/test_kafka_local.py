@@ -30,9 +30,12 @@ Message = tuple[int, bytes | None, bytes]  # partition, key, value
 def consume(bootstrap: str, topic: str, count: int, timeout_s: float = 30.0) -> list[Message]:
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
-                             fetch_max_bytes=MAX_MESSAGE_BYTES)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+        fetch_max_bytes=MAX_MESSAGE_BYTES,
+    )
     try:
         numbers = sorted(consumer.partitions_for_topic(topic))
         partitions = [TopicPartition(topic, p) for p in numbers]
@@ -64,11 +67,16 @@ def test_topic_exists_with_partitions(kafka_bootstrap: str, topic: str) -> None:
     assert kafka_local.topic_partitions(kafka_bootstrap, wide) == 3
 
 
-def test_produce_files_sends_lines_as_they_are(kafka_bootstrap: str, topic: str,
-                                               tmp_path) -> None:
+def test_produce_files_sends_lines_as_they_are(kafka_bootstrap: str, topic: str, tmp_path) -> None:
     register = next(e for e in generate_history(1, 1, 3, 30_000) if e["eventType"] == "REGISTER")
-    heartbeat = {"eventType": "HEARTBEAT", "eventTime": DEFAULT_START_MS, "clusterName": "c",
-                 "brokerAddr": "10.0.0.9:10911", "brokerName": "broker-b", "brokerId": 0}
+    heartbeat = {
+        "eventType": "HEARTBEAT",
+        "eventTime": DEFAULT_START_MS,
+        "clusterName": "c",
+        "brokerAddr": "10.0.0.9:10911",
+        "brokerName": "broker-b",
+        "brokerId": 0,
+    }
     malformed = b'{"brokerName":"broker-c", oops'
     lines = [EventEncoder()(register), json.dumps(heartbeat).encode(), malformed]
     path = tmp_path / "three.jsonl"
@@ -76,12 +84,27 @@ def test_produce_files_sends_lines_as_they_are(kafka_bootstrap: str, topic: str,
     assert produce_files(kafka_bootstrap, topic, [path]) == 3
     got = consume(kafka_bootstrap, topic, 3)
     assert {value: key for _, key, value in got} == {
-        lines[0]: register["brokerName"].encode(), lines[1]: b"broker-b", malformed: None}
+        lines[0]: register["brokerName"].encode(),
+        lines[1]: b"broker-b",
+        malformed: None,
+    }
 
 
 def test_simulate_produces_the_generated_history(kafka_bootstrap: str, topic: str) -> None:
-    stats = simulate(kafka_bootstrap, topic, 3, 4, 30_000, 21, False, 90, None,
-                     start_ms=DEFAULT_START_MS, disorder_ms=2000, progress_s=None)
+    stats = simulate(
+        kafka_bootstrap,
+        topic,
+        3,
+        4,
+        30_000,
+        21,
+        False,
+        90,
+        None,
+        start_ms=DEFAULT_START_MS,
+        disorder_ms=2000,
+        progress_s=None,
+    )
     expected = generate_history(21, 3, 4, 90_000, disorder_ms=2000)
     assert stats.events == len(expected) > 3
     got = consume(kafka_bootstrap, topic, len(expected))
@@ -100,8 +123,9 @@ def test_simulate_produces_the_generated_history(kafka_bootstrap: str, topic: st
     assert all(len(p) == 1 for p in partition_of.values())
 
 
-def test_twenty_thousand_topic_registration_round_trips(kafka_bootstrap: str, topic: str,
-                                                         tmp_path) -> None:
+def test_twenty_thousand_topic_registration_round_trips(
+    kafka_bootstrap: str, topic: str, tmp_path
+) -> None:
     events = generate_history(2, 1, 20_000, 30_000)
     register = next(e for e in events if e["eventType"] == "REGISTER")
     raw = EventEncoder()(register)

@@ -66,8 +66,7 @@ def test_get_kv_config():
         assert missing.code == ResponseCode.QUERY_NOT_FOUND == 22
         assert missing.remark == f"No config item, Namespace: {ns} Key: {key}"
         assert not missing.ext_fields
-    assert answer(index, request(101, namespace="team")).remark == \
-        "the custom field <key> is null"
+    assert answer(index, request(101, namespace="team")).remark == "the custom field <key> is null"
 
 
 def test_get_kvlist_by_namespace():
@@ -88,8 +87,12 @@ def test_order_topic_conf_only_with_order_message_enable():
     assert on.route("Orders")["orderTopicConf"] == "broker-a:4"  # the latest PUT_KV
     assert "orderTopicConf" not in on.route("TBW102")  # no ORDER_TOPIC_CONFIG value
     # fastjson's field order: orderTopicConf between filterServerTable and queueDatas.
-    assert list(on.route("Orders")) == ["brokerDatas", "filterServerTable", "orderTopicConf",
-                                        "queueDatas"]
+    assert list(on.route("Orders")) == [
+        "brokerDatas",
+        "filterServerTable",
+        "orderTopicConf",
+        "queueDatas",
+    ]
     body = answer(on, request(105, topic="Orders")).body
     assert json.loads(body)["orderTopicConf"] == "broker-a:4"
     assert b"orderTopicConf" not in answer(off, request(105, topic="Orders")).body
@@ -105,8 +108,10 @@ def test_http_kv_in_process():
     assert got.json()["watermark"] == WATERMARK
     missing = client.get("/kv/team/owner")
     assert missing.status_code == 404
-    assert missing.json()["error"] == {"code": 22,
-                                       "remark": "No config item, Namespace: team Key: owner"}
+    assert missing.json()["error"] == {
+        "code": 22,
+        "remark": "No config item, Namespace: team Key: owner",
+    }
     assert client.get("/kv/team").json()["data"] == {"table": {"pager": "+1-555-0100"}}
     assert client.get("/kv/gone").json()["data"] == {"table": {}}
     assert client.get("/kv/never").json()["error"]["code"] == 22
@@ -120,12 +125,17 @@ def create_app_for(holder: SnapshotHolder):
 
 # -- real Delta tables --
 
+
 def write_admin_events(root: Path) -> None:
-    rows = [admin_row(e, ("16.jsonl", i), "2025-11-24") for i, e in enumerate(EVENTS)
-            if not isinstance(e, TickEvent) and e.eventType not in
-            ("REGISTER", "HEARTBEAT", "UNREGISTER")]
-    write_deltalake(root / ADMIN_EVENTS,
-                    pa.Table.from_pylist(rows, schema=arrow_schema(ADMIN_EVENTS_DDL)))
+    rows = [
+        admin_row(e, ("16.jsonl", i), "2025-11-24")
+        for i, e in enumerate(EVENTS)
+        if not isinstance(e, TickEvent)
+        and e.eventType not in ("REGISTER", "HEARTBEAT", "UNREGISTER")
+    ]
+    write_deltalake(
+        root / ADMIN_EVENTS, pa.Table.from_pylist(rows, schema=arrow_schema(ADMIN_EVENTS_DDL))
+    )
 
 
 def test_served_end_to_end(tmp_path):
@@ -137,17 +147,16 @@ def test_served_end_to_end(tmp_path):
         wait_until(lambda: http.get("/readyz").status_code == 200)
         client = RemotingClient(service.port)
         assert client.call(101, namespace="ORDER_TOPIC_CONFIG", key="Orders").ext_fields == {
-            "value": "broker-a:4"}
+            "value": "broker-a:4"
+        }
         assert client.call(101, namespace="team", key="owner").code == 22
         listed = client.call(219, namespace="team")
         assert jsonbody.parse_legacy(listed.body) == {"table": {"pager": "+1-555-0100"}}
         assert client.call(219, namespace="never").code == 22
         route = json.loads(client.call(105, topic="Orders").body)
         assert route["orderTopicConf"] == "broker-a:4"
-        assert http.get("/kv/ORDER_TOPIC_CONFIG/Orders").json()["data"]["value"] == \
-            "broker-a:4"
-        assert http.get("/topics/Orders/route").json()["data"]["orderTopicConf"] == \
-            "broker-a:4"
+        assert http.get("/kv/ORDER_TOPIC_CONFIG/Orders").json()["data"]["value"] == "broker-a:4"
+        assert http.get("/topics/Orders/route").json()["data"]["orderTopicConf"] == "broker-a:4"
         client.close()
         http.close()
 
@@ -189,15 +198,24 @@ def test_routectl_kv_and_history_admin(tmp_path, capsys):
 
     assert main(["history", "admin", *wh]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["event_type"] for r in rows] == ["PUT_KV", "PUT_KV", "PUT_KV", "DELETE_KV",
-                                               "PUT_KV", "PUT_KV", "DELETE_KV", "DELETE_KV"]
+    assert [r["event_type"] for r in rows] == [
+        "PUT_KV",
+        "PUT_KV",
+        "PUT_KV",
+        "DELETE_KV",
+        "PUT_KV",
+        "PUT_KV",
+        "DELETE_KV",
+        "DELETE_KV",
+    ]
     assert [r["event_time"] for r in rows] == sorted(r["event_time"] for r in rows)
     assert rows[0]["requested_by"] == "10.0.5.5:40000"
-    assert main(["history", "admin", "--from", "1764000002000", "--to", "1764000004000",
-                 *wh]) == 0
+    assert main(["history", "admin", "--from", "1764000002000", "--to", "1764000004000", *wh]) == 0
     window = json.loads(capsys.readouterr().out)
     assert [(r["event_time"], r["key"]) for r in window] == [
-        (1764000002000, "owner"), (1764000003000, "pager")]
+        (1764000002000, "owner"),
+        (1764000003000, "pager"),
+    ]
 
 
 @pytest.mark.parametrize("bad", [["kv", "get", "team"], ["kv", "list", "team", "extra"]])

@@ -26,19 +26,35 @@ BOTH = [SerializeType.JSON, SerializeType.ROCKETMQ]
 
 
 def sample(kind: SerializeType, **over) -> RemotingCommand:
-    fields = dict(code=105, language="JAVA", version=479, opaque=42, flag=0,
-                  remark="héllo ✓",
-                  ext_fields={"topic": "Orders", "acceptStandardJsonOnly": "true"},
-                  body=b"\x00\x01body\xff", serialize_type=kind)
+    fields = dict(
+        code=105,
+        language="JAVA",
+        version=479,
+        opaque=42,
+        flag=0,
+        remark="héllo ✓",
+        ext_fields={"topic": "Orders", "acceptStandardJsonOnly": "true"},
+        body=b"\x00\x01body\xff",
+        serialize_type=kind,
+    )
     fields.update(over)
     return RemotingCommand(**fields)
 
 
 @pytest.mark.parametrize("kind", BOTH)
 def test_round_trip(kind):
-    for cmd in (sample(kind), sample(kind, remark=None, ext_fields={}, body=b""),
-                sample(kind, code=-1000, opaque=-(2**31), flag=RPC_RESPONSE | RPC_ONEWAY,
-                       version=-1, language="GO")):
+    for cmd in (
+        sample(kind),
+        sample(kind, remark=None, ext_fields={}, body=b""),
+        sample(
+            kind,
+            code=-1000,
+            opaque=-(2**31),
+            flag=RPC_RESPONSE | RPC_ONEWAY,
+            version=-1,
+            language="GO",
+        ),
+    ):
         assert decode(encode(cmd)) == cmd
 
 
@@ -50,24 +66,44 @@ def test_frame_layout(kind):
     assert length == len(frame) - 4
     assert mark >> 24 == kind
     header_len = mark & 0xFFFFFF
-    assert frame[8 + header_len:] == cmd.body
+    assert frame[8 + header_len :] == cmd.body
 
 
 def test_rocketmq_binary_header_bytes():
-    cmd = RemotingCommand(code=105, language="PYTHON", version=401, opaque=7, flag=2,
-                          remark="r", ext_fields={"topic": "T1"},
-                          serialize_type=SerializeType.ROCKETMQ)
+    cmd = RemotingCommand(
+        code=105,
+        language="PYTHON",
+        version=401,
+        opaque=7,
+        flag=2,
+        remark="r",
+        ext_fields={"topic": "T1"},
+        serialize_type=SerializeType.ROCKETMQ,
+    )
     ext = struct.pack(">h", 5) + b"topic" + struct.pack(">i", 2) + b"T1"
-    header = (struct.pack(">hbhii", 105, 3, 401, 7, 2) + struct.pack(">i", 1) + b"r"
-              + struct.pack(">i", len(ext)) + ext)
+    header = (
+        struct.pack(">hbhii", 105, 3, 401, 7, 2)
+        + struct.pack(">i", 1)
+        + b"r"
+        + struct.pack(">i", len(ext))
+        + ext
+    )
     assert encode(cmd) == struct.pack(">ii", 4 + len(header), (1 << 24) | len(header)) + header
 
 
 def test_json_header_is_fastjson_like():
     frame = encode(sample(SerializeType.JSON, body=b""))
     header = json.loads(frame[8:])
-    assert list(header) == ["code", "extFields", "flag", "language", "opaque", "remark",
-                            "serializeTypeCurrentRPC", "version"]
+    assert list(header) == [
+        "code",
+        "extFields",
+        "flag",
+        "language",
+        "opaque",
+        "remark",
+        "serializeTypeCurrentRPC",
+        "version",
+    ]
     assert header["language"] == "JAVA" and header["serializeTypeCurrentRPC"] == "JSON"
 
 
@@ -96,7 +132,7 @@ def test_incremental_byte_by_byte():
     decoder = FrameDecoder()
     out = []
     for i in range(len(stream)):
-        out += decoder.feed(stream[i:i + 1])
+        out += decoder.feed(stream[i : i + 1])
     assert out == commands and decoder.buffered == 0
 
 
@@ -111,18 +147,21 @@ def test_oversize_refused_on_length_prefix():
     assert len(frame) <= 1024 and ok.feed(frame)
 
 
-@pytest.mark.parametrize("frame, message", [
-    (struct.pack(">i", -1), "negative"),
-    (struct.pack(">i", 2) + b"ab", "no header length"),
-    (struct.pack(">ii", 4, 10), "bad header length"),
-    (struct.pack(">ii", 6, (7 << 24) | 2) + b"{}", "serialize type"),
-    (struct.pack(">ii", 7, 3) + b"{x}", "not valid JSON"),
-    (struct.pack(">ii", 6, 2) + b"[]", "not an object"),
-    (struct.pack(">ii", 8, 4) + b"\xff\xfe{}", "not UTF-8"),
-    (struct.pack(">ii", 15, 11) + b'{"code":"x"}'[:11], "not valid JSON"),
-    (struct.pack(">ii", 16, 12) + b'{"code":1.5}', "bad code"),
-    (struct.pack(">ii", 8, (1 << 24) | 4) + b"\x00" * 4, "too short"),
-])
+@pytest.mark.parametrize(
+    "frame, message",
+    [
+        (struct.pack(">i", -1), "negative"),
+        (struct.pack(">i", 2) + b"ab", "no header length"),
+        (struct.pack(">ii", 4, 10), "bad header length"),
+        (struct.pack(">ii", 6, (7 << 24) | 2) + b"{}", "serialize type"),
+        (struct.pack(">ii", 7, 3) + b"{x}", "not valid JSON"),
+        (struct.pack(">ii", 6, 2) + b"[]", "not an object"),
+        (struct.pack(">ii", 8, 4) + b"\xff\xfe{}", "not UTF-8"),
+        (struct.pack(">ii", 15, 11) + b'{"code":"x"}'[:11], "not valid JSON"),
+        (struct.pack(">ii", 16, 12) + b'{"code":1.5}', "bad code"),
+        (struct.pack(">ii", 8, (1 << 24) | 4) + b"\x00" * 4, "too short"),
+    ],
+)
 def test_malformed(frame, message):
     with pytest.raises(MalformedFrameError, match=message):
         FrameDecoder().feed(frame)
@@ -133,7 +172,7 @@ def test_malformed_binary_lengths():
     header = bytearray(good[8:])
     for offset, value in ((13, 10_000), (13, -5)):  # remark length: overrun / negative
         bad = bytearray(header)
-        bad[offset:offset + 4] = struct.pack(">i", value)
+        bad[offset : offset + 4] = struct.pack(">i", value)
         with pytest.raises(MalformedFrameError):
             decode(good[:8] + bytes(bad))
 
@@ -144,7 +183,7 @@ def _mutations(rng: random.Random, frames: list[bytes]) -> bytes:
     if choice == 0:  # random bytes
         return bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 64)))
     if choice == 1:  # truncated
-        return bytes(frame[:rng.randrange(len(frame))])
+        return bytes(frame[: rng.randrange(len(frame))])
     if choice == 2:  # bit flips
         for _ in range(rng.randrange(1, 4)):
             i = rng.randrange(len(frame))
@@ -152,7 +191,7 @@ def _mutations(rng: random.Random, frames: list[bytes]) -> bytes:
         return bytes(frame)
     if choice == 3:  # a random int written over the length or header-length field
         offset = rng.choice((0, 4, 8, 12, 17, 21))
-        frame[offset:offset + 4] = struct.pack(">i", rng.randint(-(2**31), 2**31 - 1))
+        frame[offset : offset + 4] = struct.pack(">i", rng.randint(-(2**31), 2**31 - 1))
         return bytes(frame)
     cut = rng.randrange(len(frame))  # garbage inserted
     return bytes(frame[:cut]) + bytes(rng.getrandbits(8) for _ in range(8)) + bytes(frame[cut:])
@@ -160,8 +199,11 @@ def _mutations(rng: random.Random, frames: list[bytes]) -> bytes:
 
 def test_fuzz_decoder_only_raises_codec_errors():
     rng = random.Random(20240611)
-    frames = [encode(sample(kind, opaque=i, ext_fields={"k": "v" * i, "topic": "T"}))
-              for i in range(4) for kind in BOTH]
+    frames = [
+        encode(sample(kind, opaque=i, ext_fields={"k": "v" * i, "topic": "T"}))
+        for i in range(4)
+        for kind in BOTH
+    ]
     outcomes = {"ok": 0, "error": 0, "partial": 0}
     for _ in range(3000):
         data = _mutations(rng, frames)
@@ -170,7 +212,7 @@ def test_fuzz_decoder_only_raises_codec_errors():
             pos = 0
             while pos < len(data):  # random chunking: decoding must not depend on it
                 step = rng.randrange(1, 64)
-                for cmd in decoder.feed(data[pos:pos + step]):
+                for cmd in decoder.feed(data[pos : pos + step]):
                     assert isinstance(cmd, RemotingCommand)
                 pos += step
             outcomes["partial" if decoder.buffered else "ok"] += 1
@@ -197,16 +239,19 @@ def test_encode_refuses_out_of_range_values():
 
 # -- bodies --
 
+
 def test_legacy_body_keeps_numeric_keys_bare():
     obj = {"brokerAddrs": {0: "10.0.0.1:10911", 12: "b"}, "name": "ü", "list": [1, {"a": None}]}
-    assert jsonbody.legacy(obj) == (
-        '{"brokerAddrs":{0:"10.0.0.1:10911",12:"b"},"name":"ü","list":[1,{"a":null}]}').encode()
+    assert (
+        jsonbody.legacy(obj)
+        == ('{"brokerAddrs":{0:"10.0.0.1:10911",12:"b"},"name":"ü","list":[1,{"a":null}]}').encode()
+    )
     assert jsonbody.standard(obj) == (
-        b'{"brokerAddrs":{"0":"10.0.0.1:10911","12":"b"},"name":"\\u00fc",'
-        b'"list":[1,{"a":null}]}')
+        b'{"brokerAddrs":{"0":"10.0.0.1:10911","12":"b"},"name":"\\u00fc","list":[1,{"a":null}]}'
+    )
     assert jsonbody.parse_legacy(jsonbody.legacy(obj)) == json.loads(jsonbody.standard(obj))
 
 
 def test_parse_legacy_leaves_strings_alone():
-    obj = {"s": "{0:\"x\",1:2}", 3: ["a,4:b"]}
-    assert jsonbody.parse_legacy(jsonbody.legacy(obj)) == {"s": "{0:\"x\",1:2}", "3": ["a,4:b"]}
+    obj = {"s": '{0:"x",1:2}', 3: ["a,4:b"]}
+    assert jsonbody.parse_legacy(jsonbody.legacy(obj)) == {"s": '{0:"x",1:2}', "3": ["a,4:b"]}

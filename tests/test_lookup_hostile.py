@@ -43,16 +43,19 @@ from routing_lib.lookup.remoting import (
 from tests.test_lookup_service import ServerThread, Warehouse, tables, wait_until
 
 REPO = Path(__file__).parent.parent
-TEST_LIMITS = Limits(max_connections=64, request_timeout_s=1.5, idle_timeout_s=2.5,
-                     http_keepalive_timeout_s=1.5)
+TEST_LIMITS = Limits(
+    max_connections=64, request_timeout_s=1.5, idle_timeout_s=2.5, http_keepalive_timeout_s=1.5
+)
 # The probe of issue 12.1: code 105, extFields {"topic": "\ud800"} (a lone surrogate).
 SURROGATE_FRAME = bytes.fromhex(
     "0000003a000000367b22636f6465223a3130352c226f7061717565223a312c226578744669656c6473223a"
-    "7b22746f706963223a225c7564383030227d7d")
+    "7b22746f706963223a225c7564383030227d7d"
+)
 GET_ROUTE = b"GET /topics/Orders/route HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
 
 
 # -- the server under test --
+
 
 @dataclass
 class ServerProcess:
@@ -71,19 +74,23 @@ class ServerProcess:
 
 
 def _start(warehouse: Path, log_path: Path) -> ServerProcess:
-    code = ("from routing_lib.lookup.limits import Limits\n"
-            "from routing_lib.lookup.server import serve\n"
-            f"serve({str(warehouse)!r}, 0, 0, 0.2, {TEST_LIMITS.max_frame_bytes}, False,"
-            f" limits=Limits(**{dataclasses.asdict(TEST_LIMITS)!r}))\n")
+    code = (
+        "from routing_lib.lookup.limits import Limits\n"
+        "from routing_lib.lookup.server import serve\n"
+        f"serve({str(warehouse)!r}, 0, 0, 0.2, {TEST_LIMITS.max_frame_bytes}, False,"
+        f" limits=Limits(**{dataclasses.asdict(TEST_LIMITS)!r}))\n"
+    )
     with log_path.open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-c", code], stderr=log, cwd=REPO,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], stderr=log, cwd=REPO, stdin=subprocess.DEVNULL
+        )
     deadline = time.monotonic() + 60
     while "- ready" not in log_path.read_text():
         assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
         time.sleep(0.05)
-    ports = re.search(r"remoting on 127\.0\.0\.1:(\d+), http on 127\.0\.0\.1:(\d+)",
-                      log_path.read_text())
+    ports = re.search(
+        r"remoting on 127\.0\.0\.1:(\d+), http on 127\.0\.0\.1:(\d+)", log_path.read_text()
+    )
     return ServerProcess(proc, int(ports[1]), int(ports[2]), log_path, warehouse)
 
 
@@ -114,9 +121,11 @@ def still_healthy(server: ServerProcess) -> Iterator[None]:
 
 # -- clients --
 
+
 def request(code: int = 105, opaque: int = 1, **ext: str) -> bytes:
-    return encode(RemotingCommand(code=code, version=NAMESRV_VERSION, opaque=opaque,
-                                  ext_fields=ext))
+    return encode(
+        RemotingCommand(code=code, version=NAMESRV_VERSION, opaque=opaque, ext_fields=ext)
+    )
 
 
 def json_frame(header: bytes, body: bytes = b"") -> bytes:
@@ -199,6 +208,7 @@ def assert_no_leak(raw: bytes, server: ServerProcess) -> None:
 
 # -- 12.1 lone surrogate, 12.2 frames before a bad one --
 
+
 def test_lone_surrogate_topic_is_answered_and_the_connection_kept(server):
     with connect(server.port) as sock:
         sock.sendall(SURROGATE_FRAME + request(topic="Orders", opaque=2))
@@ -231,6 +241,7 @@ def test_http_requests_before_a_bad_one_are_answered_then_closed(server):
 
 # -- 12.3 memory: frame, header and connection caps --
 
+
 def test_oversize_frames_are_refused_at_the_length_prefix(server):
     before = metric(server, 'routelake_lookup_frame_errors_total{reason="FrameTooLargeError"}')
     for claimed in (TEST_LIMITS.max_frame_bytes - 3, 16 << 20, 8 << 20):
@@ -244,28 +255,34 @@ def test_oversize_frames_are_refused_at_the_length_prefix(server):
     assert after - before == 3
 
 
-@pytest.mark.parametrize("probe, status", [
-    (b"GET /topics HTTP/1.1\r\nX-Big: " + b"a" * 17_000 + b"\r\n\r\n", 431),
-    (b"GET /topics HTTP/1.1\r\n" + b"X: y\r\n" * 101 + b"\r\n", 431),
-    (b"GET /topics/" + b"a" * 9000 + b"/route HTTP/1.1\r\n\r\n", 414),
-    (b"GET /topics HTTP/1.1\r\nContent-Length: 70000\r\n\r\n", 413),
-])
+@pytest.mark.parametrize(
+    "probe, status",
+    [
+        (b"GET /topics HTTP/1.1\r\nX-Big: " + b"a" * 17_000 + b"\r\n\r\n", 431),
+        (b"GET /topics HTTP/1.1\r\n" + b"X: y\r\n" * 101 + b"\r\n", 431),
+        (b"GET /topics/" + b"a" * 9000 + b"/route HTTP/1.1\r\n\r\n", 414),
+        (b"GET /topics HTTP/1.1\r\nContent-Length: 70000\r\n\r\n", 413),
+    ],
+)
 def test_http_head_and_body_limits(server, probe, status):
     raw = http(server.http_port, probe)
     assert http_status(raw) == status and len(raw) < 512
     assert b"connection: close" in raw and b"server:" not in raw.lower()
 
 
-@pytest.mark.parametrize("probe", [
-    b"GET /topics HTTP/1.1\r\nX-Big: " + b"a" * (32 << 20),  # one 32 MiB header
-    b"GET /topics HTTP/1.1\r\n" + b"X-H: v\r\n" * 100_000,  # 100 000 headers
-])
+@pytest.mark.parametrize(
+    "probe",
+    [
+        b"GET /topics HTTP/1.1\r\nX-Big: " + b"a" * (32 << 20),  # one 32 MiB header
+        b"GET /topics HTTP/1.1\r\n" + b"X-H: v\r\n" * 100_000,  # 100 000 headers
+    ],
+)
 def test_http_giant_heads_are_cut_off(server, probe):
     with connect(server.http_port) as sock:
         sent, view = 0, memoryview(probe)
         try:
             while sent < len(probe):
-                sent += sock.send(view[sent:sent + 65536])
+                sent += sock.send(view[sent : sent + 65536])
         except OSError:
             pass
         raw, closed = read_until_eof(sock)
@@ -286,8 +303,9 @@ def _hold_remoting(port: int, held: list[socket.socket]) -> None:
 
 def _hold_http(port: int, held: list[socket.socket]) -> None:
     sock = connect(port)
-    sock.sendall(b"GET /topics HTTP/1.1\r\nX-Fill: " + b"f" * (TEST_LIMITS.http_max_header_bytes
-                                                               - 200))
+    sock.sendall(
+        b"GET /topics HTTP/1.1\r\nX-Fill: " + b"f" * (TEST_LIMITS.http_max_header_bytes - 200)
+    )
     held.append(sock)
 
 
@@ -335,12 +353,14 @@ def test_hostile_connections_cannot_grow_rss_beyond_the_bound(server):
     bound = 4 * TEST_LIMITS.max_connections * per_connection + (16 << 20)
     assert peak - baseline < bound, (peak - baseline, bound)
     text = metrics(server)
-    assert 'routelake_lookup_rejections_total{listener="remoting",reason="max_connections"} ' \
-           in text
+    assert (
+        'routelake_lookup_rejections_total{listener="remoting",reason="max_connections"} ' in text
+    )
     assert 'routelake_lookup_rejections_total{listener="http",reason="max_connections"} ' in text
 
 
 # -- 12.4 deadlines --
+
 
 def test_http_idle_and_slowloris_connections_are_closed(server):
     idle = [connect(server.http_port) for _ in range(20)]
@@ -371,7 +391,7 @@ def test_remoting_trickled_frame_hits_the_request_deadline(server):
         started, sent = time.monotonic(), 0
         try:  # one byte per 0.2 s: well inside the idle timeout, never a whole frame in time
             while sent < len(frame) and time.monotonic() - started < 10:
-                sock.send(frame[sent:sent + 1])
+                sock.send(frame[sent : sent + 1])
                 sent += 1
                 time.sleep(0.2)
         except OSError:
@@ -411,6 +431,7 @@ def test_remoting_client_that_never_reads_is_closed(server):
 
 # -- 12.5 echoes, 12.6 leaks --
 
+
 def test_error_answers_echo_a_clipped_topic(server):
     topic = "x" * 60_000 + "!"
     (reply,), _ = exchange(server.port, request(topic=topic))
@@ -438,6 +459,7 @@ def test_not_ready_answers_name_no_path(tmp_path, caplog):
 
 # -- 12.7 log flooding --
 
+
 def test_bad_frames_are_counted_not_logged_one_by_one(server):
     series = 'routelake_lookup_frame_errors_total{reason="MalformedFrameError"}'
     before, log_before = metric(server, series), len(server.log_text().splitlines())
@@ -456,8 +478,10 @@ def test_throttled_log_reports_what_it_held_back(caplog):
             clock[0] = i * 0.5  # 25 s: lines at 0, 10, 20
             throttled.log("k", logging.WARNING, "bad %d", i)
     assert [r.getMessage() for r in caplog.records] == [
-        "bad 0", "bad 20 (and 19 more like it in the last 10s)",
-        "bad 40 (and 19 more like it in the last 10s)"]
+        "bad 0",
+        "bad 20 (and 19 more like it in the last 10s)",
+        "bad 40 (and 19 more like it in the last 10s)",
+    ]
 
 
 # -- 12.8 lenient parsing: what RocketMQ 5.3.3's fastjson decoder makes of it --
@@ -470,14 +494,33 @@ JAVA_DECODES = [
     (b'{"code":-0}', 0, {}),
     (b'{"code":105,"flag":null,"opaque":null,"version":null}', 105, {}),
     (b'{"code":105,"code":106}', 106, {}),
-    (b'{"code":105,"extFields":{"a":1e400,"b":1.50,"c":1e5,"d":true,"f":-0,'
-     b'"g":12345678901234567890123}}', 105,
-     {"a": "1E+400", "b": "1.50", "c": "1E+5", "d": "true", "f": "-0",
-      "g": "12345678901234567890123"}),
-    (b'{"code":105,"extFields":{"a":-0.0,"b":-0e5,"c":0.0000001,"d":1.0E-10,"e":123.456e3,'
-     b'"h":1.05e2,"i":false}}', 105,
-     {"a": "0.0", "b": "0E+5", "c": "1E-7", "d": "1.0E-10", "e": "123456", "h": "105",
-      "i": "false"}),
+    (
+        b'{"code":105,"extFields":{"a":1e400,"b":1.50,"c":1e5,"d":true,"f":-0,'
+        b'"g":12345678901234567890123}}',
+        105,
+        {
+            "a": "1E+400",
+            "b": "1.50",
+            "c": "1E+5",
+            "d": "true",
+            "f": "-0",
+            "g": "12345678901234567890123",
+        },
+    ),
+    (
+        b'{"code":105,"extFields":{"a":-0.0,"b":-0e5,"c":0.0000001,"d":1.0E-10,"e":123.456e3,'
+        b'"h":1.05e2,"i":false}}',
+        105,
+        {
+            "a": "0.0",
+            "b": "0E+5",
+            "c": "1E-7",
+            "d": "1.0E-10",
+            "e": "123456",
+            "h": "105",
+            "i": "false",
+        },
+    ),
     (b'{"code":105,"extFields":{"a":1,"a":2,"":"v","k":""}}', 105, {"a": "2", "": "v", "k": ""}),
     (b'{"code":105,"extFields":null}', 105, {}),
     (b'{"code":105,"language":9}', 105, {}),
@@ -488,12 +531,20 @@ JAVA_DECODES = [
     (b'{"code":105,"extFields":{"a":NaN}}', None, None),
     (b'{"code":105,"remark":5}', None, None),
 ]
-JAVA_REFUSES = [b'{"code":99999999999}', b'[]', b'{"code":105} trailing',
-                b'{"code":105,"extFields":[]}', b'{"code":105,"extFields":"x"}',
-                b'{"code":105,"extFields":false}', b'{"code":105,"extFields":0}',
-                b'{"code":105,"language":99}', b'{"code":105,"language":true}',
-                b'{"code":105,"language":1.5}', b'{"code":105,"version":"abc"}',
-                b'{"code":105,"extFields":{"a":Infinity}}']
+JAVA_REFUSES = [
+    b'{"code":99999999999}',
+    b"[]",
+    b'{"code":105} trailing',
+    b'{"code":105,"extFields":[]}',
+    b'{"code":105,"extFields":"x"}',
+    b'{"code":105,"extFields":false}',
+    b'{"code":105,"extFields":0}',
+    b'{"code":105,"language":99}',
+    b'{"code":105,"language":true}',
+    b'{"code":105,"language":1.5}',
+    b'{"code":105,"version":"abc"}',
+    b'{"code":105,"extFields":{"a":Infinity}}',
+]
 
 
 @pytest.mark.parametrize("header, code, ext", JAVA_DECODES)
@@ -516,16 +567,20 @@ def test_lenient_probes_over_the_wire(server):
     (null_code,), _ = exchange(server.port, json_frame(b'{"code":null,"opaque":5}'))
     assert (null_code.opaque, null_code.code) == (5, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
     assert null_code.remark == " request type 0 not supported"  # as the Java NameServer
-    (huge,), _ = exchange(server.port, json_frame(
-        b'{"code":105,"opaque":6,"extFields":{"topic":1e400}}'))
+    (huge,), _ = exchange(
+        server.port, json_frame(b'{"code":105,"opaque":6,"extFields":{"topic":1e400}}')
+    )
     assert huge.code == ResponseCode.INVALID_PARAMETER and "1E+400" in huge.remark
     assert exchange(server.port, json_frame(b'{"code":105,"extFields":{"topic":NaN}}')) == (
-        [], True)
+        [],
+        True,
+    )
     assert http_status(http(server.http_port, b"GET /topics\r\n\r\n")) == 400  # no version
     assert http_status(http(server.http_port, b"GET /topics HTTP/2.0\r\n\r\n")) == 505
 
 
 # -- limits plumbing --
+
 
 def test_limit_defaults_are_the_conf_file(monkeypatch):
     for name in [n for n in os.environ if n.startswith("ROUTELAKE_SERVE_")]:
@@ -539,38 +594,66 @@ def test_limit_defaults_are_the_conf_file(monkeypatch):
 
 # -- fuzz --
 
+
 def _mutate(rng: random.Random, frames: list[bytes]) -> bytes:
     frame = bytearray(rng.choice(frames))
     choice = rng.randrange(6)
     if choice == 0:
         return rng.randbytes(rng.randrange(1, 96))
     if choice == 1:
-        return bytes(frame[:rng.randrange(1, len(frame))])
+        return bytes(frame[: rng.randrange(1, len(frame))])
     if choice == 2:
         for _ in range(rng.randrange(1, 5)):
             frame[rng.randrange(len(frame))] ^= 1 << rng.randrange(8)
         return bytes(frame)
     if choice == 3:
         offset = rng.choice((0, 4, 8, 12, 17, 21))
-        frame[offset:offset + 4] = struct.pack(">i", rng.randint(-(2**31), 2**31 - 1))
+        frame[offset : offset + 4] = struct.pack(">i", rng.randint(-(2**31), 2**31 - 1))
         return bytes(frame)
     if choice == 4:  # JSON-level: a random value for a random key
-        value = rng.choice([b"null", b"1e999", b"-0", b'"\\ud800"', b"[]", b"{}", b"NaN",
-                            b'"' + b"z" * rng.randrange(1, 70_000) + b'"', b"2147483648"])
-        key = rng.choice([b"code", b"opaque", b"flag", b"version", b"language", b"remark",
-                          b"extFields", b"topic"])
-        return json_frame(b'{"code":105,"extFields":{"topic":"Orders"},"' + key + b'":'
-                          + value + b"}")
+        value = rng.choice(
+            [
+                b"null",
+                b"1e999",
+                b"-0",
+                b'"\\ud800"',
+                b"[]",
+                b"{}",
+                b"NaN",
+                b'"' + b"z" * rng.randrange(1, 70_000) + b'"',
+                b"2147483648",
+            ]
+        )
+        key = rng.choice(
+            [
+                b"code",
+                b"opaque",
+                b"flag",
+                b"version",
+                b"language",
+                b"remark",
+                b"extFields",
+                b"topic",
+            ]
+        )
+        return json_frame(
+            b'{"code":105,"extFields":{"topic":"Orders"},"' + key + b'":' + value + b"}"
+        )
     cut = rng.randrange(len(frame))
     return bytes(frame[:cut]) + rng.randbytes(8) + bytes(frame[cut:])
 
 
 def test_seeded_random_frames(server):
     rng = random.Random(1212)
-    frames = [encode(RemotingCommand(code=c, version=v, opaque=9, ext_fields=e, serialize_type=k))
-              for c, v, e in ((105, 479, {"topic": "Orders"}), (224, 0, {"cluster": "ClusterA"}),
-                              (106, 0, {}))
-              for k in (SerializeType.JSON, SerializeType.ROCKETMQ)]
+    frames = [
+        encode(RemotingCommand(code=c, version=v, opaque=9, ext_fields=e, serialize_type=k))
+        for c, v, e in (
+            (105, 479, {"topic": "Orders"}),
+            (224, 0, {"cluster": "ClusterA"}),
+            (106, 0, {}),
+        )
+        for k in (SerializeType.JSON, SerializeType.ROCKETMQ)
+    ]
     started, runs, outcomes = time.monotonic(), 0, {"closed": 0, "answered": 0}
     rss_before = server.rss_bytes()
     while runs < 400 and time.monotonic() - started < 20:
@@ -597,12 +680,20 @@ def test_seeded_random_frames(server):
 
 
 def _mutate_http(rng: random.Random) -> bytes:
-    data = bytearray(rng.choice([GET_ROUTE, b"GET /clusters HTTP/1.1\r\nHost: t\r\n\r\n",
-                                 b"GET /metrics HTTP/1.0\r\n\r\n"]))
+    data = bytearray(
+        rng.choice(
+            [
+                GET_ROUTE,
+                b"GET /clusters HTTP/1.1\r\nHost: t\r\n\r\n",
+                b"GET /metrics HTTP/1.0\r\n\r\n",
+            ]
+        )
+    )
     for _ in range(rng.randrange(1, 4)):
         at = rng.randrange(len(data))
-        data[at:at + 1] = rng.choice([rng.randbytes(1), b"\r\n", b":", b" ", b"\x00", b"%",
-                                      b"\xff", b"HTTP/1.1", b""])
+        data[at : at + 1] = rng.choice(
+            [rng.randbytes(1), b"\r\n", b":", b" ", b"\x00", b"%", b"\xff", b"HTTP/1.1", b""]
+        )
     return bytes(data)
 
 
@@ -611,8 +702,11 @@ def test_seeded_random_http_requests(server):
     probes = [_mutate_http(rng) for _ in range(150)]
     # Concurrent: an incomplete request waits for its deadline (request_timeout_s).
     with ThreadPoolExecutor(16) as pool:
-        raws = list(pool.map(
-            lambda data: http(server.http_port, data, TEST_LIMITS.request_timeout_s + 3), probes))
+        raws = list(
+            pool.map(
+                lambda data: http(server.http_port, data, TEST_LIMITS.request_timeout_s + 3), probes
+            )
+        )
     statuses = {http_status(raw) for raw in raws}
     for raw in raws:
         assert http_status(raw) != 500 and b"Traceback" not in raw

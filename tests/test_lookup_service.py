@@ -54,30 +54,51 @@ GOLDEN = Path(__file__).parent / "golden"
 
 # -- a hand-built snapshot --
 
+
 def queue(topic, broker, n, perm=6, sys_flag=0):
-    return {"topic": topic, "broker_name": broker, "read_queue_nums": n,
-            "write_queue_nums": n, "perm": perm, "topic_sys_flag": sys_flag}
+    return {
+        "topic": topic,
+        "broker_name": broker,
+        "read_queue_nums": n,
+        "write_queue_nums": n,
+        "perm": perm,
+        "topic_sys_flag": sys_flag,
+    }
 
 
 def addr(name, bid, address, cluster, acting=False, zone=None):
-    return {"broker_name": name, "broker_id": bid, "broker_addr": address, "cluster": cluster,
-            "enable_acting_master": acting, "zone_name": zone}
+    return {
+        "broker_name": name,
+        "broker_id": bid,
+        "broker_addr": address,
+        "cluster": cluster,
+        "enable_acting_master": acting,
+        "zone_name": zone,
+    }
 
 
 def live(cluster, address, name, last=1_764_000_000_000):
-    return {"cluster_name": cluster, "broker_addr": address, "broker_name": name,
-            "last_update_timestamp": last, "heartbeat_timeout_millis": 120_000,
-            "ha_server_addr": None,
-            "data_version": {"state_version": 0, "timestamp": 1, "counter": 2}}
+    return {
+        "cluster_name": cluster,
+        "broker_addr": address,
+        "broker_name": name,
+        "last_update_timestamp": last,
+        "heartbeat_timeout_millis": 120_000,
+        "ha_server_addr": None,
+        "data_version": {"state_version": 0, "timestamp": 1, "counter": 2},
+    }
 
 
 def tables(orders_queues: int = 8, master_a: str = "10.0.0.1:10911") -> dict[str, list[dict]]:
     return {
         TOPIC_QUEUE: [
-            queue("Orders", "broker-a", orders_queues), queue("Orders", "broker-b", 4),
+            queue("Orders", "broker-a", orders_queues),
+            queue("Orders", "broker-b", 4),
             queue("Lonely", "broker-gone", 1),
-            queue("Half", "broker-b", 2), queue("Half", "broker-gone", 2),
-            queue("Acting", "broker-c", 4, perm=4), queue("ActingRW", "broker-c", 4, perm=6),
+            queue("Half", "broker-b", 2),
+            queue("Half", "broker-gone", 2),
+            queue("Acting", "broker-c", 4, perm=4),
+            queue("ActingRW", "broker-c", 4, perm=6),
             queue("rmq_sys_SYNC_BROKER_MEMBER_broker-c", "broker-c", 1, perm=4),
             queue("TBW102", "broker-a", 8, perm=7),
         ],
@@ -89,19 +110,35 @@ def tables(orders_queues: int = 8, master_a: str = "10.0.0.1:10911") -> dict[str
             addr("broker-c", 12, "10.0.2.12:10911", "ClusterB", acting=True),
             addr("broker-c", 1, "10.0.2.1:10911", "ClusterB", acting=True),
         ],
-        CLUSTER_ADDR: [{"cluster_name": "ClusterA", "broker_name": "broker-a"},
-                       {"cluster_name": "ClusterA", "broker_name": "broker-b"},
-                       {"cluster_name": "ClusterB", "broker_name": "broker-c"}],
-        BROKER_LIVE: [live("ClusterB", "10.0.2.1:10911", "broker-c"),
-                      live("ClusterA", master_a, "broker-a"),
-                      live("ClusterA", "10.0.1.1:10911", "broker-b")],
-        FILTER_SERVER: [{"cluster_name": "ClusterA", "broker_addr": master_a,
-                         "broker_name": "broker-a", "filter_server_list": ["10.0.0.1:30000"]}],
+        CLUSTER_ADDR: [
+            {"cluster_name": "ClusterA", "broker_name": "broker-a"},
+            {"cluster_name": "ClusterA", "broker_name": "broker-b"},
+            {"cluster_name": "ClusterB", "broker_name": "broker-c"},
+        ],
+        BROKER_LIVE: [
+            live("ClusterB", "10.0.2.1:10911", "broker-c"),
+            live("ClusterA", master_a, "broker-a"),
+            live("ClusterA", "10.0.1.1:10911", "broker-b"),
+        ],
+        FILTER_SERVER: [
+            {
+                "cluster_name": "ClusterA",
+                "broker_addr": master_a,
+                "broker_name": "broker-a",
+                "filter_server_list": ["10.0.0.1:30000"],
+            }
+        ],
     }
 
 
-VERSIONS = {"topic_queue_table": 3, "broker_addr_table": 2, "cluster_addr_table": 1,
-            "broker_live_table": 5, "filter_server_table": 1, "route_progress": 7}
+VERSIONS = {
+    "topic_queue_table": 3,
+    "broker_addr_table": 2,
+    "cluster_addr_table": 1,
+    "broker_live_table": 5,
+    "filter_server_table": 1,
+    "route_progress": 7,
+}
 
 
 def snapshot(**kw) -> RouteSnapshot:
@@ -116,16 +153,38 @@ def index() -> RouteIndex:
 def test_route_as_pickup_topic_route_data(index):
     assert index.route("Orders") == {
         "brokerDatas": [
-            {"brokerAddrs": {0: "10.0.0.1:10911", 1: "10.0.0.2:10911"}, "brokerName": "broker-a",
-             "cluster": "ClusterA", "enableActingMaster": False, "zoneName": "zone-1"},
-            {"brokerAddrs": {0: "10.0.1.1:10911"}, "brokerName": "broker-b",
-             "cluster": "ClusterA", "enableActingMaster": False}],
+            {
+                "brokerAddrs": {0: "10.0.0.1:10911", 1: "10.0.0.2:10911"},
+                "brokerName": "broker-a",
+                "cluster": "ClusterA",
+                "enableActingMaster": False,
+                "zoneName": "zone-1",
+            },
+            {
+                "brokerAddrs": {0: "10.0.1.1:10911"},
+                "brokerName": "broker-b",
+                "cluster": "ClusterA",
+                "enableActingMaster": False,
+            },
+        ],
         "filterServerTable": {"10.0.0.1:10911": ["10.0.0.1:30000"]},
         "queueDatas": [
-            {"brokerName": "broker-a", "perm": 6, "readQueueNums": 8, "topicSysFlag": 0,
-             "writeQueueNums": 8},
-            {"brokerName": "broker-b", "perm": 6, "readQueueNums": 4, "topicSysFlag": 0,
-             "writeQueueNums": 4}]}
+            {
+                "brokerName": "broker-a",
+                "perm": 6,
+                "readQueueNums": 8,
+                "topicSysFlag": 0,
+                "writeQueueNums": 8,
+            },
+            {
+                "brokerName": "broker-b",
+                "perm": 6,
+                "readQueueNums": 4,
+                "topicSysFlag": 0,
+                "writeQueueNums": 4,
+            },
+        ],
+    }
     assert index.route("Lonely") is None  # its only broker is not in brokerAddrTable
     assert index.route("Nope") is None
     half = index.route("Half")  # queueDatas keep every broker, brokerDatas the known ones
@@ -144,17 +203,24 @@ def test_route_bodies_both_forms(index):
 
 def test_acting_master_off_by_default(index):
     assert index.route("Acting")["brokerDatas"][0]["brokerAddrs"] == {
-        1: "10.0.2.1:10911", 2: "10.0.2.2:10911", 12: "10.0.2.12:10911"}
+        1: "10.0.2.1:10911",
+        2: "10.0.2.2:10911",
+        12: "10.0.2.12:10911",
+    }
 
 
 def test_acting_master_rewrite():
     acting = RouteIndex(snapshot(), support_acting_master=True)
     # Queues lost write perm, no master, enableActingMaster: min id presented as master.
     assert acting.route("Acting")["brokerDatas"][0]["brokerAddrs"] == {
-        0: "10.0.2.1:10911", 2: "10.0.2.2:10911", 12: "10.0.2.12:10911"}
+        0: "10.0.2.1:10911",
+        2: "10.0.2.2:10911",
+        12: "10.0.2.12:10911",
+    }
     # Numeric order in both forms (not "12" before "2").
-    assert (b'"brokerAddrs":{"0":"10.0.2.1:10911","2":"10.0.2.2:10911",'
-            b'"12":"10.0.2.12:10911"}') in acting.route_body("Acting").standard
+    assert (
+        b'"brokerAddrs":{"0":"10.0.2.1:10911","2":"10.0.2.2:10911","12":"10.0.2.12:10911"}'
+    ) in acting.route_body("Acting").standard
     # Still writable: no rewrite. The sync-member system topics are never rewritten.
     assert 0 not in acting.route("ActingRW")["brokerDatas"][0]["brokerAddrs"]
     sync = acting.route("rmq_sys_SYNC_BROKER_MEMBER_broker-c")
@@ -162,7 +228,10 @@ def test_acting_master_rewrite():
     # Groups with a master are untouched; the shared index data is not mutated.
     assert acting.route("Orders") == RouteIndex(snapshot()).route("Orders")
     assert acting.cluster_info["brokerAddrTable"]["broker-c"]["brokerAddrs"] == {
-        1: "10.0.2.1:10911", 2: "10.0.2.2:10911", 12: "10.0.2.12:10911"}
+        1: "10.0.2.1:10911",
+        2: "10.0.2.2:10911",
+        12: "10.0.2.12:10911",
+    }
 
 
 def test_acting_master_needs_the_broker_flag():
@@ -174,26 +243,47 @@ def test_acting_master_needs_the_broker_flag():
 
 
 def test_cluster_info_and_topic_lists(index):
-    assert index.cluster_info["clusterAddrTable"] == {"ClusterA": ["broker-a", "broker-b"],
-                                                      "ClusterB": ["broker-c"]}
+    assert index.cluster_info["clusterAddrTable"] == {
+        "ClusterA": ["broker-a", "broker-b"],
+        "ClusterB": ["broker-c"],
+    }
     assert sorted(index.cluster_info["brokerAddrTable"]) == ["broker-a", "broker-b", "broker-c"]
     assert b'"brokerAddrs":{0:"10.0.0.1:10911"' in index.cluster_info_body.legacy
     assert json.loads(index.topic_list_body.standard)["topicList"] == [
-        "Acting", "ActingRW", "Half", "Lonely", "Orders", "TBW102",
-        "rmq_sys_SYNC_BROKER_MEMBER_broker-c"]
+        "Acting",
+        "ActingRW",
+        "Half",
+        "Lonely",
+        "Orders",
+        "TBW102",
+        "rmq_sys_SYNC_BROKER_MEMBER_broker-c",
+    ]
     assert index.cluster_topics["ClusterA"] == ("Half", "Orders", "TBW102")
     assert json.loads(index.topics_by_cluster_body("ClusterB").standard)["topicList"] == [
-        "Acting", "ActingRW", "rmq_sys_SYNC_BROKER_MEMBER_broker-c"]
+        "Acting",
+        "ActingRW",
+        "rmq_sys_SYNC_BROKER_MEMBER_broker-c",
+    ]
     assert json.loads(index.topics_by_cluster_body("Unknown").standard) == {"topicList": []}
     # getSystemTopicList: cluster and broker names, and one broker address.
     assert index.system_topic_list == {
         "brokerAddr": "10.0.0.1:10911",
-        "topicList": ["ClusterA", "ClusterB", "broker-a", "broker-b", "broker-c"]}
-    assert index.system_topics == ("ClusterA", "ClusterB", "TBW102", "broker-a", "broker-b",
-                                   "broker-c", "rmq_sys_SYNC_BROKER_MEMBER_broker-c")
+        "topicList": ["ClusterA", "ClusterB", "broker-a", "broker-b", "broker-c"],
+    }
+    assert index.system_topics == (
+        "ClusterA",
+        "ClusterB",
+        "TBW102",
+        "broker-a",
+        "broker-b",
+        "broker-c",
+        "rmq_sys_SYNC_BROKER_MEMBER_broker-c",
+    )
     assert [(b["clusterName"], b["brokerAddr"]) for b in index.live_brokers] == [
-        ("ClusterA", "10.0.0.1:10911"), ("ClusterA", "10.0.1.1:10911"),
-        ("ClusterB", "10.0.2.1:10911")]
+        ("ClusterA", "10.0.0.1:10911"),
+        ("ClusterA", "10.0.1.1:10911"),
+        ("ClusterB", "10.0.2.1:10911"),
+    ]
 
 
 def test_index_is_read_only(index):
@@ -203,8 +293,9 @@ def test_index_is_read_only(index):
         index.new_attribute = 1  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.iterdir()
-                                        if (p / "expected.json").exists()))
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in GOLDEN.iterdir() if (p / "expected.json").exists())
+)
 def test_golden_states(name):
     """Built from the reference replay: ClusterInfo and routes agree with expected.json."""
     lines = (GOLDEN / name / "events.jsonl").read_text().splitlines()
@@ -214,10 +305,13 @@ def test_golden_states(name):
     expected = json.loads((GOLDEN / name / "expected.json").read_text())
     info = json.loads(built.cluster_info_body.standard)
     assert info["clusterAddrTable"] == expected["clusterAddrTable"]
-    assert {n: {k: b[k] for k in ("cluster", "brokerName", "brokerAddrs")}
-            for n, b in info["brokerAddrTable"].items()} == {
+    assert {
         n: {k: b[k] for k in ("cluster", "brokerName", "brokerAddrs")}
-        for n, b in expected["brokerAddrTable"].items()}
+        for n, b in info["brokerAddrTable"].items()
+    } == {
+        n: {k: b[k] for k in ("cluster", "brokerName", "brokerAddrs")}
+        for n, b in expected["brokerAddrTable"].items()
+    }
     assert list(built.topics) == sorted(expected["topicQueueTable"])
     for topic, queues in expected["topicQueueTable"].items():
         route = built.route(topic)
@@ -226,7 +320,8 @@ def test_golden_states(name):
             continue
         assert {q["brokerName"]: q for q in route["queueDatas"]} == queues
         assert {b["brokerName"] for b in route["brokerDatas"]} == (
-            set(queues) & set(expected["brokerAddrTable"]))
+            set(queues) & set(expected["brokerAddrTable"])
+        )
 
 
 def test_golden_acting_master_fixture():
@@ -235,16 +330,20 @@ def test_golden_acting_master_fixture():
     until = default_watermark(events, 10_000)
     snap = RouteSnapshot(fleet_rows(replay(events, until).values()), {}, until)
     assert RouteIndex(snap).route("Orders")["brokerDatas"][0]["brokerAddrs"] == {
-        1: "10.0.0.2:10911"}
+        1: "10.0.0.2:10911"
+    }
     assert RouteIndex(snap, True).route("Orders")["brokerDatas"][0]["brokerAddrs"] == {
-        0: "10.0.0.2:10911"}
+        0: "10.0.0.2:10911"
+    }
 
 
 # -- request processing --
 
+
 def request(code, kind=SerializeType.JSON, version=NAMESRV_VERSION, flag=0, **ext):
-    return RemotingCommand(code=code, version=version, opaque=77, flag=flag, ext_fields=ext,
-                           serialize_type=kind)
+    return RemotingCommand(
+        code=code, version=version, opaque=77, flag=flag, ext_fields=ext, serialize_type=kind
+    )
 
 
 @pytest.mark.parametrize("kind", [SerializeType.JSON, SerializeType.ROCKETMQ])
@@ -255,16 +354,19 @@ def test_route_request(index, kind):
     assert response.body == index.route_body("Orders").standard  # client >= V4_9_4
     old = answer(index, request(105, kind, version=399, topic="Orders"))
     assert old.body == index.route_body("Orders").legacy
-    asked = answer(index, request(105, kind, version=0, topic="Orders",
-                                  acceptStandardJsonOnly="true"))
+    asked = answer(
+        index, request(105, kind, version=0, topic="Orders", acceptStandardJsonOnly="true")
+    )
     assert asked.body == index.route_body("Orders").standard
 
 
 def test_route_request_errors(index):
     missing = answer(index, request(105, topic="Lonely"))
     assert missing.code == ResponseCode.TOPIC_NOT_EXIST == 17
-    assert missing.remark == ("No topic route info in name server for the topic: Lonely"
-                              f"\nSee {FAQ_URL} for further details.")
+    assert missing.remark == (
+        "No topic route info in name server for the topic: Lonely"
+        f"\nSee {FAQ_URL} for further details."
+    )
     assert missing.body == b""
     bad = answer(index, request(105, topic="no spaces"))
     assert bad.code == ResponseCode.INVALID_PARAMETER and "illegal characters" in bad.remark
@@ -277,7 +379,8 @@ def test_other_requests(index):
     assert answer(index, request(106)).body == index.cluster_info_body.legacy
     assert answer(index, request(206)).body == index.topic_list_body.legacy
     assert answer(index, request(224, cluster="ClusterA")).body == (
-        index.topics_by_cluster_body("ClusterA").legacy)
+        index.topics_by_cluster_body("ClusterA").legacy
+    )
     assert answer(index, request(224)).code == ResponseCode.SYSTEM_ERROR
     assert answer(index, request(304)).body == index.system_topic_list_body.legacy
     unsupported = answer(index, request(103))
@@ -298,6 +401,7 @@ def test_topic_validator():
 
 # -- HTTP app and refresher, without Delta --
 
+
 class AppClient:
     """Calls the ASGI app in process (httpx's ASGI transport), one event loop per call."""
 
@@ -309,13 +413,21 @@ class AppClient:
             transport = httpx.ASGITransport(app=self.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://app") as c:
                 return await c.get(path)
+
         return asyncio.run(call())
 
 
 def test_openapi_document_lists_the_api():
     document = AppClient(create_app(SnapshotHolder(), Metrics())).get("/openapi.json").json()
-    assert {"/topics/{topic}/route", "/topics", "/clusters", "/clusters/{cluster}/topics",
-            "/brokers/live", "/healthz", "/readyz"} <= set(document["paths"])
+    assert {
+        "/topics/{topic}/route",
+        "/topics",
+        "/clusters",
+        "/clusters/{cluster}/topics",
+        "/brokers/live",
+        "/healthz",
+        "/readyz",
+    } <= set(document["paths"])
 
 
 def test_http_api_in_process(index):
@@ -331,20 +443,23 @@ def test_http_api_in_process(index):
     envelope = ok.json()
     assert envelope["versions"] == VERSIONS and envelope["watermark"] == 1_764_000_050_000
     assert envelope["data"]["brokerDatas"][0]["brokerAddrs"] == {
-        "0": "10.0.0.1:10911", "1": "10.0.0.2:10911"}
+        "0": "10.0.0.1:10911",
+        "1": "10.0.0.2:10911",
+    }
     assert client.get("/topics/Lonely/route").json()["error"]["code"] == 17
     assert client.get("/topics/a%20b/route").status_code == 400
     assert client.get("/topics/%25RETRY%25g/route").status_code == 404
-    assert client.get("/clusters").json()["data"]["clusterAddrTable"]["ClusterB"] == [
-        "broker-c"]
+    assert client.get("/clusters").json()["data"]["clusterAddrTable"]["ClusterB"] == ["broker-c"]
     assert client.get("/clusters/ClusterB/topics").json()["data"]["topicList"][0] == "Acting"
     assert client.get("/clusters/Nope/topics").status_code == 404
     assert len(client.get("/brokers/live").json()["data"]) == 3
     assert "TBW102" in client.get("/topics/system").json()["data"]["topicList"]
     assert client.get("/readyz").status_code == 200
     text = client.get("/metrics").text
-    assert 'routelake_lookup_requests_total{protocol="http",request="/topics/{topic}/route",' \
-           'code="200"} 1' in text
+    assert (
+        'routelake_lookup_requests_total{protocol="http",request="/topics/{topic}/route",'
+        'code="200"} 1' in text
+    )
     assert 'routelake_lookup_table_version{table="topic_queue_table"} 3' in text
     assert "routelake_lookup_request_seconds_bucket" in text
     assert "routelake_lookup_snapshot_age_seconds" in text
@@ -394,13 +509,19 @@ def _arrow_type(spec: str) -> pa.DataType:
         return pa.struct([(n.strip(), _arrow_type(t)) for n, t in fields])
     if upper.startswith("ARRAY<"):
         return pa.list_(_arrow_type(spec[6:-1]))
-    return {"STRING": pa.string(), "INT": pa.int32(), "BIGINT": pa.int64(),
-            "BOOLEAN": pa.bool_(), "BINARY": pa.binary()}[upper]
+    return {
+        "STRING": pa.string(),
+        "INT": pa.int32(),
+        "BIGINT": pa.int64(),
+        "BOOLEAN": pa.bool_(),
+        "BINARY": pa.binary(),
+    }[upper]
 
 
 def arrow_schema(ddl: str) -> pa.Schema:
-    return pa.schema([(c.split(None, 1)[0], _arrow_type(c.split(None, 1)[1]))
-                      for c in _split_top(ddl)])
+    return pa.schema(
+        [(c.split(None, 1)[0], _arrow_type(c.split(None, 1)[1])) for c in _split_top(ddl)]
+    )
 
 
 class Warehouse:
@@ -413,15 +534,19 @@ class Warehouse:
 
     def write(self, table: str, rows: list[dict], batch: int, mode: str = "overwrite") -> None:
         data = pa.Table.from_pylist(rows, schema=arrow_schema(self.ddl[table]))
-        write_deltalake(self.root / table, data, mode=mode,
-                        commit_properties=CommitProperties(
-                            app_transactions=[Transaction(APP_ID, batch)]))
+        write_deltalake(
+            self.root / table,
+            data,
+            mode=mode,
+            commit_properties=CommitProperties(app_transactions=[Transaction(APP_ID, batch)]),
+        )
 
     def progress(self, batch: int, watermark: int) -> None:
         self.write(PROGRESS, [{"batch_id": batch, "watermark": watermark}], batch, mode="append")
 
-    def publish(self, batch: int, watermark: int, route_tables: dict[str, list[dict]],
-                pause_s: float = 0.0) -> None:
+    def publish(
+        self, batch: int, watermark: int, route_tables: dict[str, list[dict]], pause_s: float = 0.0
+    ) -> None:
         for table, rows in route_tables.items():
             self.write(table, rows, batch)
             time.sleep(pause_s)  # a slow writer: the refresher polls in between
@@ -472,9 +597,17 @@ class RemotingClient:
 
     def call(self, code: int, kind=SerializeType.JSON, **ext) -> RemotingCommand:
         self.opaque += 1
-        self.sock.sendall(encode(RemotingCommand(code=code, version=NAMESRV_VERSION,
-                                                 opaque=self.opaque, ext_fields=ext,
-                                                 serialize_type=kind)))
+        self.sock.sendall(
+            encode(
+                RemotingCommand(
+                    code=code,
+                    version=NAMESRV_VERSION,
+                    opaque=self.opaque,
+                    ext_fields=ext,
+                    serialize_type=kind,
+                )
+            )
+        )
         while not self.pending:
             data = self.sock.recv(65536)
             assert data, "connection closed"
@@ -530,8 +663,10 @@ def test_server_end_to_end(tmp_path):
             response = client.call(105, kind, topic="Orders")
             assert response.code == 0 and response.serialize_type == kind
             route = json.loads(response.body)
-            assert route["brokerDatas"][0]["brokerAddrs"] == {"0": "10.0.0.1:10911",
-                                                             "1": "10.0.0.2:10911"}
+            assert route["brokerDatas"][0]["brokerAddrs"] == {
+                "0": "10.0.0.1:10911",
+                "1": "10.0.0.2:10911",
+            }
             assert client.call(105, kind, topic="Lonely").code == 17
             assert client.call(105, kind, topic="bad topic!").code == 29
             assert client.call(999, kind).code == 3
@@ -539,7 +674,10 @@ def test_server_end_to_end(tmp_path):
         assert info["clusterAddrTable"]["ClusterA"] == ["broker-a", "broker-b"]
         assert json.loads(client.call(206).body)["topicList"][0] == "Acting"
         assert json.loads(client.call(224, cluster="ClusterB").body)["topicList"] == [
-            "Acting", "ActingRW", "rmq_sys_SYNC_BROKER_MEMBER_broker-c"]
+            "Acting",
+            "ActingRW",
+            "rmq_sys_SYNC_BROKER_MEMBER_broker-c",
+        ]
         assert json.loads(client.call(304).body)["brokerAddr"] == "10.0.0.1:10911"
 
         # HTTP, with the snapshot's versions and watermark on every JSON response.
@@ -583,14 +721,16 @@ def test_server_end_to_end(tmp_path):
         stop = threading.Event()
 
         def classify(route: dict) -> str:
-            shape = (route["queueDatas"][0]["readQueueNums"],
-                     route["brokerDatas"][0]["brokerAddrs"]["0"])
+            shape = (
+                route["queueDatas"][0]["readQueueNums"],
+                route["brokerDatas"][0]["brokerAddrs"]["0"],
+            )
             return {(8, "10.0.0.1:10911"): "old", (4, "10.0.0.9:10911"): "new"}.get(
-                shape, f"mixed {shape}")
+                shape, f"mixed {shape}"
+            )
 
         def http_loop() -> None:
-            with httpx.Client(base_url=f"http://127.0.0.1:{service.http_port}",
-                              timeout=5) as c:
+            with httpx.Client(base_url=f"http://127.0.0.1:{service.http_port}", timeout=5) as c:
                 while not stop.is_set():
                     r = c.get("/topics/Orders/route")
                     if r.status_code != 200:
@@ -623,8 +763,12 @@ def test_server_end_to_end(tmp_path):
             new = tables(orders_queues=4, master_a="10.0.0.9:10911")
             # Route tables one by one with pauses longer than the poll interval, then the
             # progress row: only the complete batch may ever be served.
-            wh.publish(1, new_w, {t: new[t] for t in (TOPIC_QUEUE, BROKER_ADDR, BROKER_LIVE,
-                                                      FILTER_SERVER)}, pause_s=0.2)
+            wh.publish(
+                1,
+                new_w,
+                {t: new[t] for t in (TOPIC_QUEUE, BROKER_ADDR, BROKER_LIVE, FILTER_SERVER)},
+                pause_s=0.2,
+            )
             wait_until(lambda: http.get("/topics/Orders/route").json()["watermark"] == new_w)
             time.sleep(0.2)
         finally:
@@ -635,13 +779,13 @@ def test_server_end_to_end(tmp_path):
         assert all(states <= {"old", "new"} for states in seen.values()), seen
         assert seen["http"] == {"old", "new"} and "new" in seen["remoting"]
         assert classify(old_route) == "old"
-        assert json.loads(client.call(105, topic="Orders").body)["queueDatas"][0][
-            "readQueueNums"] == 4
+        assert (
+            json.loads(client.call(105, topic="Orders").body)["queueDatas"][0]["readQueueNums"] == 4
+        )
 
         # Metrics reflect it all; a broken warehouse keeps the last good snapshot.
         text = http.get("/metrics").text
-        assert 'routelake_lookup_requests_total{protocol="remoting",request="105",code="0"}' \
-            in text
+        assert 'routelake_lookup_requests_total{protocol="remoting",request="105",code="0"}' in text
         assert 'routelake_lookup_frame_errors_total{reason="FrameTooLargeError"} 1' in text
         assert 'routelake_lookup_refresh_total{result="not_settled"}' in text
         assert 'routelake_lookup_table_version{table="route_progress"} 1' in text
@@ -657,10 +801,16 @@ def test_server_end_to_end(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_serve_stops_cleanly_on_signal(tmp_path, sig):
     Warehouse(tmp_path).publish(0, 1000, tables())
-    code = ("from routing_lib.lookup.server import serve; "
-            f"serve({str(tmp_path)!r}, 0, 0, 0.05, 1 << 20, False)")
-    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).parent.parent)
+    code = (
+        "from routing_lib.lookup.server import serve; "
+        f"serve({str(tmp_path)!r}, 0, 0, 0.05, 1 << 20, False)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
     try:
         lines = []
         for line in proc.stderr:  # wait for the listening line, then for the first snapshot

@@ -81,8 +81,9 @@ def runs(served, tmp_path_factory):
 
     def run(name: str) -> mqadmin.MQAdminResult:
         kind = "ROCKETMQ" if name == "route_binary" else None
-        return mqadmin.run_mqadmin(*commands[name], namesrv=namesrv, timeout=45,
-                                   home=home / name, serialize_type=kind)
+        return mqadmin.run_mqadmin(
+            *commands[name], namesrv=namesrv, timeout=45, home=home / name, serialize_type=kind
+        )
 
     with ThreadPoolExecutor(max_workers=len(commands)) as pool:
         return dict(zip(commands, pool.map(run, commands), strict=True))
@@ -107,8 +108,7 @@ def ok(result: mqadmin.MQAdminResult) -> mqadmin.MQAdminResult:
     return result
 
 
-@pytest.mark.parametrize(("run", "topic"), [("route_json", "TBW102"),
-                                             ("route_binary", "Topic34")])
+@pytest.mark.parametrize(("run", "topic"), [("route_json", "TBW102"), ("route_binary", "Topic34")])
 def test_topic_route(served, runs, run, topic):
     """JSON and ROCKETMQ (binary) headers: the client's TopicRouteData is the table's route."""
     index, _ = served
@@ -121,10 +121,13 @@ def test_allocate_uses_readable_queues(served, runs):
     """The client's own route -> MessageQueue logic: readable queues only, all of them."""
     index, _ = served
     result = json.loads(ok(runs["allocate"]).stdout)["result"]
-    got = sorted((mq["brokerName"], mq["queueId"])
-                 for queues in result.values() for mq in queues)
-    want = sorted((q["brokerName"], i) for q in index.route("Topic34")["queueDatas"]
-                  if q["perm"] & 4 for i in range(q["readQueueNums"]))
+    got = sorted((mq["brokerName"], mq["queueId"]) for queues in result.values() for mq in queues)
+    want = sorted(
+        (q["brokerName"], i)
+        for q in index.route("Topic34")["queueDatas"]
+        if q["perm"] & 4
+        for i in range(q["readQueueNums"])
+    )
     assert got == want and want  # broker-a0 (perm 2, write-only) gives none
     assert sorted(result) == ["client-1", "client-2"]
 
@@ -133,18 +136,19 @@ def test_missing_topic(runs):
     result = runs["missing"]
     assert result.returncode == 0  # mqadmin exits 0 and prints the exception
     assert result.code == 17
-    assert result.remark.startswith(
-        "No topic route info in name server for the topic: NoSuchTopic")
+    assert result.remark.startswith("No topic route info in name server for the topic: NoSuchTopic")
     assert result.stdout.strip() == ""
 
 
 def test_cluster_list(served, runs):
     index, _ = served
     rows = mqadmin.parse_cluster_list(ok_or_broker_stats(runs["clusters"]).stdout)
-    want = {(cluster, name, int(bid), addr)
-            for cluster, names in index.cluster_info["clusterAddrTable"].items()
-            for name in names
-            for bid, addr in index.cluster_info["brokerAddrTable"][name]["brokerAddrs"].items()}
+    want = {
+        (cluster, name, int(bid), addr)
+        for cluster, names in index.cluster_info["clusterAddrTable"].items()
+        for name in names
+        for bid, addr in index.cluster_info["brokerAddrTable"][name]["brokerAddrs"].items()
+    }
     assert {(r.cluster, r.broker_name, r.broker_id, r.addr) for r in rows} == want
     assert len(rows) == len(want) == 10
     assert all(r.addr.startswith("127.") for r in rows)
@@ -154,9 +158,12 @@ def ok_or_broker_stats(result: mqadmin.MQAdminResult) -> mqadmin.MQAdminResult:
     """clusterList then asks each broker for runtime stats: no broker runs, so each of those
     calls fails (printed, not fatal). Anything else failing is an error."""
     assert not result.timed_out and result.returncode == 0
-    other = [line for line in (result.error or "").splitlines()
-             if not re.search(r"RemotingSendRequestException: send request to </127\.", line)
-             and not re.search(r"RemotingConnectException: connect to <?127\.", line)]
+    other = [
+        line
+        for line in (result.error or "").splitlines()
+        if not re.search(r"RemotingSendRequestException: send request to </127\.", line)
+        and not re.search(r"RemotingConnectException: connect to <?127\.", line)
+    ]
     assert not other, other
     return result
 

@@ -28,8 +28,11 @@ def tools():
 
 def test_mqadmin_admin_commands(tools, tmp_path, kafka_bootstrap, topic):
     Warehouse(tmp_path / "wh").publish(0, WATERMARK, TABLES)
-    collector = Collector(KafkaPublisher(kafka_bootstrap, topic), collector_id="mqadmin-test",
-                          tick_interval_ms=3_600_000)
+    collector = Collector(
+        KafkaPublisher(kafka_bootstrap, topic),
+        collector_id="mqadmin-test",
+        tick_interval_ms=3_600_000,
+    )
     commands = {
         "put_kv": ("updateKvConfig", "-s", "team", "-k", "oncall", "-v", "alice"),
         "delete_kv": ("deleteKvConfig", "-s", "team", "-k", "pager"),
@@ -44,8 +47,9 @@ def test_mqadmin_admin_commands(tools, tmp_path, kafka_bootstrap, topic):
         namesrv = f"127.0.0.1:{server.service.port}"
 
         def run(name: str) -> mqadmin.MQAdminResult:
-            return mqadmin.run_mqadmin(*commands[name], namesrv=namesrv, timeout=45,
-                                       home=tmp_path / name)
+            return mqadmin.run_mqadmin(
+                *commands[name], namesrv=namesrv, timeout=45, home=tmp_path / name
+            )
 
         with ThreadPoolExecutor(max_workers=len(commands)) as pool:
             results = dict(zip(commands, pool.map(run, commands), strict=True))
@@ -54,10 +58,14 @@ def test_mqadmin_admin_commands(tools, tmp_path, kafka_bootstrap, topic):
     # A read from the snapshot (no job applied the puts): fixture 16's value.
     assert "topic=[Orders], orderConf=[broker-a:4]" in results["get_order"].stdout
     # wipeTopicCount from the snapshot: broker-a holds 3 topics in fixture 16.
-    assert f"wipe write perm of broker[broker-a] in name server[{namesrv}] OK, 3" in \
-        results["wipe"].stdout
-    published = {(e["eventType"], e.get("namespace"), e.get("key"), e.get("value"),
-                  e.get("brokerName")) for e in events(kafka_bootstrap, topic)}
+    assert (
+        f"wipe write perm of broker[broker-a] in name server[{namesrv}] OK, 3"
+        in results["wipe"].stdout
+    )
+    published = {
+        (e["eventType"], e.get("namespace"), e.get("key"), e.get("value"), e.get("brokerName"))
+        for e in events(kafka_bootstrap, topic)
+    }
     assert published == {
         ("PUT_KV", "team", "oncall", "alice", None),
         ("DELETE_KV", "team", "pager", None, None),
@@ -67,5 +75,4 @@ def test_mqadmin_admin_commands(tools, tmp_path, kafka_bootstrap, topic):
         ("DELETE_KV", "ORDER_TOPIC_CONFIG", "Gone", None, None),
     }
     assert "OK" in results["add"].stdout
-    assert all(e["requestedBy"].startswith("127.0.0.1:")
-               for e in events(kafka_bootstrap, topic))
+    assert all(e["requestedBy"].startswith("127.0.0.1:") for e in events(kafka_bootstrap, topic))

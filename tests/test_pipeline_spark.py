@@ -45,8 +45,10 @@ def test_bad_records_are_dead_lettered_and_good_ones_applied(backfill, tmp_path)
         assert row["raw"] == raw, kind
         assert row["source"] == str(path) and row["reason"], kind
     progress = rows(backfill.warehouse, PROGRESS)
-    total = {k: sum(r[k] for r in progress) for k in ("input_rows", "dead_lettered", "late",
-                                                      "accepted", "applied")}
+    total = {
+        k: sum(r[k] for r in progress)
+        for k in ("input_rows", "dead_lettered", "late", "accepted", "applied")
+    }
     assert total["input_rows"] == len(lines)
     assert total["dead_lettered"] == len(BAD_RECORDS)
     assert total["accepted"] + total["dead_lettered"] + total["late"] == total["input_rows"]
@@ -56,16 +58,35 @@ def test_bad_records_are_dead_lettered_and_good_ones_applied(backfill, tmp_path)
 
 
 def test_registration_with_20000_topics(backfill, tmp_path):
-    topics = {f"Topic{i:05d}": {"topicName": f"Topic{i:05d}", "readQueueNums": 8,
-                                "writeQueueNums": 8, "perm": 6, "topicSysFlag": 0}
-              for i in range(20_000)}
-    register = {"eventType": "REGISTER", "eventTime": 1764000000000, "clusterName": "Big",
-                "brokerAddr": "10.1.0.1:10911", "brokerName": "big", "brokerId": 0,
-                "haServerAddr": "10.1.0.1:10912",
-                "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1},
-                "topicConfigTable": topics}
-    heartbeat = {"eventType": "HEARTBEAT", "eventTime": 1764000030000, "clusterName": "Big",
-                 "brokerAddr": "10.1.0.1:10911", "brokerName": "big", "brokerId": 0}
+    topics = {
+        f"Topic{i:05d}": {
+            "topicName": f"Topic{i:05d}",
+            "readQueueNums": 8,
+            "writeQueueNums": 8,
+            "perm": 6,
+            "topicSysFlag": 0,
+        }
+        for i in range(20_000)
+    }
+    register = {
+        "eventType": "REGISTER",
+        "eventTime": 1764000000000,
+        "clusterName": "Big",
+        "brokerAddr": "10.1.0.1:10911",
+        "brokerName": "big",
+        "brokerId": 0,
+        "haServerAddr": "10.1.0.1:10912",
+        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1},
+        "topicConfigTable": topics,
+    }
+    heartbeat = {
+        "eventType": "HEARTBEAT",
+        "eventTime": 1764000030000,
+        "clusterName": "Big",
+        "brokerAddr": "10.1.0.1:10911",
+        "brokerName": "big",
+        "brokerId": 0,
+    }
     path = tmp_path / "big.jsonl"
     path.write_text(json.dumps(register) + "\n" + json.dumps(heartbeat) + "\n")
     dump = backfill([path], as_of=1764000040000)
@@ -80,16 +101,29 @@ def test_replayed_batch_changes_nothing(spark, backfill, tmp_path):
 
     backfill([GOLDEN / "01_master_registers" / "events.jsonl"])
     warehouse = backfill.warehouse
-    live = {"cluster_name": "C", "broker_addr": "1.1.1.1:1", "broker_name": "x",
-            "last_update_timestamp": 5, "heartbeat_timeout_millis": 120000,
-            "ha_server_addr": None,
-            "data_version": {"state_version": 0, "timestamp": 0, "counter": 0}}
-    batch = spark.createDataFrame([
-        ("change", BROKER_LIVE, "upsert", json.dumps([live]), None),
-        ("dead", DEAD_LETTER, "append", json.dumps({"raw_text": "x", "source": "s",
-                                                    "position": 1, "reason": "r"}), b"x"),
-        ("stats", None, None, json.dumps({"input_rows": 1, "dead_lettered": 1}), None),
-    ], OUTPUT_SCHEMA)
+    live = {
+        "cluster_name": "C",
+        "broker_addr": "1.1.1.1:1",
+        "broker_name": "x",
+        "last_update_timestamp": 5,
+        "heartbeat_timeout_millis": 120000,
+        "ha_server_addr": None,
+        "data_version": {"state_version": 0, "timestamp": 0, "counter": 0},
+    }
+    batch = spark.createDataFrame(
+        [
+            ("change", BROKER_LIVE, "upsert", json.dumps([live]), None),
+            (
+                "dead",
+                DEAD_LETTER,
+                "append",
+                json.dumps({"raw_text": "x", "source": "s", "position": 1, "reason": "r"}),
+                b"x",
+            ),
+            ("stats", None, None, json.dumps({"input_rows": 1, "dead_lettered": 1}), None),
+        ],
+        OUTPUT_SCHEMA,
+    )
     writer = DeltaRouteWriter(str(warehouse), "replay-test", lambda batch_id: 42)
     writer(batch, 1000)
     versions = table_versions(warehouse)
@@ -110,15 +144,24 @@ def test_integers_at_their_bounds_reach_the_tables(backfill, tmp_path):
     from tests.test_poison_records import extreme_register
 
     high = extreme_register(low=False)
-    records = [dict(high, brokerId=0), dict(high, brokerAddr="10.9.0.2:10911"),
-               dict(extreme_register(low=True), brokerName="edge-low",
-                    brokerAddr="10.9.0.3:10911", eventTime=high["eventTime"] - 10)]
+    records = [
+        dict(high, brokerId=0),
+        dict(high, brokerAddr="10.9.0.2:10911"),
+        dict(
+            extreme_register(low=True),
+            brokerName="edge-low",
+            brokerAddr="10.9.0.3:10911",
+            eventTime=high["eventTime"] - 10,
+        ),
+    ]
     path = tmp_path / "edges.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     dump = backfill([path], as_of=high["eventTime"])
     events = [parse_event(json.dumps(r)) for r in records]
     assert dump == project(replay_dump(events, high["eventTime"]))
     # the 1 ms timeout of the low-values broker has passed; the INT64_MAX one never does
-    assert {b["brokerAddr"] for b in dump["brokerLiveTable"]} == {"10.9.0.1:10911",
-                                                                 "10.9.0.2:10911"}
+    assert {b["brokerAddr"] for b in dump["brokerLiveTable"]} == {
+        "10.9.0.1:10911",
+        "10.9.0.2:10911",
+    }
     assert rows(backfill.warehouse, DEAD_LETTER) == []

@@ -38,15 +38,26 @@ _RANGES = {"BIGINT": (INT64_MIN, INT64_MAX), "INT": (INT32_MIN, INT32_MAX)}
 def extreme_register(low: bool) -> dict:
     """A valid REGISTER with every integer field at its lowest or highest accepted value."""
     int64 = INT64_MIN if low else INT64_MAX
-    return {"eventType": "REGISTER", "eventTime": 1 if low else MAX_EVENT_TIME_MS,
-            "clusterName": "Edge", "brokerAddr": "10.9.0.1:10911", "brokerName": "edge",
-            "brokerId": 0 if low else INT64_MAX, "haServerAddr": None,
-            "heartbeatTimeoutMillis": 1 if low else INT64_MAX,
-            "dataVersion": {"stateVersion": int64, "timestamp": int64, "counter": int64},
-            "topicConfigTable": {"Edge": {
-                "topicName": "Edge", "readQueueNums": 0 if low else 65535,
-                "writeQueueNums": 0 if low else 65535, "perm": 0 if low else 7,
-                "topicSysFlag": INT32_MIN if low else INT32_MAX}}}
+    return {
+        "eventType": "REGISTER",
+        "eventTime": 1 if low else MAX_EVENT_TIME_MS,
+        "clusterName": "Edge",
+        "brokerAddr": "10.9.0.1:10911",
+        "brokerName": "edge",
+        "brokerId": 0 if low else INT64_MAX,
+        "haServerAddr": None,
+        "heartbeatTimeoutMillis": 1 if low else INT64_MAX,
+        "dataVersion": {"stateVersion": int64, "timestamp": int64, "counter": int64},
+        "topicConfigTable": {
+            "Edge": {
+                "topicName": "Edge",
+                "readQueueNums": 0 if low else 65535,
+                "writeQueueNums": 0 if low else 65535,
+                "perm": 0 if low else 7,
+                "topicSysFlag": INT32_MIN if low else INT32_MAX,
+            }
+        },
+    }
 
 
 def _column_types(ddl: str) -> dict[str, str]:
@@ -79,16 +90,24 @@ def test_every_accepted_integer_fits_its_delta_column(low):
     columns = {}
     for ddl in [*TABLE_DDL.values(), *SIDE_TABLE_DDL.values(), *HISTORY_TABLE_DDL.values()]:
         columns |= _column_types(ddl)
-    rows = [(table, row) for table, table_rows in rows_of(clock.routes).items()
-            for row in table_rows] + [(change.table, change.row) for change in history]
+    rows = [
+        (table, row) for table, table_rows in rows_of(clock.routes).items() for row in table_rows
+    ] + [(change.table, change.row) for change in history]
     checked = set()
     for table, row in rows:
         for name, value in _integers(row):
             low_bound, high_bound = _RANGES[columns[name]]
             assert low_bound <= value <= high_bound, (table, name, value)
             checked.add(name)
-    assert {"broker_id", "heartbeat_timeout_millis", "counter", "topic_sys_flag",
-            "read_queue_nums", "perm", "last_update_timestamp"} <= checked
+    assert {
+        "broker_id",
+        "heartbeat_timeout_millis",
+        "counter",
+        "topic_sys_flag",
+        "read_queue_nums",
+        "perm",
+        "last_update_timestamp",
+    } <= checked
 
 
 def test_a_deadline_past_int64_sets_no_timeout_it_could_not_hold():
@@ -98,8 +117,11 @@ def test_a_deadline_past_int64_sets_no_timeout_it_could_not_hold():
     clock.advance(MAX_EVENT_TIME_MS, DEFAULT_FLAGS)
     assert clock.wake_up_at() > INT64_MAX  # the step must not pass this to Spark
     state = group_state()
-    out = run_step([(MAX_EVENT_TIME_MS, "f", 2, pack_event(event))], state,
-                    watermark=MAX_EVENT_TIME_MS - 10_000)
+    out = run_step(
+        [(MAX_EVENT_TIME_MS, "f", 2, pack_event(event))],
+        state,
+        watermark=MAX_EVENT_TIME_MS - 10_000,
+    )
     assert state.exists and not out.empty
 
 
@@ -120,6 +142,7 @@ def _poisoned_parse(marker: bytes):
         if marker in raw:
             raise RuntimeError("injected failure")
         return real(raw)
+
     return parse
 
 
@@ -127,8 +150,9 @@ def test_stage_one_failure_dead_letters_one_archive_line(monkeypatch):
     lines = [line.encode() for line in fixture_lines("02_master_and_slave")]
     monkeypatch.setattr(ingest, "parse_pipeline_event", _poisoned_parse(b'"brokerId":1,'))
     content = b"".join(line + b"\n" for line in lines)
-    frames = list(_classify_archives(iter([pd.DataFrame({"path": ["file:/a.jsonl"],
-                                                         "content": [content]})])))
+    frames = list(
+        _classify_archives(iter([pd.DataFrame({"path": ["file:/a.jsonl"], "content": [content]})]))
+    )
     rows = pd.concat(frames)
     dead = rows[rows.group_key == ingest.DEAD_LETTER_KEY]
     poisoned = [n for n, line in enumerate(lines, start=1) if b'"brokerId":1,' in line]
@@ -140,8 +164,14 @@ def test_stage_one_failure_dead_letters_one_archive_line(monkeypatch):
 def test_stage_one_failure_dead_letters_one_kafka_record(monkeypatch):
     monkeypatch.setattr(ingest, "parse_pipeline_event", _poisoned_parse(b"POISON"))
     good = fixture_lines("01_master_registers")[0].encode()
-    frame = pd.DataFrame({"value": [good, b"POISON", good], "topic": ["t"] * 3,
-                          "partition": [0] * 3, "offset": [7, 8, 9]})
+    frame = pd.DataFrame(
+        {
+            "value": [good, b"POISON", good],
+            "topic": ["t"] * 3,
+            "partition": [0] * 3,
+            "offset": [7, 8, 9],
+        }
+    )
     (out,) = list(make_kafka_classifier(300_000)(iter([frame])))
     assert list(out.group_key == ingest.DEAD_LETTER_KEY) == [False, True, False]
     assert out.reason[1].startswith("internal error: RuntimeError")
@@ -159,15 +189,20 @@ def test_stateful_step_failure_dead_letters_one_event_and_applies_the_rest(monke
         real_apply(routes, event, flags)
 
     monkeypatch.setattr(clock_module, "apply_event", apply)
-    rows = [(e.eventTime, "t-0", n, pack_event(e)) for n, e in enumerate(events)
-            if e.brokerName == group]
+    rows = [
+        (e.eventTime, "t-0", n, pack_event(e))
+        for n, e in enumerate(events)
+        if e.brokerName == group
+    ]
     out = run_step(rows, group_state(), watermark=max(e.eventTime for e in events))
     dead = out[out.kind == "dead"]
     poisoned = [n for n, e in enumerate(events) if e.brokerName == group and e.brokerId == 1]
     assert poisoned
     assert sorted(json.loads(r)["position"] for r in dead.row_json) == poisoned
-    assert all(json.loads(r)["reason"] == "internal error: RuntimeError: injected failure"
-               for r in dead.row_json)
+    assert all(
+        json.loads(r)["reason"] == "internal error: RuntimeError: injected failure"
+        for r in dead.row_json
+    )
     assert set(dead.table) == {DEAD_LETTER}
     stats = json.loads(out[out.kind == "stats"].row_json.iloc[0])
     assert stats["failed_in_step"] == len(poisoned)

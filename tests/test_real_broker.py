@@ -56,9 +56,14 @@ ROUTE_WAIT_S = 90  # event -> watermark (10 s delay, TICKs) -> batch -> snapshot
 
 def python(*args: str, log: Path) -> subprocess.Popen:
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "routing_lib.cli", *args], cwd=REPO,
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "routing_lib.cli", *args],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 def stop(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
@@ -87,19 +92,49 @@ class Stack:
         return self.kafka.bootstrap_servers
 
     def start_serve(self) -> None:
-        self.serve = python("serve", "--collect", "--port", str(ROUTELAKE), "--http-port",
-                            str(HTTP), "--warehouse", str(self.root / "warehouse"), "--kafka",
-                            self.bootstrap, "--topic", TOPIC, "--collector-id", "rl-test",
-                            "--config", str(self.root / "conf.toml"), "-v",
-                            log=self.root / "serve.log")
-        wait_for(lambda: port_open(ROUTELAKE), 60, "serve --collect",
-                 alive=lambda: self.serve.poll() is None)
+        self.serve = python(
+            "serve",
+            "--collect",
+            "--port",
+            str(ROUTELAKE),
+            "--http-port",
+            str(HTTP),
+            "--warehouse",
+            str(self.root / "warehouse"),
+            "--kafka",
+            self.bootstrap,
+            "--topic",
+            TOPIC,
+            "--collector-id",
+            "rl-test",
+            "--config",
+            str(self.root / "conf.toml"),
+            "-v",
+            log=self.root / "serve.log",
+        )
+        wait_for(
+            lambda: port_open(ROUTELAKE),
+            60,
+            "serve --collect",
+            alive=lambda: self.serve.poll() is None,
+        )
 
     def start_job(self) -> None:
-        self.job = python("run", "--kafka", self.bootstrap, "--topic", TOPIC, "--warehouse",
-                          str(self.root / "warehouse"), "--checkpoint",
-                          str(self.root / "checkpoint"), "--trigger-interval", "2 seconds",
-                          "-v", log=self.root / "job.log")
+        self.job = python(
+            "run",
+            "--kafka",
+            self.bootstrap,
+            "--topic",
+            TOPIC,
+            "--warehouse",
+            str(self.root / "warehouse"),
+            "--checkpoint",
+            str(self.root / "checkpoint"),
+            "--trigger-interval",
+            "2 seconds",
+            "-v",
+            log=self.root / "job.log",
+        )
 
 
 @pytest.fixture(scope="session")
@@ -113,13 +148,24 @@ def stack(config, tmp_path_factory) -> Iterator[Stack]:
         pytest.skip(reason)
     root = tmp_path_factory.mktemp("real-broker")
     (root / "conf.toml").write_text(CONF)
-    kafka = replace(config.kafka, bootstrap_servers=f"127.0.0.1:{KAFKA}",
-                    data_dir=str(root / "kafka"))
+    kafka = replace(
+        config.kafka, bootstrap_servers=f"127.0.0.1:{KAFKA}", data_dir=str(root / "kafka")
+    )
     ns = namesrv(root / "namesrv", NAMESRV).start()
     proxy = RecordingProxy(ROUTELAKE).__enter__()
-    s = Stack(root, kafka, ns, broker(root / "broker", BROKER,
-                                      [f"127.0.0.1:{NAMESRV}", f"127.0.0.1:{proxy.port}"],
-                                      cluster=CLUSTER, name=NAME), proxy)
+    s = Stack(
+        root,
+        kafka,
+        ns,
+        broker(
+            root / "broker",
+            BROKER,
+            [f"127.0.0.1:{NAMESRV}", f"127.0.0.1:{proxy.port}"],
+            cluster=CLUSTER,
+            name=NAME,
+        ),
+        proxy,
+    )
     try:
         kafka_local.start(kafka, heap="512m")
         assert kafka_local.create_topic(s.bootstrap, TOPIC, partitions=1)
@@ -138,6 +184,7 @@ def stack(config, tmp_path_factory) -> Iterator[Stack]:
 
 
 # -- talking to both NameServers --
+
 
 def ask(port: int, code: int, **ext: str) -> RemotingCommand:
     """One request, one answer (no half-close: Netty closes a half-closed channel unanswered)."""
@@ -167,9 +214,11 @@ def route(port: int, topic: str) -> dict | None:
     assert answer.code == 0, answer.remark
     doc = json.loads(answer.body)
     # Documented ordering differences only: Java lists come from HashMaps.
-    return {"brokerDatas": sorted(doc["brokerDatas"], key=lambda b: b["brokerName"]),
-            "queueDatas": sorted(doc["queueDatas"], key=lambda q: q["brokerName"]),
-            "filterServerTable": doc.get("filterServerTable") or {}}
+    return {
+        "brokerDatas": sorted(doc["brokerDatas"], key=lambda b: b["brokerName"]),
+        "queueDatas": sorted(doc["queueDatas"], key=lambda q: q["brokerName"]),
+        "filterServerTable": doc.get("filterServerTable") or {},
+    }
 
 
 def routelake_ready() -> bool:
@@ -184,20 +233,38 @@ def same_clusters() -> bool:
 
 
 def admin(stack: Stack, *args: str) -> mqadmin.MQAdminResult:
-    result = mqadmin.run_mqadmin(*args, namesrv=f"127.0.0.1:{ROUTELAKE}", timeout=60,
-                                 home=stack.root / "mqadmin")
+    result = mqadmin.run_mqadmin(
+        *args, namesrv=f"127.0.0.1:{ROUTELAKE}", timeout=60, home=stack.root / "mqadmin"
+    )
     assert result.error is None, f"{result.error}\n{result.stdout[-2000:]}"
     return result
 
 
 # -- the tests, in order --
 
+
 def test_registration_shows_in_routectl_clusters(stack):
-    wait_for(lambda: routelake_ready() and NAME in cluster_info(ROUTELAKE)["brokerAddrTable"],
-             180, "the broker in routelake's snapshot", step=1, alive=stack.broker.alive)
-    done = subprocess.run([sys.executable, "-m", "routing_lib.cli", "clusters", "--warehouse",
-                           str(stack.root / "warehouse")], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+    wait_for(
+        lambda: routelake_ready() and NAME in cluster_info(ROUTELAKE)["brokerAddrTable"],
+        180,
+        "the broker in routelake's snapshot",
+        step=1,
+        alive=stack.broker.alive,
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "routing_lib.cli",
+            "clusters",
+            "--warehouse",
+            str(stack.root / "warehouse"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     clusters = json.loads(done.stdout)
     assert clusters["clusterAddrTable"] == {CLUSTER: [NAME]}
@@ -210,8 +277,12 @@ def test_registration_shows_in_routectl_clusters(stack):
 def wait_same(what: str, answer_of, timeout: float = ROUTE_WAIT_S) -> None:
     """Until routelake answers like the Java NameServer; else fail showing both answers."""
     try:
-        wait_for(lambda: routelake_ready() and answer_of(ROUTELAKE) == answer_of(NAMESRV),
-                 timeout, what, step=1)
+        wait_for(
+            lambda: routelake_ready() and answer_of(ROUTELAKE) == answer_of(NAMESRV),
+            timeout,
+            what,
+            step=1,
+        )
     except AssertionError:
         assert answer_of(ROUTELAKE) == answer_of(NAMESRV), what
 
@@ -222,13 +293,21 @@ def test_tap_mode_cluster_info_equals_the_java_nameserver(stack):
 
 def test_update_topic_is_routable_and_routes_equal_java(stack):
     for queues in ("4", "8"):  # created, then changed
-        admin(stack, "updateTopic", "-b", BROKER_ADDR, "-t", "RL_T1", "-r", queues, "-w",
-              queues)
-        wait_for(lambda q=int(queues): route(NAMESRV, "RL_T1") is not None
-                 and route(NAMESRV, "RL_T1")["queueDatas"][0]["readQueueNums"] == q,
-                 30, "the Java NameServer's route")
-        wait_for(lambda: route(ROUTELAKE, "RL_T1") == route(NAMESRV, "RL_T1"), ROUTE_WAIT_S,
-                 f"routelake's RL_T1 route with {queues} queues", step=1)
+        admin(stack, "updateTopic", "-b", BROKER_ADDR, "-t", "RL_T1", "-r", queues, "-w", queues)
+        wait_for(
+            lambda q=int(queues): (
+                route(NAMESRV, "RL_T1") is not None
+                and route(NAMESRV, "RL_T1")["queueDatas"][0]["readQueueNums"] == q
+            ),
+            30,
+            "the Java NameServer's route",
+        )
+        wait_for(
+            lambda: route(ROUTELAKE, "RL_T1") == route(NAMESRV, "RL_T1"),
+            ROUTE_WAIT_S,
+            f"routelake's RL_T1 route with {queues} queues",
+            step=1,
+        )
     assert route(ROUTELAKE, "RL_T1")["queueDatas"][0]["writeQueueNums"] == 8
     assert same_clusters()
 
@@ -246,39 +325,65 @@ SOLO_PORT, SOLO_NAME, SOLO_CLUSTER = 29921, "broker-solo", "SoloCluster"
 
 def test_broker_with_routelake_as_its_only_nameserver(stack):
     """A second broker whose namesrvAddr is routelake alone: registered, routable, usable."""
-    solo = broker(stack.root / "solo", SOLO_PORT, [f"127.0.0.1:{ROUTELAKE}"],
-                  cluster=SOLO_CLUSTER, name=SOLO_NAME).start()
+    solo = broker(
+        stack.root / "solo",
+        SOLO_PORT,
+        [f"127.0.0.1:{ROUTELAKE}"],
+        cluster=SOLO_CLUSTER,
+        name=SOLO_NAME,
+    ).start()
     solo_addr = f"127.0.0.1:{SOLO_PORT}"
     try:
-        wait_for(lambda: SOLO_NAME in cluster_info(ROUTELAKE)["brokerAddrTable"], 180,
-                 "the routelake-only broker in routelake", step=1, alive=solo.alive)
+        wait_for(
+            lambda: SOLO_NAME in cluster_info(ROUTELAKE)["brokerAddrTable"],
+            180,
+            "the routelake-only broker in routelake",
+            step=1,
+            alive=solo.alive,
+        )
         assert SOLO_NAME not in cluster_info(NAMESRV)["brokerAddrTable"]  # routelake alone
         admin(stack, "updateTopic", "-b", solo_addr, "-t", "RL_SOLO", "-r", "2", "-w", "2")
-        wait_for(lambda: route(ROUTELAKE, "RL_SOLO") is not None, ROUTE_WAIT_S,
-                 "RL_SOLO routable through routelake", step=1)
-        assert [b["brokerName"] for b in route(ROUTELAKE, "RL_SOLO")["brokerDatas"]] == [
-            SOLO_NAME]
+        wait_for(
+            lambda: route(ROUTELAKE, "RL_SOLO") is not None,
+            ROUTE_WAIT_S,
+            "RL_SOLO routable through routelake",
+            step=1,
+        )
+        assert [b["brokerName"] for b in route(ROUTELAKE, "RL_SOLO")["brokerDatas"]] == [SOLO_NAME]
         assert route(NAMESRV, "RL_SOLO") is None
         sent = admin(stack, "sendMessage", "-t", "RL_SOLO", "-p", "solo-hello", "-k", "k2")
         assert "SEND_OK" in sent.stdout
     finally:
         solo.stop(signal.SIGTERM, timeout=60)  # UNREGISTER to routelake only
-    wait_for(lambda: SOLO_NAME not in cluster_info(ROUTELAKE)["brokerAddrTable"], ROUTE_WAIT_S,
-             "the routelake-only broker gone after its UNREGISTER", step=1)
+    wait_for(
+        lambda: SOLO_NAME not in cluster_info(ROUTELAKE)["brokerAddrTable"],
+        ROUTE_WAIT_S,
+        "the routelake-only broker gone after its UNREGISTER",
+        step=1,
+    )
     assert route(ROUTELAKE, "RL_SOLO") is None
 
 
 def _acknowledged_are_published(stack: Stack, since_ms: int) -> tuple[int, int]:
     kinds = {103: "REGISTER", 104: "UNREGISTER", 322: "HEARTBEAT", 904: "HEARTBEAT"}
     published = [e for e in events(stack.bootstrap, TOPIC) if e["eventTime"] >= since_ms - 1000]
-    acked = [x for x in stack.proxy.exchanges
-             if x.sent_ms >= since_ms and x.code in kinds and x.answer_code == 0]
+    acked = [
+        x
+        for x in stack.proxy.exchanges
+        if x.sent_ms >= since_ms and x.code in kinds and x.answer_code == 0
+    ]
     for x in acked:
-        assert any(e["eventType"] == kinds[x.code] and e["brokerAddr"] == x.broker_addr
-                   and x.sent_ms - 50 <= e["eventTime"] <= x.answered_ms + 50
-                   for e in published), f"acknowledged but not in Kafka: {x}"
-    failed = [x for x in stack.proxy.exchanges if x.sent_ms >= since_ms and x.code == 103
-              and x.answer_code not in (None, 0)]
+        assert any(
+            e["eventType"] == kinds[x.code]
+            and e["brokerAddr"] == x.broker_addr
+            and x.sent_ms - 50 <= e["eventTime"] <= x.answered_ms + 50
+            for e in published
+        ), f"acknowledged but not in Kafka: {x}"
+    failed = [
+        x
+        for x in stack.proxy.exchanges
+        if x.sent_ms >= since_ms and x.code == 103 and x.answer_code not in (None, 0)
+    ]
     return len(acked), len(failed)
 
 
@@ -292,13 +397,21 @@ def test_collector_and_kafka_restarts_lose_nothing_acknowledged(stack):
     time.sleep(12)
     kafka_local.start(stack.kafka, heap="512m")
     registers_before = sum(x.code == 103 and x.answer_code == 0 for x in stack.proxy.exchanges)
-    wait_for(lambda: sum(x.code == 103 and x.answer_code == 0
-                         for x in stack.proxy.exchanges) > registers_before,
-             40, "a registration acknowledged after the Kafka restart", step=1)
+    wait_for(
+        lambda: (
+            sum(x.code == 103 and x.answer_code == 0 for x in stack.proxy.exchanges)
+            > registers_before
+        ),
+        40,
+        "a registration acknowledged after the Kafka restart",
+        step=1,
+    )
     acked, failed = _acknowledged_are_published(stack, since)
     assert acked >= 2
-    print(f"restarts: {acked} acknowledged requests all in Kafka; {failed} REGISTERs answered "
-          "with an error while Kafka was down")
+    print(
+        f"restarts: {acked} acknowledged requests all in Kafka; {failed} REGISTERs answered "
+        "with an error while Kafka was down"
+    )
     if stack.job is None or stack.job.poll() is not None:  # Spark may give up on Kafka
         stack.start_job()
     wait_for(same_clusters, ROUTE_WAIT_S, "routes caught up after the restarts", step=1)
@@ -306,26 +419,46 @@ def test_collector_and_kafka_restarts_lose_nothing_acknowledged(stack):
 
 def test_graceful_shutdown_unregisters(stack):
     stack.broker.stop(signal.SIGTERM, timeout=60)
-    unregisters = [e for e in events(stack.bootstrap, TOPIC)
-                   if e["eventType"] == "UNREGISTER" and e["brokerName"] == NAME]
+    unregisters = [
+        e
+        for e in events(stack.bootstrap, TOPIC)
+        if e["eventType"] == "UNREGISTER" and e["brokerName"] == NAME
+    ]
     assert [e["brokerAddr"] for e in unregisters] == [BROKER_ADDR]
-    wait_for(lambda: NAME not in cluster_info(ROUTELAKE)["brokerAddrTable"], ROUTE_WAIT_S,
-             "the broker gone from routelake", step=1)
+    wait_for(
+        lambda: NAME not in cluster_info(ROUTELAKE)["brokerAddrTable"],
+        ROUTE_WAIT_S,
+        "the broker gone from routelake",
+        step=1,
+    )
     assert route(ROUTELAKE, "RL_T1") is None and route(NAMESRV, "RL_T1") is None
 
 
 def test_killed_broker_expires_on_tick_driven_event_time(stack):
     stack.broker.start()
-    wait_for(lambda: NAME in cluster_info(ROUTELAKE)["brokerAddrTable"], 120,
-             "the restarted broker in routelake", step=1, alive=stack.broker.alive)
+    wait_for(
+        lambda: NAME in cluster_info(ROUTELAKE)["brokerAddrTable"],
+        120,
+        "the restarted broker in routelake",
+        step=1,
+        alive=stack.broker.alive,
+    )
     stack.broker.stop(signal.SIGKILL)
     killed = time.time_ns() // 1_000_000
-    wait_for(lambda: NAME not in cluster_info(ROUTELAKE)["brokerAddrTable"], ROUTE_WAIT_S,
-             "the killed broker expired in routelake", step=1)
-    after = [e for e in events(stack.bootstrap, TOPIC, ticks=True)
-             if e["eventTime"] > killed + 1000]
+    wait_for(
+        lambda: NAME not in cluster_info(ROUTELAKE)["brokerAddrTable"],
+        ROUTE_WAIT_S,
+        "the killed broker expired in routelake",
+        step=1,
+    )
+    after = [
+        e for e in events(stack.bootstrap, TOPIC, ticks=True) if e["eventTime"] > killed + 1000
+    ]
     # Nothing but TICKs arrived after the kill: they moved the watermark past the broker's
     # lastUpdate + heartbeatTimeoutMillis (10 s).
     assert after and {e["eventType"] for e in after} == {"TICK"}
-    wait_for(lambda: NAME not in cluster_info(NAMESRV)["brokerAddrTable"], 30,
-             "the Java NameServer's expiry too")
+    wait_for(
+        lambda: NAME not in cluster_info(NAMESRV)["brokerAddrTable"],
+        30,
+        "the Java NameServer's expiry too",
+    )

@@ -13,8 +13,9 @@ from tests.bad_records import BAD_RECORDS
 from tests.helpers import FIXTURES, fixture_lines
 
 
-@pytest.mark.parametrize("parse", [parse_event, parse_pipeline_event],
-                         ids=["event-schema", "pipeline-hot-path"])
+@pytest.mark.parametrize(
+    "parse", [parse_event, parse_pipeline_event], ids=["event-schema", "pipeline-hot-path"]
+)
 @pytest.mark.parametrize("kind,raw,word", BAD_RECORDS, ids=[b[0] for b in BAD_RECORDS])
 def test_bad_record_is_rejected_with_a_reason(kind, raw, word, parse):
     """Both parsers (the hot path validates topic configs as dicts) reject it, same reason."""
@@ -30,13 +31,28 @@ def test_every_fixture_line_is_valid():
 
 
 def test_defaults_inside_topic_config_and_extra_fields():
-    event = parse_event(json.dumps({
-        "eventType": "REGISTER", "eventTime": 5, "clusterName": "c", "brokerAddr": "h:1",
-        "brokerName": "b", "brokerId": 0, "dataVersion": {"counter": 2},
-        "topicConfigTable": {"T": {"topicName": "T"}}, "somethingNew": 1}))
+    event = parse_event(
+        json.dumps(
+            {
+                "eventType": "REGISTER",
+                "eventTime": 5,
+                "clusterName": "c",
+                "brokerAddr": "h:1",
+                "brokerName": "b",
+                "brokerId": 0,
+                "dataVersion": {"counter": 2},
+                "topicConfigTable": {"T": {"topicName": "T"}},
+                "somethingNew": 1,
+            }
+        )
+    )
     config = event.topicConfigTable["T"]
     assert (config.readQueueNums, config.writeQueueNums, config.perm, config.topicSysFlag) == (
-        16, 16, 6, 0)
+        16,
+        16,
+        6,
+        0,
+    )
     assert (event.dataVersion.stateVersion, event.dataVersion.timestamp) == (0, 0)
 
 
@@ -53,11 +69,23 @@ def test_spark_schema_is_derived_from_the_models():
 
     struct = event_struct()
     names = struct.fieldNames()
-    assert names[:6] == ["eventTime", "clusterName", "brokerAddr", "brokerName", "brokerId",
-                         "eventType"]
+    assert names[:6] == [
+        "eventTime",
+        "clusterName",
+        "brokerAddr",
+        "brokerName",
+        "brokerId",
+        "eventType",
+    ]
     topic_config = struct["topicConfigTable"].dataType.valueType
-    assert topic_config.fieldNames() == ["topicName", "readQueueNums", "writeQueueNums", "perm",
-                                         "topicSysFlag", "order"]
+    assert topic_config.fieldNames() == [
+        "topicName",
+        "readQueueNums",
+        "writeQueueNums",
+        "perm",
+        "topicSysFlag",
+        "order",
+    ]
     assert struct["filterServerList"].dataType.simpleString() == "array<string>"
 
 
@@ -76,4 +104,5 @@ def test_pipeline_schema_packs_the_same_event_as_the_event_schema():
             assert unpacked.model_dump(exclude=head) == model.model_dump(exclude=head)
             if model.eventType == "REGISTER":
                 assert {k: c._asdict() for k, c in unpacked.topicConfigTable.items()} == {
-                    k: c.model_dump() for k, c in model.topicConfigTable.items()}
+                    k: c.model_dump() for k, c in model.topicConfigTable.items()
+                }

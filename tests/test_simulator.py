@@ -35,8 +35,7 @@ def lines(events: list[dict]) -> list[bytes]:
 
 @cache
 def long_history(disorder_ms: int = 0) -> tuple[list[dict], list]:
-    return simulate_history(11, brokers=12, topics=8, duration_ms=2 * HOUR,
-                            disorder_ms=disorder_ms)
+    return simulate_history(11, brokers=12, topics=8, duration_ms=2 * HOUR, disorder_ms=disorder_ms)
 
 
 def test_same_seed_same_history() -> None:
@@ -156,8 +155,9 @@ def test_all_fault_kinds_occur() -> None:
 
 def _group_state(events: list[dict], group: str, until: int) -> dict:
     """State(until) of one broker group (groups evolve independently in the reference)."""
-    return replay_dump([parse_event(encode_event(e)) for e in events
-                        if e["brokerName"] == group], until)
+    return replay_dump(
+        [parse_event(encode_event(e)) for e in events if e["brokerName"] == group], until
+    )
 
 
 def _live_addrs(events: list[dict], group: str, until: int) -> set[str]:
@@ -183,16 +183,24 @@ def test_fault_effects_on_the_reference_state() -> None:
             checked["crash"] += 1
         elif fault.kind == "restart":
             registered_before = any(
-                e["brokerAddr"] == fault.brokerAddr and e["eventType"] == "REGISTER"
-                and e["eventTime"] < fault.time for e in events)
+                e["brokerAddr"] == fault.brokerAddr
+                and e["eventType"] == "REGISTER"
+                and e["eventTime"] < fault.time
+                for e in events
+            )
             if registered_before:
                 back = fault.time + int(fault.detail.split()[2])
                 assert fault.brokerAddr in _live_addrs(events, fault.brokerName, back - 1)
                 checked["restart"] += 1
         elif fault.kind == "role_switch":
             new_master = fault.detail.split()[0]
-            rejoin = next(e for e in events if e["brokerAddr"] == fault.brokerAddr
-                          and e["eventType"] == "REGISTER" and e["eventTime"] > fault.time)
+            rejoin = next(
+                e
+                for e in events
+                if e["brokerAddr"] == fault.brokerAddr
+                and e["eventType"] == "REGISTER"
+                and e["eventTime"] > fault.time
+            )
             dump = _group_state(events, fault.brokerName, rejoin["eventTime"])
             addrs = dump["brokerAddrTable"][fault.brokerName]["brokerAddrs"]
             assert addrs["0"] == new_master
@@ -218,9 +226,21 @@ def test_endless_generator_is_lazy() -> None:
 
 
 def test_archive_files_round_trip(tmp_path) -> None:
-    stats = simulate(None, "unused", 4, 3, 30_000, 9, False, 1800, tmp_path,
-                     start_ms=DEFAULT_START_MS, disorder_ms=2000, archive_minutes=10,
-                     progress_s=None)
+    stats = simulate(
+        None,
+        "unused",
+        4,
+        3,
+        30_000,
+        9,
+        False,
+        1800,
+        tmp_path,
+        start_ms=DEFAULT_START_MS,
+        disorder_ms=2000,
+        archive_minutes=10,
+        progress_s=None,
+    )
     files = sorted(tmp_path.glob("*.jsonl.gz"))
     assert files == sorted(stats.files) and len(files) == 3
     expected = lines(generate_history(9, 4, 3, 1_800_000, disorder_ms=2000))
@@ -230,10 +250,21 @@ def test_archive_files_round_trip(tmp_path) -> None:
         times = [json.loads(line)["eventTime"] for line in iter_file_lines(path)]
         assert max(times) // 600_000 == min(times) // 600_000
     again = tmp_path / "again"
-    simulate(None, "unused", 4, 3, 30_000, 9, False, 1800, again, start_ms=DEFAULT_START_MS,
-             disorder_ms=2000, progress_s=None)
-    assert [p.read_bytes() for p in files] == [again.joinpath(p.name).read_bytes()
-                                               for p in files]
+    simulate(
+        None,
+        "unused",
+        4,
+        3,
+        30_000,
+        9,
+        False,
+        1800,
+        again,
+        start_ms=DEFAULT_START_MS,
+        disorder_ms=2000,
+        progress_s=None,
+    )
+    assert [p.read_bytes() for p in files] == [again.joinpath(p.name).read_bytes() for p in files]
 
 
 def test_archive_writer_reopens_a_closed_window(tmp_path) -> None:

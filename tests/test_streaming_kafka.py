@@ -30,8 +30,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def produce(bootstrap: str, topic: str, values: list[bytes], keys: list[bytes | None] | None = None
-            ) -> None:
+def produce(
+    bootstrap: str, topic: str, values: list[bytes], keys: list[bytes | None] | None = None
+) -> None:
     producer = make_producer(bootstrap)
     try:
         for i, value in enumerate(values):
@@ -54,17 +55,23 @@ def job(config, kafka_bootstrap, topic, tmp_path):
     from routing_lib.stream_job import run_stream
 
     warehouse, checkpoint = tmp_path / "warehouse", tmp_path / "checkpoint"
-    job_config = config.with_overrides("paths", warehouse=str(warehouse),
-                                       checkpoint=str(checkpoint))
+    job_config = config.with_overrides(
+        "paths", warehouse=str(warehouse), checkpoint=str(checkpoint)
+    )
 
     def run(**kafka) -> dict:
-        cfg = job_config.with_overrides("kafka", topic=topic, bootstrap_servers=kafka_bootstrap,
-                                        **kafka)
+        cfg = job_config.with_overrides(
+            "kafka", topic=topic, bootstrap_servers=kafka_bootstrap, **kafka
+        )
         run_stream(cfg, available_now=True, install_signal_handlers=False)
         return project(load_snapshot(warehouse).dump())
 
     run.warehouse, run.checkpoint, run.topic, run.bootstrap = (
-        warehouse, checkpoint, topic, kafka_bootstrap)
+        warehouse,
+        checkpoint,
+        topic,
+        kafka_bootstrap,
+    )
     return run
 
 
@@ -104,7 +111,8 @@ def test_late_event_goes_to_the_late_table(job):
     assert after == before  # not applied
     late_rows = rows(job.warehouse, LATE_EVENT)
     assert [(r["broker_name"], r["event_time"], r["published_watermark"]) for r in late_rows] == [
-        ("broker-late", watermark - 60_000, watermark)]
+        ("broker-late", watermark - 60_000, watermark)
+    ]
     assert late_rows[0]["source"].startswith(job.topic + "-")
     assert sum(r["late"] for r in rows(job.warehouse, PROGRESS)) == 1
 
@@ -112,9 +120,11 @@ def test_late_event_goes_to_the_late_table(job):
 def test_far_future_event_is_dead_lettered_and_expires_nobody(job):
     now = int(time.time() * 1000)
     register, _, clock = (json.loads(line) for line in fixture_lines("01_master_registers"))
-    events = [dict(register, eventTime=now - 60_000), dict(clock, eventTime=now - 30_000),
-              dict(register, eventTime=now + 3_600_000, brokerName="skewed",
-                   brokerAddr="10.6.6.6:1")]
+    events = [
+        dict(register, eventTime=now - 60_000),
+        dict(clock, eventTime=now - 30_000),
+        dict(register, eventTime=now + 3_600_000, brokerName="skewed", brokerAddr="10.6.6.6:1"),
+    ]
     produce(job.bootstrap, job.topic, [json.dumps(e).encode() for e in events])
     dump = job()
     assert dump["watermark"] == now - 40_000  # the skewed clock did not move it
@@ -137,12 +147,22 @@ def test_malformed_values_are_dead_lettered_with_partition_and_offset(job):
 
 
 def test_registration_with_20000_topics_through_kafka(job):
-    topics = {f"T{i:05d}": {"topicName": f"T{i:05d}", "readQueueNums": 4, "writeQueueNums": 4,
-                            "perm": 6, "topicSysFlag": 0} for i in range(20_000)}
+    topics = {
+        f"T{i:05d}": {
+            "topicName": f"T{i:05d}",
+            "readQueueNums": 4,
+            "writeQueueNums": 4,
+            "perm": 6,
+            "topicSysFlag": 0,
+        }
+        for i in range(20_000)
+    }
     register = json.loads(fixture_lines("01_master_registers")[0])
     register["topicConfigTable"] = topics
-    clock = dict(json.loads(fixture_lines("01_master_registers")[2]),
-                 eventTime=register["eventTime"] + 30_000)
+    clock = dict(
+        json.loads(fixture_lines("01_master_registers")[2]),
+        eventTime=register["eventTime"] + 30_000,
+    )
     produce(job.bootstrap, job.topic, [json.dumps(register).encode(), json.dumps(clock).encode()])
     dump = job()
     assert len([t for t in dump["topicQueueTable"] if t.startswith("T")]) == 20_000
@@ -151,10 +171,26 @@ def test_registration_with_20000_topics_through_kafka(job):
 def _start_job(job, *extra: str) -> subprocess.Popen:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     return subprocess.Popen(
-        [sys.executable, "-m", "routing_lib.cli", "run", "--kafka", job.bootstrap,
-         "--topic", job.topic, "--warehouse", str(job.warehouse),
-         "--checkpoint", str(job.checkpoint), *extra],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "routing_lib.cli",
+            "run",
+            "--kafka",
+            job.bootstrap,
+            "--topic",
+            job.topic,
+            "--warehouse",
+            str(job.warehouse),
+            "--checkpoint",
+            str(job.checkpoint),
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _wait_for_batches(job, count: int, timeout_s: float = 120) -> None:
@@ -172,13 +208,17 @@ def _wait_for_batches(job, count: int, timeout_s: float = 120) -> None:
 def test_killed_job_restarts_from_checkpoint_without_duplicates(job):
     name = "20_random_fleet_seed202"
     lines = lines_of(name)
-    thirds = [lines[: len(lines) // 3], lines[len(lines) // 3: 2 * len(lines) // 3],
-              lines[2 * len(lines) // 3:]]
+    thirds = [
+        lines[: len(lines) // 3],
+        lines[len(lines) // 3 : 2 * len(lines) // 3],
+        lines[2 * len(lines) // 3 :],
+    ]
     batches_seen = 0
     for part in thirds:
         produce(job.bootstrap, job.topic, part)
-        process = _start_job(job, "--max-offsets-per-trigger", "150",
-                             "--trigger-interval", "1 second")
+        process = _start_job(
+            job, "--max-offsets-per-trigger", "150", "--trigger-interval", "1 second"
+        )
         batches_seen += 2
         try:
             _wait_for_batches(job, batches_seen)

@@ -32,11 +32,14 @@ class AdminCode(IntEnum):
 
 
 ADMIN_CODES = frozenset(int(c) for c in AdminCode)
-WRITE_PERM_CODES = frozenset({int(AdminCode.WIPE_WRITE_PERM_OF_BROKER),
-                              int(AdminCode.ADD_WRITE_PERM_OF_BROKER)})
+WRITE_PERM_CODES = frozenset(
+    {int(AdminCode.WIPE_WRITE_PERM_OF_BROKER), int(AdminCode.ADD_WRITE_PERM_OF_BROKER)}
+)
 # The response header field that carries the topic count (Wipe/AddWritePermOfBrokerResponseHeader)
-COUNT_FIELD = {int(AdminCode.WIPE_WRITE_PERM_OF_BROKER): "wipeTopicCount",
-               int(AdminCode.ADD_WRITE_PERM_OF_BROKER): "addTopicCount"}
+COUNT_FIELD = {
+    int(AdminCode.WIPE_WRITE_PERM_OF_BROKER): "wipeTopicCount",
+    int(AdminCode.ADD_WRITE_PERM_OF_BROKER): "addTopicCount",
+}
 
 
 def _field(ext: Mapping[str, str], name: str) -> str:
@@ -46,14 +49,16 @@ def _field(ext: Mapping[str, str], name: str) -> str:
     return value
 
 
-def admin_event(request: RemotingCommand, event_time: int, requested_by: str | None
-                ) -> dict[str, Any]:
+def admin_event(
+    request: RemotingCommand, event_time: int, requested_by: str | None
+) -> dict[str, Any]:
     """The contract event of one administrative request (BrokerRequestError: refused)."""
     ext, code = request.ext_fields, request.code
     event: dict[str, Any]
     if code in WRITE_PERM_CODES:
-        kind = "WIPE_WRITE_PERM" if code == AdminCode.WIPE_WRITE_PERM_OF_BROKER \
-            else "ADD_WRITE_PERM"
+        kind = (
+            "WIPE_WRITE_PERM" if code == AdminCode.WIPE_WRITE_PERM_OF_BROKER else "ADD_WRITE_PERM"
+        )
         event = {"eventType": kind, "brokerName": _field(ext, "brokerName")}
     elif code == AdminCode.DELETE_TOPIC_IN_NAMESRV:
         event = {"eventType": "DELETE_TOPIC", "topic": _field(ext, "topic")}
@@ -62,11 +67,18 @@ def admin_event(request: RemotingCommand, event_time: int, requested_by: str | N
     elif code == AdminCode.PUT_KV_CONFIG:
         if ext.get("namespace") is None or ext.get("key") is None:
             raise BrokerRequestError("namespace or key is null")
-        event = {"eventType": "PUT_KV", "namespace": ext["namespace"], "key": ext["key"],
-                 "value": _field(ext, "value")}
+        event = {
+            "eventType": "PUT_KV",
+            "namespace": ext["namespace"],
+            "key": ext["key"],
+            "value": _field(ext, "value"),
+        }
     elif code == AdminCode.DELETE_KV_CONFIG:
-        event = {"eventType": "DELETE_KV", "namespace": _field(ext, "namespace"),
-                 "key": _field(ext, "key")}
+        event = {
+            "eventType": "DELETE_KV",
+            "namespace": _field(ext, "namespace"),
+            "key": _field(ext, "key"),
+        }
     else:
         raise BrokerRequestError(f"not an administrative request: {code}")
     event["eventTime"] = event_time
@@ -83,6 +95,7 @@ def event_key(event: Mapping[str, Any]) -> bytes:
 
 # -- who may send them --
 
+
 def parse_networks(cidrs: Iterable[str]) -> tuple[Network, ...]:
     """`[collector] admin_allow` entries (CIDRs or single addresses); ValueError if invalid."""
     networks = []
@@ -90,8 +103,7 @@ def parse_networks(cidrs: Iterable[str]) -> tuple[Network, ...]:
         try:
             networks.append(ipaddress.ip_network(cidr.strip(), strict=False))
         except ValueError:
-            raise ValueError(f"[collector] admin_allow: not an address or CIDR: {cidr!r}") \
-                from None
+            raise ValueError(f"[collector] admin_allow: not an address or CIDR: {cidr!r}") from None
     return tuple(networks)
 
 

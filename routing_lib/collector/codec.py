@@ -62,6 +62,7 @@ def crc32(data: bytes) -> int:
 
 # -- headers --
 
+
 def _string(ext: Mapping[str, str], name: str, required: bool = True) -> str | None:
     value = ext.get(name)
     if value is None and required:
@@ -69,8 +70,9 @@ def _string(ext: Mapping[str, str], name: str, required: bool = True) -> str | N
     return value
 
 
-def _number(ext: Mapping[str, str], name: str, bounds: tuple[int, int],
-            required: bool = False) -> int | None:
+def _number(
+    ext: Mapping[str, str], name: str, bounds: tuple[int, int], required: bool = False
+) -> int | None:
     """Long.parseLong / Integer.parseInt of an extField (ASCII digits, optional sign)."""
     value = _string(ext, name, required)
     if value is None:
@@ -93,9 +95,14 @@ class BrokerIdentity:
     broker_id: int
 
     def event(self, kind: str, event_time: int) -> dict[str, Any]:
-        return {"eventType": kind, "eventTime": event_time, "clusterName": self.cluster_name,
-                "brokerAddr": self.broker_addr, "brokerName": self.broker_name,
-                "brokerId": self.broker_id}
+        return {
+            "eventType": kind,
+            "eventTime": event_time,
+            "clusterName": self.cluster_name,
+            "brokerAddr": self.broker_addr,
+            "brokerName": self.broker_name,
+            "brokerId": self.broker_id,
+        }
 
 
 def identity(request: RemotingCommand) -> BrokerIdentity:
@@ -105,11 +112,9 @@ def identity(request: RemotingCommand) -> BrokerIdentity:
     event needs it, so it is required here too."""
     ext = request.ext_fields
     if request.code == BrokerCode.BROKER_HEARTBEAT:
-        cluster, addr, name = (_string(ext, f) for f in ("clusterName", "brokerAddr",
-                                                         "brokerName"))
+        cluster, addr, name = (_string(ext, f) for f in ("clusterName", "brokerAddr", "brokerName"))
     else:
-        name, addr, cluster = (_string(ext, f) for f in ("brokerName", "brokerAddr",
-                                                         "clusterName"))
+        name, addr, cluster = (_string(ext, f) for f in ("brokerName", "brokerAddr", "clusterName"))
     broker_id = _number(ext, "brokerId", INT64, required=True)
     return BrokerIdentity(cluster, addr, name, broker_id)  # type: ignore[arg-type]
 
@@ -127,8 +132,9 @@ class RegisterHeader:
 
 def register_header(request: RemotingCommand) -> RegisterHeader:
     ext = request.ext_fields
-    name, addr, cluster, ha = (_string(ext, f) for f in ("brokerName", "brokerAddr",
-                                                         "clusterName", "haServerAddr"))
+    name, addr, cluster, ha = (
+        _string(ext, f) for f in ("brokerName", "brokerAddr", "clusterName", "haServerAddr")
+    )
     broker_id = _number(ext, "brokerId", INT64, required=True)
     return RegisterHeader(
         broker=BrokerIdentity(cluster, addr, name, broker_id),  # type: ignore[arg-type]
@@ -137,10 +143,12 @@ def register_header(request: RemotingCommand) -> RegisterHeader:
         enable_acting_master=_boolean(ext, "enableActingMaster"),
         compressed=bool(_boolean(ext, "compressed")),
         body_crc32=_number(ext, "bodyCrc32", INT32) or 0,
-        zone_name=ext.get(ZONE_NAME_FIELD))
+        zone_name=ext.get(ZONE_NAME_FIELD),
+    )
 
 
 # -- bodies --
+
 
 @dataclass(frozen=True)
 class RegisterBody:
@@ -153,8 +161,9 @@ def _json(data: bytes, what: str) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        raise BrokerRequestError(f"Failed to decode RegisterBrokerBody: {what} is not JSON"
-                                 ) from None
+        raise BrokerRequestError(
+            f"Failed to decode RegisterBrokerBody: {what} is not JSON"
+        ) from None
 
 
 def data_version(value: Any) -> dict[str, Any]:
@@ -162,8 +171,9 @@ def data_version(value: Any) -> dict[str, Any]:
     if value is None:
         value = {}
     if not isinstance(value, dict):
-        raise BrokerRequestError("Failed to decode RegisterBrokerBody: dataVersion is not an "
-                                 "object")
+        raise BrokerRequestError(
+            "Failed to decode RegisterBrokerBody: dataVersion is not an object"
+        )
     return {k: value.get(k, 0) for k in ("stateVersion", "timestamp", "counter")}
 
 
@@ -176,13 +186,16 @@ def _json_body(body: bytes) -> RegisterBody:
         raise BrokerRequestError("Failed to decode RegisterBrokerBody: not a JSON object")
     wrapper = doc.get("topicConfigSerializeWrapper") or {}
     if not isinstance(wrapper, dict):
-        raise BrokerRequestError("Failed to decode RegisterBrokerBody: bad "
-                                 "topicConfigSerializeWrapper")
+        raise BrokerRequestError(
+            "Failed to decode RegisterBrokerBody: bad topicConfigSerializeWrapper"
+        )
     table = wrapper.get("topicConfigTable") or {}
     if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
         raise BrokerRequestError("Failed to decode RegisterBrokerBody: bad topicConfigTable")
-    topics = {key: {f: config[f] for f in _TOPIC_FIELDS if config.get(f) is not None}
-              for key, config in table.items()}
+    topics = {
+        key: {f: config[f] for f in _TOPIC_FIELDS if config.get(f) is not None}
+        for key, config in table.items()
+    }
     # Absent: the field's initial value (an empty list); an explicit null stays null.
     servers = doc.get("filterServerList", [])
     if servers is not None and not isinstance(servers, list):
@@ -199,10 +212,11 @@ class _Reader:
 
     def take(self, length: int) -> bytes:
         if length < 0 or self.pos + length > len(self.data):
-            raise BrokerRequestError("Failed to decode RegisterBrokerBody: End of compressed "
-                                     "data has reached")
+            raise BrokerRequestError(
+                "Failed to decode RegisterBrokerBody: End of compressed data has reached"
+            )
         self.pos += length
-        return self.data[self.pos - length:self.pos]
+        return self.data[self.pos - length : self.pos]
 
     def int(self) -> int:
         return _INT.unpack(self.take(4))[0]
@@ -224,11 +238,17 @@ def topic_config_from_string(text: str) -> dict[str, Any]:
     while parts and parts[-1] == "":
         parts.pop()
     if len(parts) < 5 or parts[4] not in TOPIC_FILTER_TYPES:
-        raise BrokerRequestError("Failed to decode RegisterBrokerBody: bad topic config "
-                                 f"{text[:64]!r}")
-    return {"topicName": parts[0], "readQueueNums": _java_int(parts[1]),
-            "writeQueueNums": _java_int(parts[2]), "perm": _java_int(parts[3]),
-            "topicSysFlag": 0, "order": False}
+        raise BrokerRequestError(
+            f"Failed to decode RegisterBrokerBody: bad topic config {text[:64]!r}"
+        )
+    return {
+        "topicName": parts[0],
+        "readQueueNums": _java_int(parts[1]),
+        "writeQueueNums": _java_int(parts[2]),
+        "perm": _java_int(parts[3]),
+        "topicSysFlag": 0,
+        "order": False,
+    }
 
 
 def _inflate(body: bytes, limit: int) -> bytes:
@@ -238,8 +258,9 @@ def _inflate(body: bytes, limit: int) -> bytes:
     except zlib.error as exc:
         raise BrokerRequestError(f"Failed to decode RegisterBrokerBody: {exc}") from None
     if len(data) > limit:
-        raise BrokerRequestError(f"Failed to decode RegisterBrokerBody: inflates past {limit}"
-                                 " bytes")
+        raise BrokerRequestError(
+            f"Failed to decode RegisterBrokerBody: inflates past {limit} bytes"
+        )
     return data  # a truncated stream gives what it has: the reader then finds it short
 
 
@@ -266,8 +287,9 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", "replace")  # Java's new String(bytes, UTF-8) replaces too
 
 
-def register_body(body: bytes, compressed: bool, version: int,
-                  max_inflated_bytes: int = MAX_INFLATED_BYTES) -> RegisterBody:
+def register_body(
+    body: bytes, compressed: bool, version: int, max_inflated_bytes: int = MAX_INFLATED_BYTES
+) -> RegisterBody:
     if not body:  # no body: DataVersion 0/0/0, no topics, the initial (empty) filter list
         return RegisterBody(data_version({}), {}, [])
     if compressed:
@@ -277,21 +299,27 @@ def register_body(body: bytes, compressed: bool, version: int,
 
 # -- events --
 
-def register_event(request: RemotingCommand, event_time: int,
-                   max_inflated_bytes: int = MAX_INFLATED_BYTES) -> tuple[RegisterHeader,
-                                                                          dict[str, Any]]:
+
+def register_event(
+    request: RemotingCommand, event_time: int, max_inflated_bytes: int = MAX_INFLATED_BYTES
+) -> tuple[RegisterHeader, dict[str, Any]]:
     """(header, REGISTER event) of a REGISTER_BROKER request; crc32 checked first."""
     header = register_header(request)
     if header.body_crc32 != 0 and crc32(request.body) != header.body_crc32:
         raise BrokerRequestError("crc32 not match")
     body = register_body(request.body, header.compressed, request.version, max_inflated_bytes)
     event = header.broker.event("REGISTER", event_time)
-    event.update(haServerAddr=header.ha_server_addr, dataVersion=body.data_version,
-                 topicConfigTable=body.topic_config_table)
-    optional = {"filterServerList": body.filter_server_list,
-                "heartbeatTimeoutMillis": header.heartbeat_timeout_millis,
-                "enableActingMaster": header.enable_acting_master,
-                "zoneName": header.zone_name}
+    event.update(
+        haServerAddr=header.ha_server_addr,
+        dataVersion=body.data_version,
+        topicConfigTable=body.topic_config_table,
+    )
+    optional = {
+        "filterServerList": body.filter_server_list,
+        "heartbeatTimeoutMillis": header.heartbeat_timeout_millis,
+        "enableActingMaster": header.enable_acting_master,
+        "zoneName": header.zone_name,
+    }
     event.update((k, v) for k, v in optional.items() if v is not None)
     return header, event
 
@@ -309,5 +337,4 @@ def tick_event(event_time: int, source: str | None) -> dict[str, Any]:
 
 
 def encode_event(event: Mapping[str, Any]) -> bytes:
-    return json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode("utf-8",
-                                                                              "replace")
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace")

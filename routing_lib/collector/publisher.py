@@ -30,26 +30,43 @@ def _settle(future: asyncio.Future, error: BaseException | None) -> None:
     if error is None:
         future.set_result(None)
     else:
-        future.set_exception(error if isinstance(error, PublishError)
-                             else PublishError(f"{type(error).__name__}: {error}"))
+        future.set_exception(
+            error
+            if isinstance(error, PublishError)
+            else PublishError(f"{type(error).__name__}: {error}")
+        )
 
 
 class KafkaPublisher:
-    def __init__(self, bootstrap: str, topic: str, *, client_id: str = "routelake-collector",
-                 delivery_timeout_ms: int = 10_000, **producer_settings: Any) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        client_id: str = "routelake-collector",
+        delivery_timeout_ms: int = 10_000,
+        **producer_settings: Any,
+    ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.settings: dict[str, Any] = {
-            "bootstrap_servers": bootstrap, "client_id": client_id, "acks": "all",
-            "enable_idempotence": True, "compression_type": "gzip",
-            "max_request_size": MAX_MESSAGE_BYTES, "linger_ms": 2,
-            "batch_size": 1024 * 1024, "allow_auto_create_topics": False,
+            "bootstrap_servers": bootstrap,
+            "client_id": client_id,
+            "acks": "all",
+            "enable_idempotence": True,
+            "compression_type": "gzip",
+            "max_request_size": MAX_MESSAGE_BYTES,
+            "linger_ms": 2,
+            "batch_size": 1024 * 1024,
+            "allow_auto_create_topics": False,
             "delivery_timeout_ms": delivery_timeout_ms,
             "request_timeout_ms": max(1000, delivery_timeout_ms // 2),
-            "max_block_ms": delivery_timeout_ms, "reconnect_backoff_max_ms": 2000,
+            "max_block_ms": delivery_timeout_ms,
+            "reconnect_backoff_max_ms": 2000,
             # The constructor waits for a first broker: no longer than a record may wait.
             "bootstrap_timeout_ms": min(delivery_timeout_ms, 5000),
-            **producer_settings}
+            **producer_settings,
+        }
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collector-kafka")
         self._producer: Any = None
         self._next_attempt = 0.0
@@ -75,8 +92,13 @@ class KafkaPublisher:
                 raise PublishError(f"Kafka {self.bootstrap} unreachable: {exc}") from None
         return self._producer
 
-    def _send(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future,
-              key: bytes | None, value: bytes) -> None:
+    def _send(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future,
+        key: bytes | None,
+        value: bytes,
+    ) -> None:
         def done(error: BaseException | None) -> None:
             try:
                 loop.call_soon_threadsafe(_settle, future, error)

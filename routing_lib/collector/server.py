@@ -27,17 +27,31 @@ class CollectorServer:
     """The collector's listener (same limits and codec as the lookup's) and its TICKs; with a
     warehouse, RegisterBrokerResult comes from the published snapshot (else from memory)."""
 
-    def __init__(self, collector: Collector, limits: Limits, *, host: str = LOOPBACK,
-                 port: int = 0, warehouse: str | Path | None = None,
-                 poll_interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        collector: Collector,
+        limits: Limits,
+        *,
+        host: str = LOOPBACK,
+        port: int = 0,
+        warehouse: str | Path | None = None,
+        poll_interval_s: float = 1.0,
+    ) -> None:
         self.collector = collector
         self.host = host
         self.port = port
         self.metrics = Metrics()
         self.listener = RemotingListener(
-            "collector", collector.handle, limits, self.metrics, Rejections(self.metrics, log),
-            log, known_codes=collector.codes, max_frame_bytes=limits.collector_max_frame_bytes,
-            large_frame_codes=collector.large_frame_codes)
+            "collector",
+            collector.handle,
+            limits,
+            self.metrics,
+            Rejections(self.metrics, log),
+            log,
+            known_codes=collector.codes,
+            max_frame_bytes=limits.collector_max_frame_bytes,
+            large_frame_codes=collector.large_frame_codes,
+        )
         self.refresher: Refresher | None = None
         self.poll_interval_s = poll_interval_s
         holder = SnapshotHolder() if warehouse else None
@@ -51,11 +65,18 @@ class CollectorServer:
         self.port = await self.listener.start(self.host, self.port)
         self._tasks = [asyncio.create_task(self.collector.run(self._stop), name="ticker")]
         if self.refresher is not None:
-            self._tasks.append(asyncio.create_task(
-                self.refresher.run(self.poll_interval_s, self._stop), name="refresher"))
-        log.info("collector %s: remoting on %s:%d, publishing to %s",
-                 self.collector.collector_id, self.host, self.port,
-                 getattr(self.collector.publisher, "topic", "?"))
+            self._tasks.append(
+                asyncio.create_task(
+                    self.refresher.run(self.poll_interval_s, self._stop), name="refresher"
+                )
+            )
+        log.info(
+            "collector %s: remoting on %s:%d, publishing to %s",
+            self.collector.collector_id,
+            self.host,
+            self.port,
+            getattr(self.collector.publisher, "topic", "?"),
+        )
 
     async def wait(self, stop: asyncio.Event) -> None:
         await until_stopped(stop, self._tasks)
@@ -71,13 +92,29 @@ class CollectorServer:
         await self.collector.close()
 
 
-def collect(bootstrap: str, topic: str, port: int, limits: Limits, *, collector_id: str | None,
-            tick_interval_ms: int, publish_timeout_ms: int, warehouse: str | None = None,
-            host: str = LOOPBACK, admin_allow: list[str] | None = None) -> None:
+def collect(
+    bootstrap: str,
+    topic: str,
+    port: int,
+    limits: Limits,
+    *,
+    collector_id: str | None,
+    tick_interval_ms: int,
+    publish_timeout_ms: int,
+    warehouse: str | None = None,
+    host: str = LOOPBACK,
+    admin_allow: list[str] | None = None,
+) -> None:
     """Run the collector until Ctrl-C / SIGTERM (blocking)."""
     publisher = KafkaPublisher(bootstrap, topic, delivery_timeout_ms=publish_timeout_ms)
-    collector = Collector(publisher, collector_id=collector_id or default_collector_id(port),
-                          tick_interval_ms=tick_interval_ms,
-                          **({} if admin_allow is None else {"admin_allow": admin_allow}))
-    asyncio.run(serve_until_signal(CollectorServer(collector, limits, host=host, port=port,
-                                                   warehouse=warehouse)))
+    collector = Collector(
+        publisher,
+        collector_id=collector_id or default_collector_id(port),
+        tick_interval_ms=tick_interval_ms,
+        **({} if admin_allow is None else {"admin_allow": admin_allow}),
+    )
+    asyncio.run(
+        serve_until_signal(
+            CollectorServer(collector, limits, host=host, port=port, warehouse=warehouse)
+        )
+    )

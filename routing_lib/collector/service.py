@@ -80,37 +80,58 @@ class CollectorMetrics:
         self.ticks_skipped = 0  # the previous TICK was still unacknowledged
 
     def lines(self) -> Iterable[str]:
-        def counter(name: str, help_text: str, label: str, values: Counter[str]
-                    ) -> Iterable[str]:
+        def counter(name: str, help_text: str, label: str, values: Counter[str]) -> Iterable[str]:
             yield f"# HELP routelake_collector_{name} {help_text}"
             yield f"# TYPE routelake_collector_{name} counter"
             for key, n in sorted(values.items()):
                 yield f'routelake_collector_{name}{{{label}="{key}"}} {n}'
 
-        yield from counter("published_total", "Events acknowledged by Kafka.", "event",
-                           self.published)
-        yield from counter("publish_failures_total", "Events Kafka did not acknowledge "
-                           "(the broker got SYSTEM_ERROR).", "event", self.publish_failures)
-        yield from counter("refused_total", "Broker requests refused (bad crc32, header, "
-                           "body); nothing published.", "code", self.refused)
-        yield from counter("admin_denied_total", "Administrative requests from clients not "
-                           "in [collector] admin_allow (NO_PERMISSION); nothing published.",
-                           "code", self.admin_denied)
-        yield from counter("ticks_skipped_total", "TICKs skipped: the previous one was not "
-                           "acknowledged yet.", "reason", Counter(unacked=self.ticks_skipped))
+        yield from counter(
+            "published_total", "Events acknowledged by Kafka.", "event", self.published
+        )
+        yield from counter(
+            "publish_failures_total",
+            "Events Kafka did not acknowledge (the broker got SYSTEM_ERROR).",
+            "event",
+            self.publish_failures,
+        )
+        yield from counter(
+            "refused_total",
+            "Broker requests refused (bad crc32, header, body); nothing published.",
+            "code",
+            self.refused,
+        )
+        yield from counter(
+            "admin_denied_total",
+            "Administrative requests from clients not "
+            "in [collector] admin_allow (NO_PERMISSION); nothing published.",
+            "code",
+            self.admin_denied,
+        )
+        yield from counter(
+            "ticks_skipped_total",
+            "TICKs skipped: the previous one was not acknowledged yet.",
+            "reason",
+            Counter(unacked=self.ticks_skipped),
+        )
 
 
 class Collector:
     codes = BROKER_CODES | ADMIN_CODES
     # A PUT_KV_CONFIG value may be 64 Ki characters: more than a client request frame.
-    large_frame_codes = frozenset({int(BrokerCode.REGISTER_BROKER),
-                                   int(AdminCode.PUT_KV_CONFIG)})
+    large_frame_codes = frozenset({int(BrokerCode.REGISTER_BROKER), int(AdminCode.PUT_KV_CONFIG)})
 
-    def __init__(self, publisher: Publisher, *, collector_id: str,
-                 tick_interval_ms: int = 1000, view: BrokerView | None = None,
-                 memory: MemoryView | None = None,
-                 clock: Callable[[], int] = wall_clock_ms,
-                 admin_allow: Iterable[str] = LOOPBACK_ONLY) -> None:
+    def __init__(
+        self,
+        publisher: Publisher,
+        *,
+        collector_id: str,
+        tick_interval_ms: int = 1000,
+        view: BrokerView | None = None,
+        memory: MemoryView | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+        admin_allow: Iterable[str] = LOOPBACK_ONLY,
+    ) -> None:
         self.publisher = publisher
         self.collector_id = collector_id
         self.tick_interval_ms = tick_interval_ms
@@ -131,28 +152,40 @@ class Collector:
         if request.code in ADMIN_CODES:
             return self._admin(request, current_peer.get())
         if request.code not in BROKER_CODES:  # the standalone collector answers nothing else
-            return None if request.is_oneway else _reply(
-                request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                f" request type {request.code} not supported")
+            return (
+                None
+                if request.is_oneway
+                else _reply(
+                    request,
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    f" request type {request.code} not supported",
+                )
+            )
         now = self.clock()
         try:
             if request.code == BrokerCode.REGISTER_BROKER:
                 event = register_event(request, now)[1]
             else:
-                kind = "UNREGISTER" if request.code == BrokerCode.UNREGISTER_BROKER \
-                    else "HEARTBEAT"
+                kind = "UNREGISTER" if request.code == BrokerCode.UNREGISTER_BROKER else "HEARTBEAT"
                 event = identity(request).event(kind, now)
-            version = (query_data_version(request)
-                       if request.code == BrokerCode.QUERY_DATA_VERSION else None)
+            version = (
+                query_data_version(request)
+                if request.code == BrokerCode.QUERY_DATA_VERSION
+                else None
+            )
         except BrokerRequestError as exc:
             return self._refuse(request, exc)
         ack = self.publisher.send(event["brokerName"].encode(), encode_event(event))
         return self._after_ack(ack, request, event, version)
 
-    async def _after_ack(self, ack: asyncio.Future, request: RemotingCommand,
-                         event: dict[str, Any], version: dict[str, Any] | None) -> Reply:
-        failed = await self._not_acknowledged(ack, request, event["eventType"],
-                                               event["brokerAddr"])
+    async def _after_ack(
+        self,
+        ack: asyncio.Future,
+        request: RemotingCommand,
+        event: dict[str, Any],
+        version: dict[str, Any] | None,
+    ) -> Reply:
+        failed = await self._not_acknowledged(ack, request, event["eventType"], event["brokerAddr"])
         if failed is not _ACKED:
             return failed
         cluster, addr, now = event["clusterName"], event["brokerAddr"], event["eventTime"]
@@ -161,32 +194,55 @@ class Collector:
         if request.is_oneway:
             return None
         if request.code == BrokerCode.REGISTER_BROKER:
-            return _reply(request, ResponseCode.SUCCESS, ext=self.view.register_result(
-                cluster, event["brokerName"], event["brokerId"], now))
+            return _reply(
+                request,
+                ResponseCode.SUCCESS,
+                ext=self.view.register_result(cluster, event["brokerName"], event["brokerId"], now),
+            )
         if version is not None:  # QUERY_DATA_VERSION: "changed" unless we know it equal
             changed = known != version
-            return _reply(request, ResponseCode.SUCCESS, ext={"changed": str(changed).lower()},
-                          body=encode_event(known) if known is not None else b"")
+            return _reply(
+                request,
+                ResponseCode.SUCCESS,
+                ext={"changed": str(changed).lower()},
+                body=encode_event(known) if known is not None else b"",
+            )
         return _reply(request, ResponseCode.SUCCESS)
 
     def _refuse(self, request: RemotingCommand, exc: BrokerRequestError) -> Reply:
         self.metrics.refused[str(request.code)] += 1
-        self._log.log(("refused", request.code), logging.WARNING,
-                      "collector: refused request code %s: %s", request.code, exc)
-        return None if request.is_oneway else _reply(request, ResponseCode.SYSTEM_ERROR,
-                                                     str(exc))
+        self._log.log(
+            ("refused", request.code),
+            logging.WARNING,
+            "collector: refused request code %s: %s",
+            request.code,
+            exc,
+        )
+        return None if request.is_oneway else _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
 
-    async def _not_acknowledged(self, ack: asyncio.Future, request: RemotingCommand, kind: str,
-                                who: object) -> object:
+    async def _not_acknowledged(
+        self, ack: asyncio.Future, request: RemotingCommand, kind: str, who: object
+    ) -> object:
         """Wait for Kafka: _ACKED (and counted), or the error reply to send instead."""
         try:
             await ack
         except PublishError as exc:
             self.metrics.publish_failures[kind] += 1
-            self._log.log(("publish", kind), logging.WARNING,
-                          "collector: %s of %s not acknowledged by Kafka: %s", kind, who, exc)
-            return None if request.is_oneway else _reply(
-                request, ResponseCode.SYSTEM_ERROR, f"routelake: event not published: {exc}")
+            self._log.log(
+                ("publish", kind),
+                logging.WARNING,
+                "collector: %s of %s not acknowledged by Kafka: %s",
+                kind,
+                who,
+                exc,
+            )
+            return (
+                None
+                if request.is_oneway
+                else _reply(
+                    request, ResponseCode.SYSTEM_ERROR, f"routelake: event not published: {exc}"
+                )
+            )
         self.metrics.published[kind] += 1
         return _ACKED
 
@@ -196,13 +252,24 @@ class Collector:
         host = peer_host(peer)
         if not allowed(host, self.admin_allow):
             self.metrics.admin_denied[str(request.code)] += 1
-            self._log.log("admin_denied", logging.WARNING,
-                          "collector: refused administrative request code %s from %s: not in "
-                          "[collector] admin_allow", request.code, peer)
-            return None if request.is_oneway else _reply(
-                request, ResponseCode.NO_PERMISSION,
-                f"routelake: {clip(str(host))} may not send administrative requests "
-                "([collector] admin_allow)")
+            self._log.log(
+                "admin_denied",
+                logging.WARNING,
+                "collector: refused administrative request code %s from %s: not in "
+                "[collector] admin_allow",
+                request.code,
+                peer,
+            )
+            return (
+                None
+                if request.is_oneway
+                else _reply(
+                    request,
+                    ResponseCode.NO_PERMISSION,
+                    f"routelake: {clip(str(host))} may not send administrative requests "
+                    "([collector] admin_allow)",
+                )
+            )
         try:
             event = admin_event(request, self.clock(), peer_text(peer))
         except BrokerRequestError as exc:
@@ -218,14 +285,23 @@ class Collector:
         served = self.holder.current if self.holder is not None else None
         return served.index.broker_topic_counts.get(broker_name, 0) if served else 0
 
-    async def _after_admin_ack(self, ack: asyncio.Future, request: RemotingCommand,
-                               event: dict[str, Any], ext: dict[str, str] | None) -> Reply:
+    async def _after_admin_ack(
+        self,
+        ack: asyncio.Future,
+        request: RemotingCommand,
+        event: dict[str, Any],
+        ext: dict[str, str] | None,
+    ) -> Reply:
         kind = event["eventType"]
         failed = await self._not_acknowledged(ack, request, kind, event.get("requestedBy"))
         if failed is not _ACKED:
             return failed
-        log.info("collector: %s published, client %s: %s", kind, event.get("requestedBy"),
-                 {k: v for k, v in event.items() if k not in ("eventType", "value")})
+        log.info(
+            "collector: %s published, client %s: %s",
+            kind,
+            event.get("requestedBy"),
+            {k: v for k, v in event.items() if k not in ("eventType", "value")},
+        )
         return None if request.is_oneway else _reply(request, ResponseCode.SUCCESS, ext=ext)
 
     def attach(self, holder: SnapshotHolder | None, metrics: Metrics) -> None:
@@ -265,12 +341,22 @@ class Collector:
 
     async def close(self) -> None:
         await asyncio.to_thread(self.publisher.close)
-        log.info("collector %s stopped: published %s, failures %s, refused %s",
-                 self.collector_id, dict(self.metrics.published),
-                 dict(self.metrics.publish_failures), dict(self.metrics.refused))
+        log.info(
+            "collector %s stopped: published %s, failures %s, refused %s",
+            self.collector_id,
+            dict(self.metrics.published),
+            dict(self.metrics.publish_failures),
+            dict(self.metrics.refused),
+        )
 
 
-def _reply(request: RemotingCommand, code: int, remark: str | None = None, *,
-           ext: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
+def _reply(
+    request: RemotingCommand,
+    code: int,
+    remark: str | None = None,
+    *,
+    ext: dict[str, str] | None = None,
+    body: bytes = b"",
+) -> RemotingCommand:
     response = request.response(code, remark, body, version=NAMESRV_VERSION)
     return replace(response, ext_fields=ext) if ext else response

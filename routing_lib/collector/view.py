@@ -21,8 +21,9 @@ MASTER_ID = 0
 
 
 class BrokerView(Protocol):
-    def register_result(self, cluster: str, broker_name: str, broker_id: int,
-                        now: int) -> dict[str, str]: ...
+    def register_result(
+        self, cluster: str, broker_name: str, broker_id: int, now: int
+    ) -> dict[str, str]: ...
 
 
 @dataclass
@@ -50,9 +51,14 @@ class MemoryView:
         kind, now = event["eventType"], event["eventTime"]
         if kind == "REGISTER":
             timeout = event.get("heartbeatTimeoutMillis") or DEFAULT_HEARTBEAT_TIMEOUT_MILLIS
-            self._brokers[key] = _Broker(event["brokerName"], event["brokerId"],
-                                         event.get("haServerAddr"), event["dataVersion"],
-                                         timeout, now)
+            self._brokers[key] = _Broker(
+                event["brokerName"],
+                event["brokerId"],
+                event.get("haServerAddr"),
+                event["dataVersion"],
+                timeout,
+                now,
+            )
             if event["brokerId"] == MASTER_ID:
                 self._masters[event["brokerName"]] = key
         elif kind == "HEARTBEAT":
@@ -64,8 +70,9 @@ class MemoryView:
             if broker is not None and self._masters.get(broker.broker_name) == key:
                 del self._masters[broker.broker_name]
 
-    def register_result(self, cluster: str, broker_name: str, broker_id: int,
-                        now: int) -> dict[str, str]:
+    def register_result(
+        self, cluster: str, broker_name: str, broker_id: int, now: int
+    ) -> dict[str, str]:
         if broker_id == MASTER_ID:
             return {}  # RouteInfoManager fills the result for slaves only
         master = self._masters.get(broker_name)
@@ -92,8 +99,9 @@ class SnapshotView:
         self._index: RouteIndex | None = None
         self._live_ha: dict[tuple[str, str], str | None] = {}
 
-    def register_result(self, cluster: str, broker_name: str, broker_id: int,
-                        now: int) -> dict[str, str]:
+    def register_result(
+        self, cluster: str, broker_name: str, broker_id: int, now: int
+    ) -> dict[str, str]:
         served = self.holder.current
         if served is None:
             return self.memory.register_result(cluster, broker_name, broker_id, now)
@@ -101,8 +109,10 @@ class SnapshotView:
             return {}
         index = served.index
         if index is not self._index:  # once per snapshot
-            self._live_ha = {(b["clusterName"], b["brokerAddr"]): b.get("haServerAddr")
-                             for b in index.live_brokers}
+            self._live_ha = {
+                (b["clusterName"], b["brokerAddr"]): b.get("haServerAddr")
+                for b in index.live_brokers
+            }
             self._index = index
         data = index.cluster_info["brokerAddrTable"].get(broker_name)
         master = data["brokerAddrs"].get(MASTER_ID) if data else None

@@ -28,9 +28,11 @@ ADMIN_KEY = "\x00admin"  # DELETE_TOPIC as it arrives: logged here, fanned out t
 KV_KEY = "\x00kv"  # the KV store (KVConfigManager) is one global group
 
 ADMIN_EVENTS = "admin_events"
-ADMIN_EVENTS_DDL = ("event_time BIGINT, event_type STRING, broker_name STRING, topic STRING, "
-                    "cluster_name STRING, namespace STRING, key STRING, value STRING, "
-                    "requested_by STRING, source STRING, position BIGINT, event_date STRING")
+ADMIN_EVENTS_DDL = (
+    "event_time BIGINT, event_type STRING, broker_name STRING, topic STRING, "
+    "cluster_name STRING, namespace STRING, key STRING, value STRING, "
+    "requested_by STRING, source STRING, position BIGINT, event_date STRING"
+)
 ADMIN_EVENTS_IDENTITY = ("source", "position")
 
 
@@ -45,20 +47,31 @@ def group_key(event: Event) -> str:
 
 def admin_row(event: Event, arrival: Arrival, event_date: str) -> dict[str, Any]:
     """The admin_events row of one administrative event (audit and the DELETE_TOPIC log)."""
-    return {"event_time": event.eventTime, "event_type": event.eventType,
-            "broker_name": getattr(event, "brokerName", None),
-            "topic": getattr(event, "topic", None),
-            "cluster_name": getattr(event, "clusterName", None),
-            "namespace": getattr(event, "namespace", None), "key": getattr(event, "key", None),
-            "value": getattr(event, "value", None), "requested_by": event.requestedBy,
-            "source": arrival[0], "position": arrival[1], "event_date": event_date}
+    return {
+        "event_time": event.eventTime,
+        "event_type": event.eventType,
+        "broker_name": getattr(event, "brokerName", None),
+        "topic": getattr(event, "topic", None),
+        "cluster_name": getattr(event, "clusterName", None),
+        "namespace": getattr(event, "namespace", None),
+        "key": getattr(event, "key", None),
+        "value": getattr(event, "value", None),
+        "requested_by": event.requestedBy,
+        "source": arrival[0],
+        "position": arrival[1],
+        "event_date": event_date,
+    }
 
 
 def delete_from_row(row: dict[str, Any]) -> tuple[Arrival, DeleteTopicEvent]:
     """A logged DELETE_TOPIC back as (arrival, event)."""
     event = DeleteTopicEvent.model_construct(
-        eventType="DELETE_TOPIC", eventTime=row["event_time"], topic=row["topic"],
-        clusterName=row["cluster_name"], requestedBy=row["requested_by"])
+        eventType="DELETE_TOPIC",
+        eventTime=row["event_time"],
+        topic=row["topic"],
+        clusterName=row["cluster_name"],
+        requestedBy=row["requested_by"],
+    )
     return (row["source"], int(row["position"])), event
 
 
@@ -67,12 +80,17 @@ def may_hold(clock: GroupClock, topic: str, before: int) -> bool:
     registration not later than that lists it (only a registration adds topics)."""
     if topic in clock.routes.topics.names():
         return True
-    return any(isinstance(p.event, RegisterEvent) and p.event_time <= before
-               and topic in topic_names(p.event.topicConfigTable) for p in clock.pending)
+    return any(
+        isinstance(p.event, RegisterEvent)
+        and p.event_time <= before
+        and topic in topic_names(p.event.topicConfigTable)
+        for p in clock.pending
+    )
 
 
-def merge_logged_deletes(clock: GroupClock,
-                         logged: Iterable[tuple[Arrival, DeleteTopicEvent]]) -> int:
+def merge_logged_deletes(
+    clock: GroupClock, logged: Iterable[tuple[Arrival, DeleteTopicEvent]]
+) -> int:
     """Add the logged DELETE_TOPIC events that this group may need and has not merged yet.
 
     Applied ones are older than the clock; merged ones wait in `pending` under the same
@@ -80,8 +98,11 @@ def merge_logged_deletes(clock: GroupClock,
     waiting = {p.arrival for p in clock.pending}
     added = 0
     for arrival, event in logged:
-        if (event.eventTime > clock.watermark and arrival not in waiting
-                and may_hold(clock, event.topic, event.eventTime)):
+        if (
+            event.eventTime > clock.watermark
+            and arrival not in waiting
+            and may_hold(clock, event.topic, event.eventTime)
+        ):
             clock.add(event, arrival)
             waiting.add(arrival)
             added += 1

@@ -24,8 +24,7 @@ from routing_lib.core.history import (
 )
 from routing_lib.core.tables import BROKER_ADDR, CLUSTER_ADDR, TOPIC_QUEUE, Row
 
-AS_OF_KEYS = ("watermark", "brokerAddrTable", "clusterAddrTable", "topicQueueTable",
-              "liveBrokers")
+AS_OF_KEYS = ("watermark", "brokerAddrTable", "clusterAddrTable", "topicQueueTable", "liveBrokers")
 _UNVERSIONED = ("enableActingMaster", "zoneName")
 
 
@@ -36,15 +35,33 @@ def valid_at(row: Row, t: int) -> bool:
 
 def route_rows_as_of(history: Mapping[str, Iterable[Row]], t: int) -> dict[str, list[Row]]:
     """topic_queue_table, broker_addr_table and cluster_addr_table rows of State(t)."""
-    topics = [{"topic": r["topic"], "broker_name": r["broker_name"],
-               "read_queue_nums": r["read_queue_nums"], "write_queue_nums": r["write_queue_nums"],
-               "perm": r["perm"], "topic_sys_flag": r["topic_sys_flag"]}
-              for r in history.get(TOPIC_ROUTE_HISTORY, ()) if valid_at(r, t)]
-    brokers = [{"broker_name": r["broker_name"], "broker_id": r["broker_id"],
-                "broker_addr": r["broker_addr"], "cluster": r["cluster"]}
-               for r in history.get(BROKER_MEMBERSHIP_HISTORY, ()) if valid_at(r, t)]
-    clusters = [{"cluster_name": r["cluster_name"], "broker_name": r["broker_name"]}
-                for r in history.get(CLUSTER_MEMBERSHIP_HISTORY, ()) if valid_at(r, t)]
+    topics = [
+        {
+            "topic": r["topic"],
+            "broker_name": r["broker_name"],
+            "read_queue_nums": r["read_queue_nums"],
+            "write_queue_nums": r["write_queue_nums"],
+            "perm": r["perm"],
+            "topic_sys_flag": r["topic_sys_flag"],
+        }
+        for r in history.get(TOPIC_ROUTE_HISTORY, ())
+        if valid_at(r, t)
+    ]
+    brokers = [
+        {
+            "broker_name": r["broker_name"],
+            "broker_id": r["broker_id"],
+            "broker_addr": r["broker_addr"],
+            "cluster": r["cluster"],
+        }
+        for r in history.get(BROKER_MEMBERSHIP_HISTORY, ())
+        if valid_at(r, t)
+    ]
+    clusters = [
+        {"cluster_name": r["cluster_name"], "broker_name": r["broker_name"]}
+        for r in history.get(CLUSTER_MEMBERSHIP_HISTORY, ())
+        if valid_at(r, t)
+    ]
     return {TOPIC_QUEUE: topics, BROKER_ADDR: brokers, CLUSTER_ADDR: clusters}
 
 
@@ -58,8 +75,9 @@ def live_brokers_as_of(events: Iterable[Row], t: int) -> list[dict[str, str]]:
         order = (e["event_time"], e["seq"], e["event_type"])
         if broker not in latest or order[:2] > latest[broker][:2]:
             latest[broker] = order
-    live = [(cluster, addr) for (_, cluster, addr), (_, _, kind) in latest.items()
-            if kind == REGISTERED]
+    live = [
+        (cluster, addr) for (_, cluster, addr), (_, _, kind) in latest.items() if kind == REGISTERED
+    ]
     return [{"clusterName": c, "brokerAddr": a} for c, a in sorted(live)]
 
 
@@ -79,6 +97,8 @@ def as_of_view(dump: Mapping[str, Any]) -> dict[str, Any]:
     """A full canonical dump (e.g. replay_dump(events, T)) in as_of's shape, to compare."""
     projected = project(dump)
     out = {k: projected[k] for k in AS_OF_KEYS if k in projected}
-    out["liveBrokers"] = [{"clusterName": r["clusterName"], "brokerAddr": r["brokerAddr"]}
-                          for r in projected["brokerLiveTable"]]
+    out["liveBrokers"] = [
+        {"clusterName": r["clusterName"], "brokerAddr": r["brokerAddr"]}
+        for r in projected["brokerLiveTable"]
+    ]
     return out

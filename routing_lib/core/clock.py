@@ -40,8 +40,9 @@ class Advance:
     failed: list[tuple[PendingEvent, str]] = field(default_factory=list)
 
 
-def apply_guarded(routes: GroupRoutes, item: PendingEvent, flags: RouteFlags,
-                  advance: Advance) -> bool:
+def apply_guarded(
+    routes: GroupRoutes, item: PendingEvent, flags: RouteFlags, advance: Advance
+) -> bool:
     """apply_event as a last line of defence: one event that raises cannot stop its group."""
     try:
         apply_event(routes, item.event, flags)

@@ -25,20 +25,41 @@ ClockState = tuple[str, str]  # (clock JSON, topics blob)
 def encode_clock(clock: GroupClock) -> ClockState:
     r = clock.routes
     data = r.broker_data
-    return json.dumps({
-        "v": STATE_FORMAT,
-        "watermark": clock.watermark,
-        "name": r.broker_name,
-        "broker": None if data is None else [data.cluster, sorted(data.broker_addrs.items()),
-                                             data.enable_acting_master, data.zone_name],
-        "clusters": sorted(r.clusters),
-        "live": [[c, a, x.last_update_timestamp, x.heartbeat_timeout_millis,
-                  [x.data_version.state_version, x.data_version.timestamp,
-                   x.data_version.counter], x.ha_server_addr] for (c, a), x in r.live.items()],
-        "filters": [[c, a, servers] for (c, a), servers in r.filter_servers.items()],
-        "pending": [[p.arrival[0], p.arrival[1], pack_event(p.event)] for p in clock.pending],
-        **({"kv": r.kv} if r.kv else {}),
-    }, separators=(",", ":")), r.topics.blob()
+    return json.dumps(
+        {
+            "v": STATE_FORMAT,
+            "watermark": clock.watermark,
+            "name": r.broker_name,
+            "broker": None
+            if data is None
+            else [
+                data.cluster,
+                sorted(data.broker_addrs.items()),
+                data.enable_acting_master,
+                data.zone_name,
+            ],
+            "clusters": sorted(r.clusters),
+            "live": [
+                [
+                    c,
+                    a,
+                    x.last_update_timestamp,
+                    x.heartbeat_timeout_millis,
+                    [
+                        x.data_version.state_version,
+                        x.data_version.timestamp,
+                        x.data_version.counter,
+                    ],
+                    x.ha_server_addr,
+                ]
+                for (c, a), x in r.live.items()
+            ],
+            "filters": [[c, a, servers] for (c, a), servers in r.filter_servers.items()],
+            "pending": [[p.arrival[0], p.arrival[1], pack_event(p.event)] for p in clock.pending],
+            **({"kv": r.kv} if r.kv else {}),
+        },
+        separators=(",", ":"),
+    ), r.topics.blob()
 
 
 def decode_clock(state: ClockState) -> GroupClock:
@@ -49,12 +70,15 @@ def decode_clock(state: ClockState) -> GroupClock:
     broker = s["broker"]
     routes = GroupRoutes(
         broker_name=s["name"],
-        broker_data=None if broker is None else BrokerData(
-            broker[0], {int(i): a for i, a in broker[1]}, broker[2], broker[3]),
+        broker_data=None
+        if broker is None
+        else BrokerData(broker[0], {int(i): a for i, a in broker[1]}, broker[2], broker[3]),
         clusters=set(s["clusters"]),
         topics=TopicTable.from_blob(topics_blob),
-        live={(c, a): BrokerLive(last, timeout, DataVersion(*dv), ha)
-              for c, a, last, timeout, dv, ha in s["live"]},
+        live={
+            (c, a): BrokerLive(last, timeout, DataVersion(*dv), ha)
+            for c, a, last, timeout, dv, ha in s["live"]
+        },
         filter_servers={(c, a): servers for c, a, servers in s["filters"]},
         kv=s.get("kv", {}),
     )

@@ -19,17 +19,26 @@ from routing_lib.core.tables import (
 
 def _data_version(row: Row) -> dict[str, int]:
     v = row["data_version"]
-    return {"stateVersion": int(v["state_version"]), "timestamp": int(v["timestamp"]),
-            "counter": int(v["counter"])}
+    return {
+        "stateVersion": int(v["state_version"]),
+        "timestamp": int(v["timestamp"]),
+        "counter": int(v["counter"]),
+    }
 
 
 def canonical_dump(tables: Mapping[str, Iterable[Row]], watermark: int | None) -> dict[str, Any]:
     broker_addr: dict[str, Any] = {}
     for row in tables.get(BROKER_ADDR, ()):
-        entry = broker_addr.setdefault(row["broker_name"], {
-            "cluster": row["cluster"], "brokerName": row["broker_name"], "brokerAddrs": {},
-            "enableActingMaster": bool(row.get("enable_acting_master")),
-            "zoneName": row.get("zone_name")})
+        entry = broker_addr.setdefault(
+            row["broker_name"],
+            {
+                "cluster": row["cluster"],
+                "brokerName": row["broker_name"],
+                "brokerAddrs": {},
+                "enableActingMaster": bool(row.get("enable_acting_master")),
+                "zoneName": row.get("zone_name"),
+            },
+        )
         entry["brokerAddrs"][str(int(row["broker_id"]))] = row["broker_addr"]
     for entry in broker_addr.values():
         entry["brokerAddrs"] = dict(sorted(entry["brokerAddrs"].items(), key=lambda i: int(i[0])))
@@ -41,19 +50,33 @@ def canonical_dump(tables: Mapping[str, Iterable[Row]], watermark: int | None) -
     topics: dict[str, dict[str, Any]] = {}
     for row in tables.get(TOPIC_QUEUE, ()):
         topics.setdefault(row["topic"], {})[row["broker_name"]] = {
-            "brokerName": row["broker_name"], "readQueueNums": int(row["read_queue_nums"]),
-            "writeQueueNums": int(row["write_queue_nums"]), "perm": int(row["perm"]),
-            "topicSysFlag": int(row["topic_sys_flag"])}
+            "brokerName": row["broker_name"],
+            "readQueueNums": int(row["read_queue_nums"]),
+            "writeQueueNums": int(row["write_queue_nums"]),
+            "perm": int(row["perm"]),
+            "topicSysFlag": int(row["topic_sys_flag"]),
+        }
 
-    live = [{"clusterName": r["cluster_name"], "brokerAddr": r["broker_addr"],
-             "brokerName": r.get("broker_name"),
-             "lastUpdateTimestamp": int(r["last_update_timestamp"]),
-             "heartbeatTimeoutMillis": int(r["heartbeat_timeout_millis"]),
-             "haServerAddr": r["ha_server_addr"], "dataVersion": _data_version(r)}
-            for r in tables.get(BROKER_LIVE, ())]
-    filters = [{"clusterName": r["cluster_name"], "brokerAddr": r["broker_addr"],
-                "filterServerList": list(r["filter_server_list"])}
-               for r in tables.get(FILTER_SERVER, ())]
+    live = [
+        {
+            "clusterName": r["cluster_name"],
+            "brokerAddr": r["broker_addr"],
+            "brokerName": r.get("broker_name"),
+            "lastUpdateTimestamp": int(r["last_update_timestamp"]),
+            "heartbeatTimeoutMillis": int(r["heartbeat_timeout_millis"]),
+            "haServerAddr": r["ha_server_addr"],
+            "dataVersion": _data_version(r),
+        }
+        for r in tables.get(BROKER_LIVE, ())
+    ]
+    filters = [
+        {
+            "clusterName": r["cluster_name"],
+            "brokerAddr": r["broker_addr"],
+            "filterServerList": list(r["filter_server_list"]),
+        }
+        for r in tables.get(FILTER_SERVER, ())
+    ]
     by_broker = lambda item: (item["clusterName"], item["brokerAddr"])  # noqa: E731
     kv = kv_config_table(tables.get(KV_CONFIG, ()))
     return {
@@ -80,20 +103,29 @@ def kv_config_table(rows: Iterable[Row]) -> dict[str, dict[str, str]]:
 # What tests and acceptance compare (contract §4): these keys and nothing else.
 _PROJECTION = {
     "brokerAddrTable": ("cluster", "brokerName", "brokerAddrs"),
-    "brokerLiveTable": ("clusterName", "brokerAddr", "lastUpdateTimestamp",
-                        "heartbeatTimeoutMillis", "haServerAddr", "dataVersion"),
+    "brokerLiveTable": (
+        "clusterName",
+        "brokerAddr",
+        "lastUpdateTimestamp",
+        "heartbeatTimeoutMillis",
+        "haServerAddr",
+        "dataVersion",
+    ),
     "filterServerTable": ("clusterName", "brokerAddr", "filterServerList"),
 }
 
 
 def project(dump: Mapping[str, Any]) -> dict[str, Any]:
     """Keep exactly the keys of the contract's canonical dump."""
-    out: dict[str, Any] = {"watermark": dump.get("watermark"),
-                           "clusterAddrTable": dump.get("clusterAddrTable", {}),
-                           "topicQueueTable": dump.get("topicQueueTable", {})}
+    out: dict[str, Any] = {
+        "watermark": dump.get("watermark"),
+        "clusterAddrTable": dump.get("clusterAddrTable", {}),
+        "topicQueueTable": dump.get("topicQueueTable", {}),
+    }
     keep = _PROJECTION["brokerAddrTable"]
-    out["brokerAddrTable"] = {name: {k: entry[k] for k in keep}
-                              for name, entry in dump.get("brokerAddrTable", {}).items()}
+    out["brokerAddrTable"] = {
+        name: {k: entry[k] for k in keep} for name, entry in dump.get("brokerAddrTable", {}).items()
+    }
     for table in ("brokerLiveTable", "filterServerTable"):
         out[table] = [{k: row[k] for k in _PROJECTION[table]} for row in dump.get(table, [])]
     if "kvConfigTable" in dump:  # only when a namespace exists (contract §4)

@@ -92,8 +92,14 @@ class GroupRoutes:
     kv: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def is_empty(self) -> bool:
-        return not (self.broker_data or self.clusters or self.topics or self.live
-                    or self.filter_servers or self.kv)
+        return not (
+            self.broker_data
+            or self.clusters
+            or self.topics
+            or self.live
+            or self.filter_servers
+            or self.kv
+        )
 
     # -- REGISTER_BROKER ------------------------------------------------------------------
     def register(self, event: RegisterEvent, now: int, flags: RouteFlags) -> bool:
@@ -144,9 +150,14 @@ class GroupRoutes:
                 self.filter_servers.pop((cluster, addr), None)
         return True
 
-    def _apply_topic_config(self, event: RegisterEvent, version: DataVersion,
-                            register_first: bool, is_prime_slave: bool,
-                            flags: RouteFlags) -> None:
+    def _apply_topic_config(
+        self,
+        event: RegisterEvent,
+        version: DataVersion,
+        register_first: bool,
+        is_prime_slave: bool,
+        flags: RouteFlags,
+    ) -> None:
         table = event.topicConfigTable
         registered = topic_names(table)
         if flags.delete_topic_with_broker_registration:
@@ -166,13 +177,22 @@ class GroupRoutes:
             held_set = set(held)
             missing = {n for n in registered if n not in held_set}
             configs = [c for c in table.values() if c.topicName in missing] if missing else []
-        wipe_write = is_prime_slave and self.broker_data is not None \
+        wipe_write = (
+            is_prime_slave
+            and self.broker_data is not None
             and self.broker_data.enable_acting_master
-        self.topics = self.topics.updated({
-            config.topicName: QueueData(config.readQueueNums, config.writeQueueNums,
-                                        config.perm & ~PERM_WRITE if wipe_write else config.perm,
-                                        config.topicSysFlag)
-            for config in configs})
+        )
+        self.topics = self.topics.updated(
+            {
+                config.topicName: QueueData(
+                    config.readQueueNums,
+                    config.writeQueueNums,
+                    config.perm & ~PERM_WRITE if wipe_write else config.perm,
+                    config.topicSysFlag,
+                )
+                for config in configs
+            }
+        )
 
     # -- BROKER_HEARTBEAT -----------------------------------------------------------------
     def heartbeat(self, cluster: str, addr: str, now: int) -> bool:
@@ -225,8 +245,9 @@ class GroupRoutes:
 
     def delete_topic(self, topic: str, cluster: str | None) -> bool:
         """deleteTopic: everywhere, or only if this brokerName is in clusterAddrTable[cluster]."""
-        if topic not in self.topics.names() or (cluster is not None
-                                                 and cluster not in self.clusters):
+        if topic not in self.topics.names() or (
+            cluster is not None and cluster not in self.clusters
+        ):
             return False
         self.topics = self.topics.without([topic])
         return True
@@ -241,13 +262,18 @@ def _data_version(event: RegisterEvent) -> DataVersion:
 
 
 def _without_write(queue: QueueData) -> QueueData:
-    return QueueData(queue.read_queue_nums, queue.write_queue_nums,
-                     queue.perm & ~PERM_WRITE, queue.topic_sys_flag)
+    return QueueData(
+        queue.read_queue_nums,
+        queue.write_queue_nums,
+        queue.perm & ~PERM_WRITE,
+        queue.topic_sys_flag,
+    )
 
 
 def _read_write(queue: QueueData) -> QueueData:
-    return QueueData(queue.read_queue_nums, queue.write_queue_nums, PERM_READ | PERM_WRITE,
-                     queue.topic_sys_flag)
+    return QueueData(
+        queue.read_queue_nums, queue.write_queue_nums, PERM_READ | PERM_WRITE, queue.topic_sys_flag
+    )
 
 
 def apply_event(routes: GroupRoutes, event: Event, flags: RouteFlags) -> None:

@@ -75,26 +75,32 @@ HISTORY_CLOSE_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 HISTORY_PARTITION_COLUMNS = ("event_date",)
 
-_START_END = ("start_event STRING, start_broker_addr STRING, {end} STRING, end_event STRING, "
-              "end_broker_addr STRING, event_date STRING")
+_START_END = (
+    "start_event STRING, start_broker_addr STRING, {end} STRING, end_event STRING, "
+    "end_broker_addr STRING, event_date STRING"
+)
 # Delta schemas (Spark DDL strings: this module stays Spark-free). event_date is 'YYYY-MM-DD'
 # (UTC) of valid_from / event_time: the partition column.
 HISTORY_TABLE_DDL: dict[str, str] = {
-    TOPIC_ROUTE_HISTORY:
+    TOPIC_ROUTE_HISTORY: (
         "topic STRING, broker_name STRING, valid_from BIGINT, valid_to BIGINT, "
         "read_queue_nums INT, write_queue_nums INT, perm INT, topic_sys_flag INT, "
-        "started_by STRING, " + _START_END.format(end="ended_by"),
-    BROKER_MEMBERSHIP_HISTORY:
+        "started_by STRING, " + _START_END.format(end="ended_by")
+    ),
+    BROKER_MEMBERSHIP_HISTORY: (
         "cluster STRING, broker_name STRING, broker_id BIGINT, broker_addr STRING, "
         "valid_from BIGINT, valid_to BIGINT, start_reason STRING, "
-        + _START_END.format(end="end_reason"),
-    CLUSTER_MEMBERSHIP_HISTORY:
+        + _START_END.format(end="end_reason")
+    ),
+    CLUSTER_MEMBERSHIP_HISTORY: (
         "cluster_name STRING, broker_name STRING, valid_from BIGINT, valid_to BIGINT, "
-        "start_reason STRING, " + _START_END.format(end="end_reason"),
-    BROKER_LIVENESS_EVENTS:
+        "start_reason STRING, " + _START_END.format(end="end_reason")
+    ),
+    BROKER_LIVENESS_EVENTS: (
         "broker_name STRING, cluster_name STRING, broker_addr STRING, event_time BIGINT, "
         "seq INT, event_type STRING, broker_id BIGINT, last_update_timestamp BIGINT, "
-        "heartbeat_timeout_millis BIGINT, deadline BIGINT, event_date STRING",
+        "heartbeat_timeout_millis BIGINT, deadline BIGINT, event_date STRING"
+    ),
     ADMIN_EVENTS: ADMIN_EVENTS_DDL,
 }
 
@@ -138,8 +144,9 @@ class Transition:
     detected_at: int | None = None  # EXPIRE: the clock reading (batch-dependent: not stored)
 
 
-def iter_transitions(clock: GroupClock, watermark: int, flags: RouteFlags,
-                     advance: Advance | None = None) -> Iterator[Transition]:
+def iter_transitions(
+    clock: GroupClock, watermark: int, flags: RouteFlags, advance: Advance | None = None
+) -> Iterator[Transition]:
     """GroupClock.advance(watermark, flags), yielding each transition with its snapshots.
 
     Leaves `clock` (routes, pending, watermark) and `advance` exactly as GroupClock.advance
@@ -159,8 +166,7 @@ def iter_transitions(clock: GroupClock, watermark: int, flags: RouteFlags,
             # A failed event may have changed part of the tables: record what it left.
             after = RoutesSnapshot.of(routes)
             if after != snapshot:
-                yield Transition(event.eventType, item.event_time, snapshot, after,
-                                 *_cause(event))
+                yield Transition(event.eventType, item.event_time, snapshot, after, *_cause(event))
             snapshot = after
             continue
         after = RoutesSnapshot.of(routes)
@@ -172,20 +178,30 @@ def iter_transitions(clock: GroupClock, watermark: int, flags: RouteFlags,
 
 def _cause(event) -> tuple[BrokerKey, int | None]:
     """The broker an event names; an administrative event names none ("" address)."""
-    return ((getattr(event, "clusterName", None) or "", getattr(event, "brokerAddr", None)),
-            getattr(event, "brokerId", None))
+    return (
+        (getattr(event, "clusterName", None) or "", getattr(event, "brokerAddr", None)),
+        getattr(event, "brokerId", None),
+    )
 
 
-def _expiries(routes: GroupRoutes, now: int, snapshot: RoutesSnapshot, advance: Advance
-              ) -> Iterator[Transition]:
+def _expiries(
+    routes: GroupRoutes, now: int, snapshot: RoutesSnapshot, advance: Advance
+) -> Iterator[Transition]:
     """routes.expire(now), one deadline at a time: GroupRoutes.expire handles brokers in
     (deadline, key) order, so expiring up to each deadline in turn gives the same tables."""
     while (deadline := routes.next_deadline()) is not None and deadline < now:
         expired = routes.expire(deadline + 1)
         advance.expiries += [Expiry(key, d, now) for key, d in expired]
         after = RoutesSnapshot.of(routes)
-        yield Transition(EXPIRE, deadline + 1, snapshot, after, _blamed(snapshot, expired),
-                         expired=tuple(expired), detected_at=now)
+        yield Transition(
+            EXPIRE,
+            deadline + 1,
+            snapshot,
+            after,
+            _blamed(snapshot, expired),
+            expired=tuple(expired),
+            detected_at=now,
+        )
         snapshot = after
 
 
@@ -204,8 +220,9 @@ def _listed(snapshot: RoutesSnapshot) -> set[BrokerKey]:
     return {(cluster, addr) for _, addr in addrs}
 
 
-def advance_transitions(clock: GroupClock, watermark: int, flags: RouteFlags
-                        ) -> tuple[Advance, list[Transition]]:
+def advance_transitions(
+    clock: GroupClock, watermark: int, flags: RouteFlags
+) -> tuple[Advance, list[Transition]]:
     advance = Advance()
     transitions = list(iter_transitions(clock, watermark, flags, advance))
     return advance, transitions
@@ -259,8 +276,13 @@ def _clusters(name: str, s: RoutesSnapshot) -> dict[tuple[str, str], bool]:
 
 
 def _start_columns(reason_column: str, reason: str, t: Transition) -> Row:
-    return {"valid_to": None, reason_column: reason, "start_event": t.kind,
-            "start_broker_addr": t.broker[1], "event_date": event_date(t.time)}
+    return {
+        "valid_to": None,
+        reason_column: reason,
+        "start_event": t.kind,
+        "start_broker_addr": t.broker[1],
+        "event_date": event_date(t.time),
+    }
 
 
 def _end_columns(table: str, reason: str, t: Transition, addr: str | None = None) -> Row:
@@ -269,8 +291,11 @@ def _end_columns(table: str, reason: str, t: Transition, addr: str | None = None
 
 
 # Administrative events that change topic routes: the reason their history rows carry.
-_ADMIN_REASONS = {"WIPE_WRITE_PERM": "PERM_WIPED", "ADD_WRITE_PERM": "PERM_ADDED",
-                  "DELETE_TOPIC": "TOPIC_DELETED"}
+_ADMIN_REASONS = {
+    "WIPE_WRITE_PERM": "PERM_WIPED",
+    "ADD_WRITE_PERM": "PERM_ADDED",
+    "DELETE_TOPIC": "TOPIC_DELETED",
+}
 
 
 def transition_history(name: str, t: Transition) -> TransitionHistory:
@@ -301,8 +326,11 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
             reason = "CONFIG_CHANGED" if by_register else "PERM_WIPED"
         else:  # a registration drops it only with deleteTopicWithBrokerRegistration
             reason = "TOPIC_DELETED" if by_register else "GROUP_REMOVED"
-        out.ends.append(IntervalEnd(TOPIC_ROUTE_HISTORY, (topic, name),
-                                    _end_columns(TOPIC_ROUTE_HISTORY, reason, t)))
+        out.ends.append(
+            IntervalEnd(
+                TOPIC_ROUTE_HISTORY, (topic, name), _end_columns(TOPIC_ROUTE_HISTORY, reason, t)
+            )
+        )
     for topic in started:
         q = new_topics[topic]
         if admin_reason:
@@ -311,11 +339,19 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
             reason = "CONFIG_CHANGED" if by_register else "PERM_WIPED"
         else:
             reason = "TOPIC_ADDED"
-        row = {"topic": topic, "broker_name": name, "valid_from": t.time,
-               "read_queue_nums": q.read_queue_nums, "write_queue_nums": q.write_queue_nums,
-               "perm": q.perm, "topic_sys_flag": q.topic_sys_flag,
-               **_start_columns("started_by", reason, t),
-               "ended_by": None, "end_event": None, "end_broker_addr": None}
+        row = {
+            "topic": topic,
+            "broker_name": name,
+            "valid_from": t.time,
+            "read_queue_nums": q.read_queue_nums,
+            "write_queue_nums": q.write_queue_nums,
+            "perm": q.perm,
+            "topic_sys_flag": q.topic_sys_flag,
+            **_start_columns("started_by", reason, t),
+            "ended_by": None,
+            "end_event": None,
+            "end_broker_addr": None,
+        }
         out.starts.append(IntervalStart(TOPIC_ROUTE_HISTORY, (topic, name), row))
 
     old_members, new_members = _members(name, t.before), _members(name, t.after)
@@ -335,10 +371,15 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
             reason = "REPLACED"  # another address took the id
         else:
             reason = "REMOVED"
-        out.ends.append(IntervalEnd(
-            BROKER_MEMBERSHIP_HISTORY, key,
-            _end_columns(BROKER_MEMBERSHIP_HISTORY, reason, t,
-                         addr if t.kind == EXPIRE else None)))
+        out.ends.append(
+            IntervalEnd(
+                BROKER_MEMBERSHIP_HISTORY,
+                key,
+                _end_columns(
+                    BROKER_MEMBERSHIP_HISTORY, reason, t, addr if t.kind == EXPIRE else None
+                ),
+            )
+        )
     for key in started:
         cluster, _, broker_id, addr = key
         if old_ids_of_addr.get(addr, broker_id) != broker_id:
@@ -347,21 +388,37 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
             reason = "TAKEOVER"
         else:
             reason = REGISTERED
-        row = {"cluster": cluster, "broker_name": name, "broker_id": broker_id,
-               "broker_addr": addr, "valid_from": t.time,
-               **_start_columns("start_reason", reason, t),
-               "end_reason": None, "end_event": None, "end_broker_addr": None}
+        row = {
+            "cluster": cluster,
+            "broker_name": name,
+            "broker_id": broker_id,
+            "broker_addr": addr,
+            "valid_from": t.time,
+            **_start_columns("start_reason", reason, t),
+            "end_reason": None,
+            "end_event": None,
+            "end_broker_addr": None,
+        }
         out.starts.append(IntervalStart(BROKER_MEMBERSHIP_HISTORY, key, row))
 
     ended, started = _changed(_clusters(name, t.before), _clusters(name, t.after))
     for key in ended:
         reason = "REMOVED" if by_register else "GROUP_REMOVED"
-        out.ends.append(IntervalEnd(CLUSTER_MEMBERSHIP_HISTORY, key,
-                                    _end_columns(CLUSTER_MEMBERSHIP_HISTORY, reason, t)))
+        out.ends.append(
+            IntervalEnd(
+                CLUSTER_MEMBERSHIP_HISTORY, key, _end_columns(CLUSTER_MEMBERSHIP_HISTORY, reason, t)
+            )
+        )
     for key in started:
-        row = {"cluster_name": key[0], "broker_name": name, "valid_from": t.time,
-               **_start_columns("start_reason", REGISTERED, t),
-               "end_reason": None, "end_event": None, "end_broker_addr": None}
+        row = {
+            "cluster_name": key[0],
+            "broker_name": name,
+            "valid_from": t.time,
+            **_start_columns("start_reason", REGISTERED, t),
+            "end_reason": None,
+            "end_event": None,
+            "end_broker_addr": None,
+        }
         out.starts.append(IntervalStart(CLUSTER_MEMBERSHIP_HISTORY, key, row))
 
     out.liveness = _liveness(name, t)
@@ -372,8 +429,10 @@ def _liveness(name: str, t: Transition) -> list[Row]:
     before, after = t.before.live, t.after.live
     if before.keys() == after.keys():
         return []
-    listed_id = {addr: broker_id for broker_id, addr in
-                 (t.before.broker_data[1] if t.before.broker_data else ())}
+    listed_id = {
+        addr: broker_id
+        for broker_id, addr in (t.before.broker_data[1] if t.before.broker_data else ())
+    }
     rows = []
     if t.kind == EXPIRE:
         removed = [key for key, _ in t.expired if key in before and key not in after]
@@ -383,24 +442,57 @@ def _liveness(name: str, t: Transition) -> list[Row]:
         kind = UNREGISTERED if t.kind == UNREGISTER else REJECTED
     for key in removed:
         live = before[key]
-        rows.append(_liveness_row(name, key, t.time, kind,
-                                  t.broker_id if kind == REJECTED else listed_id.get(key[1]),
-                                  live.last_update_timestamp, live.heartbeat_timeout_millis,
-                                  live.deadline if kind == EXPIRED else None))
+        rows.append(
+            _liveness_row(
+                name,
+                key,
+                t.time,
+                kind,
+                t.broker_id if kind == REJECTED else listed_id.get(key[1]),
+                live.last_update_timestamp,
+                live.heartbeat_timeout_millis,
+                live.deadline if kind == EXPIRED else None,
+            )
+        )
     for key in sorted(after.keys() - before.keys()):
         live = after[key]
-        rows.append(_liveness_row(name, key, t.time, REGISTERED, t.broker_id,
-                                  live.last_update_timestamp, live.heartbeat_timeout_millis,
-                                  None))
+        rows.append(
+            _liveness_row(
+                name,
+                key,
+                t.time,
+                REGISTERED,
+                t.broker_id,
+                live.last_update_timestamp,
+                live.heartbeat_timeout_millis,
+                None,
+            )
+        )
     return rows
 
 
-def _liveness_row(name: str, key: BrokerKey, time: int, kind: str, broker_id: int | None,
-                  last_update: int, timeout: int, deadline: int | None) -> Row:
-    return {"broker_name": name, "cluster_name": key[0], "broker_addr": key[1],
-            "event_time": time, "event_type": kind, "broker_id": broker_id,
-            "last_update_timestamp": last_update, "heartbeat_timeout_millis": timeout,
-            "deadline": deadline, "event_date": event_date(time)}
+def _liveness_row(
+    name: str,
+    key: BrokerKey,
+    time: int,
+    kind: str,
+    broker_id: int | None,
+    last_update: int,
+    timeout: int,
+    deadline: int | None,
+) -> Row:
+    return {
+        "broker_name": name,
+        "cluster_name": key[0],
+        "broker_addr": key[1],
+        "event_time": time,
+        "event_type": kind,
+        "broker_id": broker_id,
+        "last_update_timestamp": last_update,
+        "heartbeat_timeout_millis": timeout,
+        "deadline": deadline,
+        "event_date": event_date(time),
+    }
 
 
 # ---- per-group state between micro-batches ----------------------------------------------------
@@ -438,7 +530,8 @@ class HistoryTracker:
 
     broker_name: str
     open_since: dict[str, dict[tuple, int]] = field(
-        default_factory=lambda: {t: {} for t in INTERVAL_TABLES})
+        default_factory=lambda: {t: {} for t in INTERVAL_TABLES}
+    )
     instant: int = 0  # time of the latest liveness event
     seq: int = 0  # liveness events already numbered at `instant`
     # topic_route_history's open intervals as read from state, until first used: a group with
@@ -475,8 +568,9 @@ class HistoryTracker:
             self.seq += 1
         return out
 
-    def advance(self, clock: GroupClock, watermark: int, flags: RouteFlags
-                ) -> tuple[Advance, list[HistoryChange]]:
+    def advance(
+        self, clock: GroupClock, watermark: int, flags: RouteFlags
+    ) -> tuple[Advance, list[HistoryChange]]:
         """clock.advance(watermark, flags), plus the history changes of what it did
         (compacted: at most one change per row identity, ready for one MERGE)."""
         advance = Advance()
@@ -493,15 +587,24 @@ def encode_history(tracker: HistoryTracker) -> HistoryState:
     topic_blob = tracker.topic_opens_blob
     if topic_blob is None:
         opens = tracker.open_since[TOPIC_ROUTE_HISTORY]
-        topic_blob = json.dumps([[key[0], since] for key, since in opens.items()],
-                                separators=(",", ":")) if opens else ""
-    return json.dumps({
-        "v": HISTORY_STATE_FORMAT,
-        "name": tracker.broker_name,
-        "open": {table: [[*key, since] for key, since in opens.items()]
-                 for table, opens in tracker.open_since.items() if table != TOPIC_ROUTE_HISTORY},
-        "instant": [tracker.instant, tracker.seq],
-    }, separators=(",", ":")), topic_blob
+        topic_blob = (
+            json.dumps([[key[0], since] for key, since in opens.items()], separators=(",", ":"))
+            if opens
+            else ""
+        )
+    return json.dumps(
+        {
+            "v": HISTORY_STATE_FORMAT,
+            "name": tracker.broker_name,
+            "open": {
+                table: [[*key, since] for key, since in opens.items()]
+                for table, opens in tracker.open_since.items()
+                if table != TOPIC_ROUTE_HISTORY
+            },
+            "instant": [tracker.instant, tracker.seq],
+        },
+        separators=(",", ":"),
+    ), topic_blob
 
 
 def decode_history(state: HistoryState) -> HistoryTracker:
@@ -533,8 +636,9 @@ def compact_changes(changes: Iterable[HistoryChange]) -> list[HistoryChange]:
     return list(folded.values())
 
 
-def merge_history_batch(tables: dict[str, dict[tuple, Row]],
-                        batch: Iterable[HistoryChange]) -> None:
+def merge_history_batch(
+    tables: dict[str, dict[tuple, Row]], batch: Iterable[HistoryChange]
+) -> None:
     """Apply one compacted batch like the writer's MERGE on HISTORY_IDENTITY:
 
         matched & delete -> DELETE          matched & close  -> UPDATE SET close columns
@@ -561,10 +665,13 @@ def merge_history_batch(tables: dict[str, dict[tuple, Row]],
             rows[ident] = dict(change.row)
 
 
-def apply_history_changes(rows: Mapping[str, Iterable[Row]],
-                          changes: Iterable[HistoryChange]) -> dict[str, list[Row]]:
+def apply_history_changes(
+    rows: Mapping[str, Iterable[Row]], changes: Iterable[HistoryChange]
+) -> dict[str, list[Row]]:
     """History rows after one batch of changes (compacted, then merged); sorted by identity."""
-    tables = {t: {tuple(r[c] for c in HISTORY_IDENTITY[t]): dict(r) for r in rows.get(t, ())}
-              for t in HISTORY_TABLES}
+    tables = {
+        t: {tuple(r[c] for c in HISTORY_IDENTITY[t]): dict(r) for r in rows.get(t, ())}
+        for t in HISTORY_TABLES
+    }
     merge_history_batch(tables, compact_changes(changes))
     return {t: [tables[t][i] for i in sorted(tables[t])] for t in HISTORY_TABLES}

@@ -15,14 +15,19 @@ from routing_lib.core.tables import ROUTE_TABLES, Row, rows_of
 from schemas.route_event import DeleteTopicEvent, TickEvent
 
 
-def replay(events: Iterable[Event | TickEvent], until: int, flags: RouteFlags = DEFAULT_FLAGS
-           ) -> dict[str, GroupRoutes]:
+def replay(
+    events: Iterable[Event | TickEvent], until: int, flags: RouteFlags = DEFAULT_FLAGS
+) -> dict[str, GroupRoutes]:
     """Every event with eventTime <= until, in (eventTime, arrival) order."""
     # A TICK changes no table; expiry is monotone, so the final expire(until) covers its time.
     ordered = sorted(
-        ((e.eventTime, i, e) for i, e in enumerate(events)
-         if e.eventTime <= until and not isinstance(e, TickEvent)),
-        key=lambda item: item[:2])
+        (
+            (e.eventTime, i, e)
+            for i, e in enumerate(events)
+            if e.eventTime <= until and not isinstance(e, TickEvent)
+        ),
+        key=lambda item: item[:2],
+    )
     groups: dict[str, GroupRoutes] = {}
     for event_time, _, event in ordered:
         for routes in groups.values():
@@ -47,8 +52,9 @@ def fleet_rows(groups: Iterable[GroupRoutes]) -> dict[str, list[Row]]:
     return tables
 
 
-def replay_dump(events: list[Event | TickEvent], until: int,
-                flags: RouteFlags = DEFAULT_FLAGS) -> dict:
+def replay_dump(
+    events: list[Event | TickEvent], until: int, flags: RouteFlags = DEFAULT_FLAGS
+) -> dict:
     return canonical_dump(fleet_rows(replay(events, until, flags).values()), until)
 
 

@@ -76,38 +76,66 @@ def _kv_entries(kv: dict[str, dict[str, str]]) -> dict[tuple[str, str | None], s
 def _broker_data_tuple(data: BrokerData | None) -> tuple | None:
     if data is None:
         return None
-    return (data.cluster, tuple(sorted(data.broker_addrs.items())), data.enable_acting_master,
-            data.zone_name)
+    return (
+        data.cluster,
+        tuple(sorted(data.broker_addrs.items())),
+        data.enable_acting_master,
+        data.zone_name,
+    )
 
 
 def _topic_row(name: str, topic: str, q: QueueData) -> Row:
-    return {"topic": topic, "broker_name": name, "read_queue_nums": q.read_queue_nums,
-            "write_queue_nums": q.write_queue_nums, "perm": q.perm,
-            "topic_sys_flag": q.topic_sys_flag}
+    return {
+        "topic": topic,
+        "broker_name": name,
+        "read_queue_nums": q.read_queue_nums,
+        "write_queue_nums": q.write_queue_nums,
+        "perm": q.perm,
+        "topic_sys_flag": q.topic_sys_flag,
+    }
 
 
 def _broker_rows(name: str, data: tuple | None) -> dict[tuple, Row]:
     if data is None:
         return {}
     cluster, addrs, acting, zone = data
-    return {(name, bid): {"broker_name": name, "broker_id": bid, "broker_addr": addr,
-                          "cluster": cluster, "enable_acting_master": acting, "zone_name": zone}
-            for bid, addr in addrs}
+    return {
+        (name, bid): {
+            "broker_name": name,
+            "broker_id": bid,
+            "broker_addr": addr,
+            "cluster": cluster,
+            "enable_acting_master": acting,
+            "zone_name": zone,
+        }
+        for bid, addr in addrs
+    }
 
 
 def _live_row(name: str, key: BrokerKey, live: BrokerLive) -> Row:
     v = live.data_version
-    return {"cluster_name": key[0], "broker_addr": key[1], "broker_name": name,
-            "last_update_timestamp": live.last_update_timestamp,
-            "heartbeat_timeout_millis": live.heartbeat_timeout_millis,
-            "ha_server_addr": live.ha_server_addr,
-            "data_version": {"state_version": v.state_version, "timestamp": v.timestamp,
-                             "counter": v.counter}}
+    return {
+        "cluster_name": key[0],
+        "broker_addr": key[1],
+        "broker_name": name,
+        "last_update_timestamp": live.last_update_timestamp,
+        "heartbeat_timeout_millis": live.heartbeat_timeout_millis,
+        "ha_server_addr": live.ha_server_addr,
+        "data_version": {
+            "state_version": v.state_version,
+            "timestamp": v.timestamp,
+            "counter": v.counter,
+        },
+    }
 
 
 def _filter_row(name: str, key: BrokerKey, servers: tuple[str, ...]) -> Row:
-    return {"cluster_name": key[0], "broker_addr": key[1], "broker_name": name,
-            "filter_server_list": list(servers)}
+    return {
+        "cluster_name": key[0],
+        "broker_addr": key[1],
+        "broker_name": name,
+        "filter_server_list": list(servers),
+    }
 
 
 def _diff_maps(table: str, old: dict, new: dict, row_of) -> list[Change]:
@@ -115,8 +143,9 @@ def _diff_maps(table: str, old: dict, new: dict, row_of) -> list[Change]:
         return []
     changes = [Change(table, k, None) for k in old.keys() - new.keys()]
     # `k not in old`: a KV namespace row's value is None
-    changes += [Change(table, k, row_of(k, v)) for k, v in new.items()
-                if k not in old or old[k] != v]
+    changes += [
+        Change(table, k, row_of(k, v)) for k, v in new.items() if k not in old or old[k] != v
+    ]
     return changes
 
 
@@ -124,21 +153,40 @@ def diff(name: str, before: RoutesSnapshot, after: RoutesSnapshot) -> list[Chang
     """Row changes that turn the tables of `before` into those of `after` for group `name`."""
     changes: list[Change] = []
     if before.topics is not after.topics:  # copy on write: same object, same topics
-        changes += _diff_maps(TOPIC_QUEUE, {(t, name): q for t, q in before.topics.items()},
-                              {(t, name): q for t, q in after.topics.items()},
-                              lambda k, q: _topic_row(name, k[0], q))
-    changes += _diff_maps(BROKER_ADDR, _broker_rows(name, before.broker_data),
-                          _broker_rows(name, after.broker_data), lambda k, row: row)
-    changes += _diff_maps(CLUSTER_ADDR, {(c, name): True for c in before.clusters},
-                          {(c, name): True for c in after.clusters},
-                          lambda k, _: {"cluster_name": k[0], "broker_name": name})
-    changes += _diff_maps(BROKER_LIVE, before.live, after.live,
-                          lambda k, live: _live_row(name, k, live))
-    changes += _diff_maps(FILTER_SERVER, before.filter_servers, after.filter_servers,
-                          lambda k, servers: _filter_row(name, k, servers))
+        changes += _diff_maps(
+            TOPIC_QUEUE,
+            {(t, name): q for t, q in before.topics.items()},
+            {(t, name): q for t, q in after.topics.items()},
+            lambda k, q: _topic_row(name, k[0], q),
+        )
+    changes += _diff_maps(
+        BROKER_ADDR,
+        _broker_rows(name, before.broker_data),
+        _broker_rows(name, after.broker_data),
+        lambda k, row: row,
+    )
+    changes += _diff_maps(
+        CLUSTER_ADDR,
+        {(c, name): True for c in before.clusters},
+        {(c, name): True for c in after.clusters},
+        lambda k, _: {"cluster_name": k[0], "broker_name": name},
+    )
+    changes += _diff_maps(
+        BROKER_LIVE, before.live, after.live, lambda k, live: _live_row(name, k, live)
+    )
+    changes += _diff_maps(
+        FILTER_SERVER,
+        before.filter_servers,
+        after.filter_servers,
+        lambda k, servers: _filter_row(name, k, servers),
+    )
     if before.kv or after.kv:
-        changes += _diff_maps(KV_CONFIG, before.kv, after.kv,
-                              lambda k, value: {"namespace": k[0], "key": k[1], "value": value})
+        changes += _diff_maps(
+            KV_CONFIG,
+            before.kv,
+            after.kv,
+            lambda k, value: {"namespace": k[0], "key": k[1], "value": value},
+        )
     return changes
 
 
@@ -153,16 +201,16 @@ def rows_of(routes: GroupRoutes) -> dict[str, list[Row]]:
 # Delta schemas of the route tables (Spark DDL strings: this module stays Spark-free).
 TABLE_DDL: dict[str, str] = {
     TOPIC_QUEUE: "topic STRING, broker_name STRING, read_queue_nums INT, write_queue_nums INT, "
-                 "perm INT, topic_sys_flag INT",
+    "perm INT, topic_sys_flag INT",
     BROKER_ADDR: "broker_name STRING, broker_id BIGINT, broker_addr STRING, cluster STRING, "
-                 "enable_acting_master BOOLEAN, zone_name STRING",
+    "enable_acting_master BOOLEAN, zone_name STRING",
     CLUSTER_ADDR: "cluster_name STRING, broker_name STRING",
     BROKER_LIVE: "cluster_name STRING, broker_addr STRING, broker_name STRING, "
-                 "last_update_timestamp BIGINT, heartbeat_timeout_millis BIGINT, "
-                 "ha_server_addr STRING, "
-                 "data_version STRUCT<state_version: BIGINT, timestamp: BIGINT, counter: BIGINT>",
+    "last_update_timestamp BIGINT, heartbeat_timeout_millis BIGINT, "
+    "ha_server_addr STRING, "
+    "data_version STRUCT<state_version: BIGINT, timestamp: BIGINT, counter: BIGINT>",
     FILTER_SERVER: "cluster_name STRING, broker_addr STRING, broker_name STRING, "
-                   "filter_server_list ARRAY<STRING>",
+    "filter_server_list ARRAY<STRING>",
     KV_CONFIG: "namespace STRING, key STRING, value STRING",
 }
 DEAD_LETTER = "dead_letter_table"
@@ -170,12 +218,12 @@ LATE_EVENT = "late_event_table"
 PROGRESS = "route_progress"
 SIDE_TABLE_DDL: dict[str, str] = {
     DEAD_LETTER: "raw BINARY, raw_text STRING, source STRING, position BIGINT, reason STRING, "
-                 "seen_at_ms BIGINT, batch_id BIGINT",
+    "seen_at_ms BIGINT, batch_id BIGINT",
     LATE_EVENT: "event_time BIGINT, broker_name STRING, event_type STRING, source STRING, "
-                "position BIGINT, payload STRING, published_watermark BIGINT, seen_at_ms BIGINT, "
-                "batch_id BIGINT",
+    "position BIGINT, payload STRING, published_watermark BIGINT, seen_at_ms BIGINT, "
+    "batch_id BIGINT",
     # One row per published micro-batch: the watermark its tables show, and its counts.
     PROGRESS: "batch_id BIGINT, watermark BIGINT, input_rows BIGINT, accepted BIGINT, "
-              "applied BIGINT, late BIGINT, dead_lettered BIGINT, expired BIGINT, "
-              "changes BIGINT, committed_at_ms BIGINT",
+    "applied BIGINT, late BIGINT, dead_lettered BIGINT, expired BIGINT, "
+    "changes BIGINT, committed_at_ms BIGINT",
 }

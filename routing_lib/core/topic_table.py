@@ -44,8 +44,9 @@ class TopicTable(Mapping[str, "QueueData"]):
 
             TopicTable.decodes += 1
             rows = json.loads(self._blob.partition(RS)[2]) if self._blob else []
-            self._rows = {name: QueueData(*row)
-                          for name, row in zip(self.names(), rows, strict=True)}
+            self._rows = {
+                name: QueueData(*row) for name, row in zip(self.names(), rows, strict=True)
+            }
         return self._rows
 
     def names(self) -> list[str]:
@@ -92,9 +93,17 @@ class TopicTable(Mapping[str, "QueueData"]):
         """The encoded form: the blob this table was decoded from, if it never changed."""
         if self._blob is None:
             rows = self._rows or {}
-            self._blob = US.join(rows) + RS + json.dumps(
-                [[q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag]
-                 for q in rows.values()], separators=(",", ":"))
+            self._blob = (
+                US.join(rows)
+                + RS
+                + json.dumps(
+                    [
+                        [q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag]
+                        for q in rows.values()
+                    ],
+                    separators=(",", ":"),
+                )
+            )
         return self._blob
 
     # -- copy on write -----------------------------------------------------------------------

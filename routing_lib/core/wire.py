@@ -37,9 +37,15 @@ from schemas.route_event import (
 
 Event = RegisterEvent | HeartbeatEvent | UnregisterEvent | AdminEvent
 _TYPES: dict[str, type[Event]] = {
-    "REGISTER": RegisterEvent, "HEARTBEAT": HeartbeatEvent, "UNREGISTER": UnregisterEvent,
-    "WIPE_WRITE_PERM": WritePermEvent, "ADD_WRITE_PERM": WritePermEvent,
-    "DELETE_TOPIC": DeleteTopicEvent, "PUT_KV": PutKvEvent, "DELETE_KV": DeleteKvEvent}
+    "REGISTER": RegisterEvent,
+    "HEARTBEAT": HeartbeatEvent,
+    "UNREGISTER": UnregisterEvent,
+    "WIPE_WRITE_PERM": WritePermEvent,
+    "ADD_WRITE_PERM": WritePermEvent,
+    "DELETE_TOPIC": DeleteTopicEvent,
+    "PUT_KV": PutKvEvent,
+    "DELETE_KV": DeleteKvEvent,
+}
 RS, US = "\x1e", "\x1f"
 
 
@@ -69,8 +75,9 @@ class LazyTopicTable(Mapping[str, TopicRow]):
     def _table(self) -> dict[str, TopicRow]:
         if self._decoded is None:
             rows = json.loads(self._rows_json)
-            self._decoded = {k: TopicRow(k, *r) for k, r in zip(self.topic_keys(), rows,
-                                                                 strict=True)}
+            self._decoded = {
+                k: TopicRow(k, *r) for k, r in zip(self.topic_keys(), rows, strict=True)
+            }
         return self._decoded
 
     def __getitem__(self, key: str) -> TopicRow:
@@ -100,7 +107,8 @@ def event_json(event: Event) -> str:
     if isinstance(event, RegisterEvent):
         record["topicConfigTable"] = {
             key: {k: v for k, v in _as_dict(config).items() if v is not None}
-            for key, config in event.topicConfigTable.items()}
+            for key, config in event.topicConfigTable.items()
+        }
     return json.dumps(record, separators=(",", ":"))
 
 
@@ -109,20 +117,30 @@ def _as_dict(config: object) -> dict:
 
 
 def pack_event(event: Event) -> str:
-    head = json.dumps(event.model_dump(exclude={"topicConfigTable"}, exclude_none=True),
-                      separators=(",", ":"))
+    head = json.dumps(
+        event.model_dump(exclude={"topicConfigTable"}, exclude_none=True), separators=(",", ":")
+    )
     if not isinstance(event, RegisterEvent):
         return head
     table = event.topicConfigTable
     if isinstance(table, LazyTopicTable):
         return f"{head}{RS}{table.packed()}"
     if isinstance(event, PipelineRegister):  # validated dicts: missing fields take defaults
-        rows = [[c.get("readQueueNums", DEFAULT_QUEUE_NUMS),
-                 c.get("writeQueueNums", DEFAULT_QUEUE_NUMS), c.get("perm", DEFAULT_PERM),
-                 c.get("topicSysFlag", 0), c.get("order")] for c in table.values()]
+        rows = [
+            [
+                c.get("readQueueNums", DEFAULT_QUEUE_NUMS),
+                c.get("writeQueueNums", DEFAULT_QUEUE_NUMS),
+                c.get("perm", DEFAULT_PERM),
+                c.get("topicSysFlag", 0),
+                c.get("order"),
+            ]
+            for c in table.values()
+        ]
     else:
-        rows = [[c.readQueueNums, c.writeQueueNums, c.perm, c.topicSysFlag, c.order]
-                for c in table.values()]
+        rows = [
+            [c.readQueueNums, c.writeQueueNums, c.perm, c.topicSysFlag, c.order]
+            for c in table.values()
+        ]
     # pydantic-core's encoder: several times faster than json.dumps on 10 000 rows
     return f"{head}{RS}{US.join(table)}{RS}{to_json(rows).decode()}"
 

@@ -63,8 +63,11 @@ def uncovered_tables(warehouse: str | Path, versions: dict[str, int]) -> list[st
         if mark is None or not mark.txns:
             continue
         for app, batch in mark.txns.items():
-            covered = (batch <= progress.txns[app] if app in progress.txns
-                       else mark.timestamp <= progress.timestamp)
+            covered = (
+                batch <= progress.txns[app]
+                if app in progress.txns
+                else mark.timestamp <= progress.timestamp
+            )
             if not covered:
                 ahead.append(table)
                 break
@@ -76,9 +79,11 @@ def load_settled(warehouse: str | Path) -> RouteSnapshot:
     after = table_versions(warehouse)
     if after != snapshot.versions:
         raise SnapshotNotSettledError(
-            f"tables moved while loading ({snapshot.versions} -> {after})")
+            f"tables moved while loading ({snapshot.versions} -> {after})"
+        )
     ahead = uncovered_tables(warehouse, snapshot.versions)
     if ahead:
         raise SnapshotNotSettledError(
-            f"{', '.join(ahead)} already show a batch that route_progress does not yet")
+            f"{', '.join(ahead)} already show a batch that route_progress does not yet"
+        )
     return snapshot

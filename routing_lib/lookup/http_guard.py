@@ -32,14 +32,19 @@ class _Refused(Exception):
 def status_response(status: int) -> bytes:
     """A whole `connection: close` answer, for requests the app never sees."""
     phrase = HTTPStatus(status).phrase
-    return (f"HTTP/1.1 {status} {phrase}\r\ncontent-type: text/plain; charset=utf-8\r\n"
-            f"content-length: {len(phrase)}\r\nconnection: close\r\n\r\n{phrase}").encode()
+    return (
+        f"HTTP/1.1 {status} {phrase}\r\ncontent-type: text/plain; charset=utf-8\r\n"
+        f"content-length: {len(phrase)}\r\nconnection: close\r\n\r\n{phrase}"
+    ).encode()
 
 
 def guarded_protocol(limits: Limits, rejections: Rejections) -> type[GuardedHttpProtocol]:
     """The protocol class for uvicorn.Config(http=...), bound to one service's limits."""
-    return type("BoundGuardedHttpProtocol", (GuardedHttpProtocol,),
-                {"limits": limits, "rejections": rejections})
+    return type(
+        "BoundGuardedHttpProtocol",
+        (GuardedHttpProtocol,),
+        {"limits": limits, "rejections": rejections},
+    )
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
@@ -84,8 +89,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             if not self._close_after_pending():
                 self.transport.close()
         except Exception:  # a bug costs this connection and one log line per interval
-            self.rejections.log.log("http-bug", logging.ERROR, "http: request from %s failed",
-                                    self._peer(), exc_info=True)
+            self.rejections.log.log(
+                "http-bug",
+                logging.ERROR,
+                "http: request from %s failed",
+                self._peer(),
+                exc_info=True,
+            )
             self._closed = True
             self.transport.close()
 

@@ -64,7 +64,7 @@ def _quote_bare_keys(text: str) -> str:
             while j < len(text) and (text[j].isdigit() or text[j] == "-"):
                 j += 1
             if j < len(text) and text[j] == ":":
-                out.append(f'{ch}"{text[i + 1:j]}"')
+                out.append(f'{ch}"{text[i + 1 : j]}"')
                 i = j
                 continue
             out.append(ch)

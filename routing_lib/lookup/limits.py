@@ -63,16 +63,19 @@ def clip(text: str, limit: int = ECHO_CHARS) -> str:
 class ThrottledLog:
     """At most one line per key per interval; the next line says how many were held back."""
 
-    def __init__(self, logger: logging.Logger, interval_s: float = LOG_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        interval_s: float = LOG_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.logger = logger
         self.interval_s = interval_s
         self.clock = clock
         self._last: dict[object, float] = {}
         self._held: dict[object, int] = {}
 
-    def log(self, key: object, level: int, msg: str, *args: object,
-            exc_info: bool = False) -> None:
+    def log(self, key: object, level: int, msg: str, *args: object, exc_info: bool = False) -> None:
         if not self.logger.isEnabledFor(level):
             return
         now = self.clock()
@@ -99,5 +102,12 @@ class Rejections:
     def __call__(self, listener: str, reason: str, peer: object, detail: str = "") -> None:
         self.metrics.rejections[(listener, reason)] += 1
         level = logging.DEBUG if reason in self.QUIET else logging.WARNING
-        self.log.log((listener, reason), level, "%s: closing connection from %s: %s%s",
-                     listener, peer, reason, f" ({detail})" if detail else "")
+        self.log.log(
+            (listener, reason),
+            level,
+            "%s: closing connection from %s: %s%s",
+            listener,
+            peer,
+            reason,
+            f" ({detail})" if detail else "",
+        )

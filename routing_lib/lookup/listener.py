@@ -44,11 +44,20 @@ current_peer: ContextVar[object] = ContextVar("routelake_remoting_peer", default
 
 
 class RemotingListener:
-    def __init__(self, name: str, respond: Responder, limits: Limits, metrics: Metrics,
-                 rejections: Rejections, log: logging.Logger, *, known_codes: frozenset[int],
-                 max_frame_bytes: int | None = None,
-                 large_frame_codes: frozenset[int] = frozenset(),
-                 pending_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        name: str,
+        respond: Responder,
+        limits: Limits,
+        metrics: Metrics,
+        rejections: Rejections,
+        log: logging.Logger,
+        *,
+        known_codes: frozenset[int],
+        max_frame_bytes: int | None = None,
+        large_frame_codes: frozenset[int] = frozenset(),
+        pending_timeout_s: float = 30.0,
+    ) -> None:
         """`max_frame_bytes` (default limits.max_frame_bytes) bounds every frame; a request
         whose code is not in `large_frame_codes` must also fit limits.max_frame_bytes."""
         self.name = name
@@ -68,8 +77,7 @@ class RemotingListener:
         self.connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
 
     async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._connection, host, port,
-                                                  limit=READ_CHUNK)
+        self._server = await asyncio.start_server(self._connection, host, port, limit=READ_CHUNK)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
@@ -81,8 +89,7 @@ class RemotingListener:
         for writer in list(self.connections.values()):
             writer.close()
 
-    async def _connection(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         peer = writer.get_extra_info("peername")
@@ -99,8 +106,13 @@ class RemotingListener:
         except ConnectionError:
             pass  # the peer went away
         except Exception:  # a bug must cost one connection, not the server (nor flood the log)
-            self._frame_log.log("connection-bug", logging.ERROR,
-                                "remoting connection from %s failed", peer, exc_info=True)
+            self._frame_log.log(
+                "connection-bug",
+                logging.ERROR,
+                "remoting connection from %s failed",
+                peer,
+                exc_info=True,
+            )
         finally:
             if pending:  # answers still awaited (Kafka acks): give them their time
                 _, late = await asyncio.wait(pending, timeout=self.pending_timeout_s)
@@ -112,9 +124,13 @@ class RemotingListener:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _serve_connection(self, reader: asyncio.StreamReader,
-                                writer: asyncio.StreamWriter, peer: object,
-                                pending: set[asyncio.Task]) -> None:
+    async def _serve_connection(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: object,
+        pending: set[asyncio.Task],
+    ) -> None:
         """Read, decode, answer until EOF, a bad frame or a timeout. Between frames the idle
         timeout applies; once a frame has begun it must be whole within the request timeout
         (a deadline that more bytes do not move)."""
@@ -148,16 +164,27 @@ class RemotingListener:
                 self._frame_error(decoder.error, peer)
                 return
 
-    async def _answer_all(self, commands: list[RemotingCommand], writer: asyncio.StreamWriter,
-                          peer: object, pending: set[asyncio.Task]) -> bool:
+    async def _answer_all(
+        self,
+        commands: list[RemotingCommand],
+        writer: asyncio.StreamWriter,
+        peer: object,
+        pending: set[asyncio.Task],
+    ) -> bool:
         """Answer (or start answering) each command; False: the connection must close."""
         for command in commands:
             if writer.is_closing():
                 return False  # the peer went away mid-batch: its answers have no reader
-            if (command.frame_bytes > self.limits.max_frame_bytes
-                    and command.code not in self.large_frame_codes):
-                self.rejections("remoting", "frame_too_large", peer,
-                                f"{command.frame_bytes} bytes, code {command.code}")
+            if (
+                command.frame_bytes > self.limits.max_frame_bytes
+                and command.code not in self.large_frame_codes
+            ):
+                self.rejections(
+                    "remoting",
+                    "frame_too_large",
+                    peer,
+                    f"{command.frame_bytes} bytes, code {command.code}",
+                )
                 return False
             started = time.perf_counter()
             reply = self._respond(command)
@@ -178,32 +205,57 @@ class RemotingListener:
         try:
             return self.respond(command)
         except Exception:
-            self._frame_log.log("answer", logging.ERROR, "answering request code %s failed",
-                                command.code, exc_info=True)
+            self._frame_log.log(
+                "answer",
+                logging.ERROR,
+                "answering request code %s failed",
+                command.code,
+                exc_info=True,
+            )
             return _internal_error(command)
 
-    async def _finish(self, reply: Awaitable[Reply], command: RemotingCommand,
-                      writer: asyncio.StreamWriter, started: float) -> None:
+    async def _finish(
+        self,
+        reply: Awaitable[Reply],
+        command: RemotingCommand,
+        writer: asyncio.StreamWriter,
+        started: float,
+    ) -> None:
         try:
             response = await reply
         except asyncio.CancelledError:
             raise
         except Exception:
-            self._frame_log.log("answer", logging.ERROR, "answering request code %s failed",
-                                command.code, exc_info=True)
+            self._frame_log.log(
+                "answer",
+                logging.ERROR,
+                "answering request code %s failed",
+                command.code,
+                exc_info=True,
+            )
             response = _internal_error(command)
         if writer.is_closing():
             response = None  # nobody to read it
         self._write(writer, command, response, started)
 
-    def _write(self, writer: asyncio.StreamWriter, command: RemotingCommand, response: Reply,
-               started: float) -> None:
+    def _write(
+        self,
+        writer: asyncio.StreamWriter,
+        command: RemotingCommand,
+        response: Reply,
+        started: float,
+    ) -> None:
         if response is not None:
             try:
                 head = encode_head(response)
             except Exception:
-                self._frame_log.log("answer", logging.ERROR, "encoding the answer to code %s "
-                                    "failed", command.code, exc_info=True)
+                self._frame_log.log(
+                    "answer",
+                    logging.ERROR,
+                    "encoding the answer to code %s failed",
+                    command.code,
+                    exc_info=True,
+                )
                 response = _internal_error(command)
                 head = b"" if response is None else encode_head(response)
             if response is not None:
@@ -213,8 +265,12 @@ class RemotingListener:
                     writer.write(head)
                     writer.write(response.body)
         request = str(command.code) if command.code in self.known_codes else "other"
-        self.metrics.observe("remoting", request, str(response.code) if response else "none",
-                             time.perf_counter() - started)
+        self.metrics.observe(
+            "remoting",
+            request,
+            str(response.code) if response else "none",
+            time.perf_counter() - started,
+        )
 
     async def _drain(self, writer: asyncio.StreamWriter, peer: object) -> None:
         """Back-pressure per connection: a slow reader waits here, nobody else does; one that
@@ -228,15 +284,15 @@ class RemotingListener:
     def _frame_error(self, exc: RemotingCodecError, peer: object) -> None:
         name = type(exc).__name__
         self.metrics.frame_errors[name] += 1
-        self._frame_log.log(name, logging.WARNING, "remoting: closing connection from %s: %s",
-                            peer, exc)
+        self._frame_log.log(
+            name, logging.WARNING, "remoting: closing connection from %s: %s", peer, exc
+        )
 
 
 def _internal_error(command: RemotingCommand) -> Reply:
     if command.is_oneway or command.is_response:
         return None
-    return command.response(ResponseCode.SYSTEM_ERROR, "internal error",
-                            version=NAMESRV_VERSION)
+    return command.response(ResponseCode.SYSTEM_ERROR, "internal error", version=NAMESRV_VERSION)
 
 
 class Serving(Protocol):

@@ -11,14 +11,29 @@ from collections.abc import Callable, Iterable, Mapping
 
 from routing_lib.lookup.routes import RouteIndex
 
-LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                   0.25, 0.5, 1.0, 2.5)
+LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
 _PREFIX = "routelake_lookup"
 
 
 def _labels(**labels: object) -> str:
     def esc(value: object) -> str:
         return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
     return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in labels.items()) + "}"
 
 
@@ -60,8 +75,7 @@ class Metrics:
         self.connections = 0
         self.last_refresh_error: str | None = None
 
-    def stale_watermark_age(self, watermark: int | None, now: float | None = None
-                            ) -> float | None:
+    def stale_watermark_age(self, watermark: int | None, now: float | None = None) -> float | None:
         """Wall clock minus the watermark, if that exceeds the bound (or there is none)."""
         if self.max_watermark_age_s <= 0:
             return None
@@ -72,8 +86,9 @@ class Metrics:
         self.requests[(protocol, request, code)] += 1
         self.latency.setdefault(protocol, _Histogram()).observe(seconds)
 
-    def render(self, index: RouteIndex | None, loaded_at: float | None,
-               now: float | None = None) -> str:
+    def render(
+        self, index: RouteIndex | None, loaded_at: float | None, now: float | None = None
+    ) -> str:
         now = time.time() if now is None else now
         out: list[str] = []
 
@@ -94,8 +109,11 @@ class Metrics:
         name = family("frame_errors_total", "counter", "Connections closed on a bad frame.")
         for reason, n in sorted(self.frame_errors.items()):
             out.append(f"{name}{_labels(reason=reason)} {n}")
-        name = family("rejections_total", "counter",
-                      "Connections closed or requests refused by a limit, by listener, reason.")
+        name = family(
+            "rejections_total",
+            "counter",
+            "Connections closed or requests refused by a limit, by listener, reason.",
+        )
         for (listener, reason), n in sorted(self.rejections.items()):
             out.append(f"{name}{_labels(listener=listener, reason=reason)} {n}")
         name = family("connections", "gauge", "Open remoting connections.")
@@ -106,15 +124,21 @@ class Metrics:
             name = family("snapshot_age_seconds", "gauge", "Seconds since the snapshot loaded.")
             out.append(f"{name} {now - loaded_at:.3f}")
             if index.watermark is not None:
-                name = family("snapshot_watermark_age_seconds", "gauge",
-                              "Wall clock minus the snapshot's event-time watermark.")
+                name = family(
+                    "snapshot_watermark_age_seconds",
+                    "gauge",
+                    "Wall clock minus the snapshot's event-time watermark.",
+                )
                 out.append(f"{name} {now - index.watermark / 1000:.3f}")
                 name = family("snapshot_watermark_ms", "gauge", "The snapshot's watermark.")
                 out.append(f"{name} {index.watermark}")
             if self.max_watermark_age_s > 0:
-                name = family("watermark_stale", "gauge",
-                              "1 while the watermark is older than [serve] "
-                              "max_watermark_age_s (then /readyz fails).")
+                name = family(
+                    "watermark_stale",
+                    "gauge",
+                    "1 while the watermark is older than [serve] "
+                    "max_watermark_age_s (then /readyz fails).",
+                )
                 stale = self.stale_watermark_age(index.watermark, now) is not None
                 out.append(f"{name} {int(stale)}")
             name = family("table_version", "gauge", "Delta version of each table served.")

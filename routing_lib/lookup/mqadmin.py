@@ -62,19 +62,36 @@ def missing_reason(jars: str | Path | None = None) -> str | None:
     return None
 
 
-def java_command(main: str, args: Sequence[str], *, home: str | Path,
-                 jars: str | Path | None = None, logback: str = TOOLS_LOGBACK,
-                 jvm_opts: Sequence[str] = ()) -> list[str]:
+def java_command(
+    main: str,
+    args: Sequence[str],
+    *,
+    home: str | Path,
+    jars: str | Path | None = None,
+    logback: str = TOOLS_LOGBACK,
+    jvm_opts: Sequence[str] = (),
+) -> list[str]:
     """argv for one JVM running `main` from the jars, with user.home (so every log and store
     file) under `home`."""
-    return ["java", *jvm_opts, f"-Duser.home={home}", f"-Drocketmq.home.dir={home}",
-            f"-Drmq.logback.configurationFile={logback}",
-            "-cp", str(jars_dir(jars) / "*"), main, *args]
+    return [
+        "java",
+        *jvm_opts,
+        f"-Duser.home={home}",
+        f"-Drocketmq.home.dir={home}",
+        f"-Drmq.logback.configurationFile={logback}",
+        "-cp",
+        str(jars_dir(jars) / "*"),
+        main,
+        *args,
+    ]
 
 
 def java_env(home: str | Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ROCKETMQ_SERIALIZE_TYPE", "NAMESRV_ADDR", "JAVA_TOOL_OPTIONS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ROCKETMQ_SERIALIZE_TYPE", "NAMESRV_ADDR", "JAVA_TOOL_OPTIONS")
+    }
     env["ROCKETMQ_HOME"] = str(home)
     return env
 
@@ -97,8 +114,11 @@ class MQAdminResult:
             return "timed out"
         if self.returncode != 0:
             return f"exit code {self.returncode}: {self.stderr.strip()[-2000:]}"
-        lines = [line for line in self.stderr.splitlines()
-                 if line and not line.startswith(("\tat ", "\t... ", "Caused by: "))]
+        lines = [
+            line
+            for line in self.stderr.splitlines()
+            if line and not line.startswith(("\tat ", "\t... ", "Caused by: "))
+        ]
         failures = [line for line in lines if "Exception" in line or "Error" in line]
         return "\n".join(failures) if failures else None
 
@@ -114,10 +134,16 @@ class MQAdminResult:
         return match.group(2).rstrip() if match else None
 
 
-def run_mqadmin(command: str, *args: str, namesrv: str, timeout: float = 60.0,
-                home: str | Path | None = None, jars: str | Path | None = None,
-                serialize_type: str | None = None,
-                jvm_opts: Sequence[str] = MQADMIN_JVM_OPTS) -> MQAdminResult:
+def run_mqadmin(
+    command: str,
+    *args: str,
+    namesrv: str,
+    timeout: float = 60.0,
+    home: str | Path | None = None,
+    jars: str | Path | None = None,
+    serialize_type: str | None = None,
+    jvm_opts: Sequence[str] = MQADMIN_JVM_OPTS,
+) -> MQAdminResult:
     """`mqadmin COMMAND ARGS -n NAMESRV` as a JVM, killed after `timeout` seconds.
 
     `home` keeps its logs (default: a temporary directory, removed afterwards);
@@ -134,11 +160,19 @@ def run_mqadmin(command: str, *args: str, namesrv: str, timeout: float = 60.0,
     opts = list(jvm_opts)
     if serialize_type is not None:
         opts.append(f"-Drocketmq.serialize.type={serialize_type}")
-    argv = java_command(MQADMIN_MAIN, [command, *args, "-n", namesrv], home=home, jars=jars,
-                        jvm_opts=opts)
+    argv = java_command(
+        MQADMIN_MAIN, [command, *args, "-n", namesrv], home=home, jars=jars, jvm_opts=opts
+    )
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              env=java_env(home), cwd=home, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=java_env(home),
+            cwd=home,
+            stdin=subprocess.DEVNULL,
+        )
         return MQAdminResult(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
     except subprocess.TimeoutExpired as exc:  # run() has killed and reaped the JVM
         return MQAdminResult(tuple(argv), None, _text(exc.stdout), _text(exc.stderr))
@@ -154,6 +188,7 @@ def _text(data: bytes | str | None) -> str:
 
 
 # -- reading what mqadmin prints --
+
 
 def parse_topic_route(stdout: str) -> dict:
     """`topicRoute -t T`: TopicRouteData as fastjson pretty-prints it (brokerAddrs keys bare

@@ -43,8 +43,10 @@ FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
 
 def no_route_remark(topic: str) -> str:
     # ClientRequestProcessor + FAQUrl.suggestTodo(FAQUrl.APPLY_TOPIC_URL)
-    return (f"No topic route info in name server for the topic: {topic}"
-            f"\nSee {FAQ_URL} for further details.")
+    return (
+        f"No topic route info in name server for the topic: {topic}"
+        f"\nSee {FAQ_URL} for further details."
+    )
 
 
 def no_kv_remark(namespace: str, key: str | None = None) -> str:
@@ -58,8 +60,9 @@ def _missing(request: RemotingCommand, name: str) -> RemotingCommand:
     return _reply(request, ResponseCode.SYSTEM_ERROR, f"the custom field <{name}> is null")
 
 
-def _reply(request: RemotingCommand, code: int, remark: str | None = None,
-           body: bytes = b"") -> RemotingCommand:
+def _reply(
+    request: RemotingCommand, code: int, remark: str | None = None, body: bytes = b""
+) -> RemotingCommand:
     return request.response(code, remark, body, version=NAMESRV_VERSION)
 
 
@@ -75,8 +78,10 @@ def _route(index: RouteIndex, request: RemotingCommand) -> RemotingCommand:
     body = index.route_body(topic)
     if body is None:
         return _reply(request, ResponseCode.TOPIC_NOT_EXIST, no_route_remark(topic))
-    standard = (request.version >= V4_9_4
-                or request.ext_fields.get("acceptStandardJsonOnly", "").lower() == "true")
+    standard = (
+        request.version >= V4_9_4
+        or request.ext_fields.get("acceptStandardJsonOnly", "").lower() == "true"
+    )
     return _reply(request, ResponseCode.SUCCESS, body=body.standard if standard else body.legacy)
 
 
@@ -125,13 +130,15 @@ def _answer(index: RouteIndex | None, request: RemotingCommand) -> RemotingComma
         cluster = request.ext_fields.get("cluster")
         if cluster is None:
             return _missing(request, "cluster")
-        return _reply(request, ResponseCode.SUCCESS,
-                      body=index.topics_by_cluster_body(cluster).legacy)
+        return _reply(
+            request, ResponseCode.SUCCESS, body=index.topics_by_cluster_body(cluster).legacy
+        )
     if code == RequestCode.GET_KV_CONFIG:
         return _kv_config(index, request)
     if code == RequestCode.GET_KVLIST_BY_NAMESPACE:
         return _kv_list(index, request)
     if code == RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS:
         return _reply(request, ResponseCode.SUCCESS, body=index.system_topic_list_body.legacy)
-    return _reply(request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                  f" request type {code} not supported")
+    return _reply(
+        request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {code} not supported"
+    )

@@ -39,8 +39,13 @@ class Served:
             "X-Routelake-Watermark": "none" if index.watermark is None else str(index.watermark),
             "X-Routelake-Versions": ",".join(f"{t}={v}" for t, v in versions.items()),
         }
-        tail = (',"versions":' + json.dumps(versions, separators=(",", ":"))
-                + ',"watermark":' + json.dumps(index.watermark) + "}").encode()
+        tail = (
+            ',"versions":'
+            + json.dumps(versions, separators=(",", ":"))
+            + ',"watermark":'
+            + json.dumps(index.watermark)
+            + "}"
+        ).encode()
         return Served(index, time.time() if loaded_at is None else loaded_at, headers, tail)
 
 
@@ -50,10 +55,15 @@ class SnapshotHolder:
 
 
 class Refresher:
-    def __init__(self, warehouse: str | Path, holder: SnapshotHolder, metrics: Metrics,
-                 support_acting_master: bool = False,
-                 loader: Callable[[str | Path], RouteSnapshot] = load_settled,
-                 order_message_enable: bool = False) -> None:
+    def __init__(
+        self,
+        warehouse: str | Path,
+        holder: SnapshotHolder,
+        metrics: Metrics,
+        support_acting_master: bool = False,
+        loader: Callable[[str | Path], RouteSnapshot] = load_settled,
+        order_message_enable: bool = False,
+    ) -> None:
         self.warehouse = warehouse
         self.holder = holder
         self.metrics = metrics
@@ -67,8 +77,11 @@ class Refresher:
         if current is not None and table_versions(self.warehouse) == dict(current.index.versions):
             return "unchanged", None
         snapshot = self.loader(self.warehouse)
-        index = RouteIndex(snapshot, support_acting_master=self.support_acting_master,
-                           order_message_enable=self.order_message_enable)
+        index = RouteIndex(
+            snapshot,
+            support_acting_master=self.support_acting_master,
+            order_message_enable=self.order_message_enable,
+        )
         return "swapped", Served.of(index)
 
     async def refresh_once(self) -> str:
@@ -92,10 +105,13 @@ class Refresher:
         if served is not None:
             previous = self.holder.current
             self.holder.current = served  # the swap: one reference assignment
-            log.info("serving snapshot versions=%s watermark=%s (%d routes)%s",
-                     dict(served.index.versions), served.index.watermark,
-                     served.index.route_count,
-                     "" if previous else " - ready")
+            log.info(
+                "serving snapshot versions=%s watermark=%s (%d routes)%s",
+                dict(served.index.versions),
+                served.index.watermark,
+                served.index.route_count,
+                "" if previous else " - ready",
+            )
         self.metrics.refreshes[result] += 1
         return result
 

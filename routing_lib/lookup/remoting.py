@@ -32,9 +32,24 @@ LOOKUP_MAX_FRAME_BYTES = 64 * 1024
 RPC_RESPONSE = 1 << 0  # flag bit 0: RESPONSE_COMMAND
 RPC_ONEWAY = 1 << 1  # flag bit 1: oneway request (no response expected)
 
-LANGUAGE_CODES: Mapping[str, int] = MappingProxyType({
-    "JAVA": 0, "CPP": 1, "DOTNET": 2, "PYTHON": 3, "DELPHI": 4, "ERLANG": 5, "RUBY": 6,
-    "OTHER": 7, "HTTP": 8, "GO": 9, "PHP": 10, "OMS": 11, "RUST": 12, "NODE_JS": 13})
+LANGUAGE_CODES: Mapping[str, int] = MappingProxyType(
+    {
+        "JAVA": 0,
+        "CPP": 1,
+        "DOTNET": 2,
+        "PYTHON": 3,
+        "DELPHI": 4,
+        "ERLANG": 5,
+        "RUBY": 6,
+        "OTHER": 7,
+        "HTTP": 8,
+        "GO": 9,
+        "PHP": 10,
+        "OMS": 11,
+        "RUST": 12,
+        "NODE_JS": 13,
+    }
+)
 _LANGUAGE_NAMES = {code: name for name, code in LANGUAGE_CODES.items()}
 
 _FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
@@ -83,15 +98,23 @@ class RemotingCommand:
     def is_oneway(self) -> bool:
         return bool(self.flag & RPC_ONEWAY)
 
-    def response(self, code: int, remark: str | None = None, body: bytes = b"",
-                 version: int = 0) -> RemotingCommand:
+    def response(
+        self, code: int, remark: str | None = None, body: bytes = b"", version: int = 0
+    ) -> RemotingCommand:
         """The answer to this request: opaque echoed, response flag, same serialization."""
-        return RemotingCommand(code=code, version=version, opaque=self.opaque,
-                               flag=RPC_RESPONSE, remark=remark, body=body,
-                               serialize_type=self.serialize_type)
+        return RemotingCommand(
+            code=code,
+            version=version,
+            opaque=self.opaque,
+            flag=RPC_RESPONSE,
+            remark=remark,
+            body=body,
+            serialize_type=self.serialize_type,
+        )
 
 
 # -- encoding --
+
 
 def _utf8(text: str) -> bytes:
     # A lone surrogate (JSON "\\ud800" decodes to one) becomes '?', as Java's getBytes does.
@@ -155,6 +178,7 @@ def encode_head(cmd: RemotingCommand) -> bytes:
 
 
 # -- decoding --
+
 
 def _str(data: bytes, what: str) -> str:
     try:
@@ -231,10 +255,14 @@ def _decode_json_header(raw: bytes) -> dict:
     if not isinstance(ext, dict):
         raise MalformedFrameError("JSON header: extFields is not an object")
     return dict(
-        code=_int_field(header, "code", _INT32), language=language,
+        code=_int_field(header, "code", _INT32),
+        language=language,
         version=_int_field(header, "version", _INT32),
-        opaque=_int_field(header, "opaque", _INT32), flag=_int_field(header, "flag", _INT32),
-        remark=remark, ext_fields={k: _ext_value(v) for k, v in ext.items() if v is not None})
+        opaque=_int_field(header, "opaque", _INT32),
+        flag=_int_field(header, "flag", _INT32),
+        remark=remark,
+        ext_fields={k: _ext_value(v) for k, v in ext.items() if v is not None},
+    )
 
 
 def _decode_binary_header(raw: bytes) -> dict:
@@ -248,7 +276,7 @@ def _decode_binary_header(raw: bytes) -> dict:
         if length < 0 or pos + length > len(raw):
             raise MalformedFrameError(f"ROCKETMQ header: bad {what} length {length}")
         pos += length
-        return raw[pos - length:pos]
+        return raw[pos - length : pos]
 
     def read_int(what: str) -> int:
         return _INT.unpack(take(4, what))[0]
@@ -269,8 +297,15 @@ def _decode_binary_header(raw: bytes) -> dict:
             raise MalformedFrameError("ROCKETMQ header: extFields overrun")
         if key and val:  # Java reads a zero length as null; a null key or value is dropped
             ext[_str(key, "extFields key")] = _str(val, "extFields value")
-    return dict(code=code, language=_LANGUAGE_NAMES.get(language, "OTHER"), version=version,
-                opaque=opaque, flag=flag, remark=remark, ext_fields=ext)
+    return dict(
+        code=code,
+        language=_LANGUAGE_NAMES.get(language, "OTHER"),
+        version=version,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=ext,
+    )
 
 
 def decode_frame(frame: bytes) -> RemotingCommand:
@@ -281,15 +316,19 @@ def decode_frame(frame: bytes) -> RemotingCommand:
     header_len, kind = mark & 0xFFFFFF, (mark >> 24) & 0xFF
     if header_len > len(frame) - 4:
         raise MalformedFrameError(f"bad header length {header_len}")
-    raw = frame[4:4 + header_len]
+    raw = frame[4 : 4 + header_len]
     if kind == SerializeType.JSON:
         fields = _decode_json_header(raw)
     elif kind == SerializeType.ROCKETMQ:
         fields = _decode_binary_header(raw)
     else:
         raise MalformedFrameError(f"unknown serialize type {kind}")
-    return RemotingCommand(**fields, body=frame[4 + header_len:],
-                           serialize_type=SerializeType(kind), frame_bytes=len(frame) + 4)
+    return RemotingCommand(
+        **fields,
+        body=frame[4 + header_len :],
+        serialize_type=SerializeType(kind),
+        frame_bytes=len(frame) + 4,
+    )
 
 
 def decode(data: bytes) -> RemotingCommand:
@@ -343,7 +382,7 @@ class FrameDecoder:
                 raise
         finally:
             if self._pos:  # compact what was consumed; keeps feed() linear overall
-                del self._buf[:self._pos]
+                del self._buf[: self._pos]
                 self._pos = 0
         return commands
 
@@ -359,4 +398,4 @@ class FrameDecoder:
         start = self._pos + 4
         self._pos = start + length
         with memoryview(self._buf) as view:  # released before the buffer is compacted
-            return view[start:self._pos].tobytes()
+            return view[start : self._pos].tobytes()

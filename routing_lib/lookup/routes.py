@@ -59,19 +59,25 @@ class _Broker:
 
     def to_json(self, addrs: Mapping[int, str] | None = None) -> JsonObj:
         # BrokerData's getters in fastjson order; a null zoneName is left out like fastjson does.
-        out: JsonObj = {"brokerAddrs": dict(self.addrs if addrs is None else addrs),
-                        "brokerName": self.name, "cluster": self.cluster,
-                        "enableActingMaster": self.enable_acting_master}
+        out: JsonObj = {
+            "brokerAddrs": dict(self.addrs if addrs is None else addrs),
+            "brokerName": self.name,
+            "cluster": self.cluster,
+            "enableActingMaster": self.enable_acting_master,
+        }
         if self.zone_name is not None:
             out["zoneName"] = self.zone_name
         return out
 
 
 def _queue_json(row: Row) -> JsonObj:
-    return {"brokerName": row["broker_name"], "perm": int(row["perm"]),
-            "readQueueNums": int(row["read_queue_nums"]),
-            "topicSysFlag": int(row["topic_sys_flag"]),
-            "writeQueueNums": int(row["write_queue_nums"])}
+    return {
+        "brokerName": row["broker_name"],
+        "perm": int(row["perm"]),
+        "readQueueNums": int(row["read_queue_nums"]),
+        "topicSysFlag": int(row["topic_sys_flag"]),
+        "writeQueueNums": int(row["write_queue_nums"]),
+    }
 
 
 def _brokers(rows: list[Row]) -> dict[str, _Broker]:
@@ -83,9 +89,12 @@ def _brokers(rows: list[Row]) -> dict[str, _Broker]:
         first = group[0]  # cluster/actingMaster/zone are per group, repeated on each row
         zone = next((r["zone_name"] for r in group if r.get("zone_name") is not None), None)
         brokers[name] = _Broker(
-            cluster=first["cluster"], name=name,
+            cluster=first["cluster"],
+            name=name,
             addrs=tuple(sorted((int(r["broker_id"]), r["broker_addr"]) for r in group)),
-            enable_acting_master=bool(first.get("enable_acting_master")), zone_name=zone)
+            enable_acting_master=bool(first.get("enable_acting_master")),
+            zone_name=zone,
+        )
     return brokers
 
 
@@ -109,15 +118,38 @@ class RouteIndex:
     """Read-only after build: attributes are tuples, bytes and mapping proxies. The JSON
     objects behind them (route(), cluster_info) are shared and must not be mutated."""
 
-    __slots__ = ("versions", "watermark", "support_acting_master", "topics", "_routes",
-                 "_route_bodies", "cluster_info", "cluster_info_body", "topic_list_body",
-                 "cluster_topics", "_cluster_topic_bodies", "empty_topic_list_body",
-                 "system_topic_list", "system_topic_list_body", "system_topics",
-                 "system_topics_body", "live_brokers", "live_brokers_body", "broker_count",
-                 "order_message_enable", "kv", "_kv_list_bodies", "broker_topic_counts")
+    __slots__ = (
+        "versions",
+        "watermark",
+        "support_acting_master",
+        "topics",
+        "_routes",
+        "_route_bodies",
+        "cluster_info",
+        "cluster_info_body",
+        "topic_list_body",
+        "cluster_topics",
+        "_cluster_topic_bodies",
+        "empty_topic_list_body",
+        "system_topic_list",
+        "system_topic_list_body",
+        "system_topics",
+        "system_topics_body",
+        "live_brokers",
+        "live_brokers_body",
+        "broker_count",
+        "order_message_enable",
+        "kv",
+        "_kv_list_bodies",
+        "broker_topic_counts",
+    )
 
-    def __init__(self, snapshot: RouteSnapshot, support_acting_master: bool = False,
-                 order_message_enable: bool = False) -> None:
+    def __init__(
+        self,
+        snapshot: RouteSnapshot,
+        support_acting_master: bool = False,
+        order_message_enable: bool = False,
+    ) -> None:
         tables = snapshot.tables
         self.versions: Mapping[str, int] = MappingProxyType(dict(snapshot.versions))
         self.watermark = snapshot.watermark
@@ -127,10 +159,12 @@ class RouteIndex:
         # KVConfigManager: namespace -> {key: value}; an emptied namespace stays, empty.
         kv = kv_config_table(tables.get(KV_CONFIG, ()))
         self.kv: Mapping[str, Mapping[str, str]] = MappingProxyType(
-            {ns: MappingProxyType(entries) for ns, entries in kv.items()})
+            {ns: MappingProxyType(entries) for ns, entries in kv.items()}
+        )
         # KVTable as RemotingSerializable encodes it: {"table": {key: value}}.
         self._kv_list_bodies: Mapping[str, Body] = MappingProxyType(
-            {ns: Body.of({"table": entries}) for ns, entries in kv.items()})
+            {ns: Body.of({"table": entries}) for ns, entries in kv.items()}
+        )
 
         brokers = _brokers(list(tables.get(BROKER_ADDR, ())))
         self.broker_count = len(brokers)
@@ -144,8 +178,11 @@ class RouteIndex:
         clusters: dict[str, set[str]] = {}
         for row in tables.get(CLUSTER_ADDR, ()):
             clusters.setdefault(row["cluster_name"], set()).add(row["broker_name"])
-        filters = {(r["cluster_name"], r["broker_addr"]): list(r["filter_server_list"])
-                   for r in tables.get(FILTER_SERVER, ()) if r["filter_server_list"]}
+        filters = {
+            (r["cluster_name"], r["broker_addr"]): list(r["filter_server_list"])
+            for r in tables.get(FILTER_SERVER, ())
+            if r["filter_server_list"]
+        }
 
         routes: dict[str, JsonObj] = {}
         for topic in sorted(queues):
@@ -154,7 +191,8 @@ class RouteIndex:
                 routes[topic] = route
         self._routes: Mapping[str, JsonObj] = MappingProxyType(routes)
         self._route_bodies: Mapping[str, Body] = MappingProxyType(
-            {topic: Body.of(route) for topic, route in routes.items()})
+            {topic: Body.of(route) for topic, route in routes.items()}
+        )
 
         # getAllTopicList lists every topic of topicQueueTable, routable or not.
         self.topics: tuple[str, ...] = tuple(sorted(queues))
@@ -163,14 +201,18 @@ class RouteIndex:
 
         self.cluster_info: JsonObj = {
             "brokerAddrTable": {name: brokers[name].to_json() for name in sorted(brokers)},
-            "clusterAddrTable": {c: sorted(names) for c, names in sorted(clusters.items())}}
+            "clusterAddrTable": {c: sorted(names) for c, names in sorted(clusters.items())},
+        }
         self.cluster_info_body = Body.of(self.cluster_info)
 
-        by_cluster = {c: tuple(sorted(t for t, q in queues.items() if names & q.keys()))
-                      for c, names in clusters.items()}
+        by_cluster = {
+            c: tuple(sorted(t for t, q in queues.items() if names & q.keys()))
+            for c, names in clusters.items()
+        }
         self.cluster_topics: Mapping[str, tuple[str, ...]] = MappingProxyType(by_cluster)
         self._cluster_topic_bodies: Mapping[str, Body] = MappingProxyType(
-            {c: Body.of({"topicList": list(t)}) for c, t in by_cluster.items()})
+            {c: Body.of({"topicList": list(t)}) for c, t in by_cluster.items()}
+        )
 
         # getSystemTopicList: cluster names and broker names are topics too (brokers create
         # them), plus the address of one broker so that tools can ask it for the rest.
@@ -181,16 +223,22 @@ class RouteIndex:
             self.system_topic_list = {"brokerAddr": any_addr, "topicList": names}
         self.system_topic_list_body = Body.of(self.system_topic_list)
         # What the broker side calls system topics (TopicValidator) joined with the above.
-        self.system_topics: tuple[str, ...] = tuple(sorted(
-            {t for t in queues if is_system_topic(t)} | set(names)))
+        self.system_topics: tuple[str, ...] = tuple(
+            sorted({t for t in queues if is_system_topic(t)} | set(names))
+        )
         self.system_topics_body = Body.of({"topicList": list(self.system_topics)})
 
         dump = canonical_dump(tables, snapshot.watermark)
         self.live_brokers: tuple[JsonObj, ...] = tuple(dump["brokerLiveTable"])
         self.live_brokers_body = Body.of(list(self.live_brokers))
 
-    def _pickup(self, topic: str, queue_map: dict[str, Row], brokers: dict[str, _Broker],
-                filters: dict[tuple[str, str], list[str]]) -> JsonObj | None:
+    def _pickup(
+        self,
+        topic: str,
+        queue_map: dict[str, Row],
+        brokers: dict[str, _Broker],
+        filters: dict[tuple[str, str], list[str]],
+    ) -> JsonObj | None:
         queue_datas = [_queue_json(queue_map[name]) for name in sorted(queue_map)]
         found = [brokers[name] for name in sorted(queue_map) if name in brokers]
         if not found:
@@ -208,8 +256,10 @@ class RouteIndex:
         # TopicRouteData's fields in fastjson order; topicQueueMappingByBroker is null here
         # (no static topics), orderTopicConf too unless orderMessageEnable finds a KV value
         # (ClientRequestProcessor.getRouteInfoByTopic).
-        route: JsonObj = {"brokerDatas": broker_datas,
-                          "filterServerTable": dict(sorted(filter_map.items()))}
+        route: JsonObj = {
+            "brokerDatas": broker_datas,
+            "filterServerTable": dict(sorted(filter_map.items())),
+        }
         if self.order_message_enable:
             conf = self.kv.get(ORDER_TOPIC_CONFIG, {}).get(topic)
             if conf is not None:

@@ -62,6 +62,7 @@ Message = dict[str, Any]
 
 # -- HTTP --
 
+
 def _envelope(served: Served | None, status: int, key: str, payload: bytes) -> Response:
     if served is None:
         body = b'{"' + key.encode() + b'":' + payload + b',"versions":null,"watermark":null}'
@@ -104,13 +105,18 @@ class _ObserveHttp:
             await self.app(scope, receive, send_observed)
         finally:
             route = scope.get("route")  # set by the router; absent for unknown paths
-            self.metrics.observe("http", getattr(route, "path", "unmatched"), str(status),
-                                 time.perf_counter() - started)
+            self.metrics.observe(
+                "http",
+                getattr(route, "path", "unmatched"),
+                str(status),
+                time.perf_counter() - started,
+            )
 
 
 def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
-    app = FastAPI(title="routelake lookup", docs_url=None, redoc_url=None,
-                  openapi_url="/openapi.json")
+    app = FastAPI(
+        title="routelake lookup", docs_url=None, redoc_url=None, openapi_url="/openapi.json"
+    )
     app.add_middleware(_ObserveHttp, metrics=metrics)
 
     # Handlers are `async def`: they run on the event loop, never in a thread, and read
@@ -152,8 +158,7 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
             return _not_ready()
         if cluster not in served.index.cluster_topics:
             return _error(served, 404, ResponseCode.SYSTEM_ERROR, f"no cluster {clip(cluster)}")
-        return _envelope(served, 200, "data",
-                         served.index.topics_by_cluster_body(cluster).standard)
+        return _envelope(served, 200, "data", served.index.topics_by_cluster_body(cluster).standard)
 
     @app.get("/kv/{namespace}/{key}")
     async def kv_value(namespace: str, key: str) -> Response:
@@ -163,8 +168,9 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
             return _not_ready()
         value = served.index.kv_value(namespace, key)
         if value is None:
-            return _error(served, 404, ResponseCode.QUERY_NOT_FOUND,
-                          no_kv_remark(clip(namespace), clip(key)))
+            return _error(
+                served, 404, ResponseCode.QUERY_NOT_FOUND, no_kv_remark(clip(namespace), clip(key))
+            )
         return _envelope(served, 200, "data", jsonbody.standard({"value": value}))
 
     @app.get("/kv/{namespace}")
@@ -175,8 +181,7 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
             return _not_ready()
         body = served.index.kv_list_body(namespace)
         if body is None:
-            return _error(served, 404, ResponseCode.QUERY_NOT_FOUND,
-                          no_kv_remark(clip(namespace)))
+            return _error(served, 404, ResponseCode.QUERY_NOT_FOUND, no_kv_remark(clip(namespace)))
         return _envelope(served, 200, "data", body.standard)
 
     @app.get("/healthz")
@@ -191,15 +196,20 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
         age = metrics.stale_watermark_age(served.index.watermark)
         if age is not None:  # the job (or its input) stopped: routes are older than allowed
             metrics.readyz_stale += 1
-            return _error(served, 503, ResponseCode.SYSTEM_ERROR,
-                          f"watermark is {age:.0f}s old (bound {metrics.max_watermark_age_s}s)")
+            return _error(
+                served,
+                503,
+                ResponseCode.SYSTEM_ERROR,
+                f"watermark is {age:.0f}s old (bound {metrics.max_watermark_age_s}s)",
+            )
         return _envelope(served, 200, "data", b'{"ready":true}')
 
     @app.get("/metrics")
     async def prometheus() -> Response:
         served = holder.current
-        text = metrics.render(served.index if served else None,
-                              served.loaded_at if served else None)
+        text = metrics.render(
+            served.index if served else None, served.loaded_at if served else None
+        )
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app
@@ -213,6 +223,7 @@ class _Uvicorn(uvicorn.Server):
 
 
 # -- the service --
+
 
 class BrokerRequests(Protocol):
     """The collector half of `serve --collect` (routing_lib.collector.service.Collector)."""
@@ -233,12 +244,22 @@ class LookupService:
     """Both listeners plus the refresher on the running event loop. Port 0 = ephemeral.
     With a `collector`, the remoting port also takes the brokers' requests (serve --collect)."""
 
-    def __init__(self, warehouse: str | Path, *, host: str = LOOPBACK, port: int = 0,
-                 http_port: int = 0, poll_interval_s: float = 1.0,
-                 support_acting_master: bool = False, limits: Limits | None = None,
-                 max_frame_bytes: int | None = None, idle_timeout_s: float | None = None,
-                 collector: BrokerRequests | None = None,
-                 max_watermark_age_s: float = 0.0, order_message_enable: bool = False) -> None:
+    def __init__(
+        self,
+        warehouse: str | Path,
+        *,
+        host: str = LOOPBACK,
+        port: int = 0,
+        http_port: int = 0,
+        poll_interval_s: float = 1.0,
+        support_acting_master: bool = False,
+        limits: Limits | None = None,
+        max_frame_bytes: int | None = None,
+        idle_timeout_s: float | None = None,
+        collector: BrokerRequests | None = None,
+        max_watermark_age_s: float = 0.0,
+        order_message_enable: bool = False,
+    ) -> None:
         """`max_frame_bytes` and `idle_timeout_s`, if given, override those of `limits`;
         `max_watermark_age_s` > 0: /readyz fails when the watermark is older than that."""
         self.warehouse = warehouse
@@ -246,23 +267,37 @@ class LookupService:
         self.port = port
         self.http_port = http_port
         self.poll_interval_s = poll_interval_s
-        overrides = {k: v for k, v in (("max_frame_bytes", max_frame_bytes),
-                                       ("idle_timeout_s", idle_timeout_s)) if v is not None}
+        overrides = {
+            k: v
+            for k, v in (("max_frame_bytes", max_frame_bytes), ("idle_timeout_s", idle_timeout_s))
+            if v is not None
+        }
         self.limits = replace(limits or Limits(), **overrides)
         self.metrics = Metrics(max_watermark_age_s=max_watermark_age_s)
         self.rejections = Rejections(self.metrics, log)
         self.holder = SnapshotHolder()
-        self.refresher = Refresher(warehouse, self.holder, self.metrics, support_acting_master,
-                                   order_message_enable=order_message_enable)
+        self.refresher = Refresher(
+            warehouse,
+            self.holder,
+            self.metrics,
+            support_acting_master,
+            order_message_enable=order_message_enable,
+        )
         self.collector = collector
         if collector is not None:  # it answers from the served snapshot, counts in /metrics
             collector.attach(self.holder, self.metrics)
         self._remoting = RemotingListener(
-            "remoting", self._respond, self.limits, self.metrics, self.rejections, log,
+            "remoting",
+            self._respond,
+            self.limits,
+            self.metrics,
+            self.rejections,
+            log,
             known_codes=_KNOWN_CODES | (collector.codes if collector else frozenset()),
             # REGISTER_BROKER bodies reach MBs; client requests keep the small limit.
             max_frame_bytes=self.limits.collector_max_frame_bytes if collector else None,
-            large_frame_codes=collector.large_frame_codes if collector else frozenset())
+            large_frame_codes=collector.large_frame_codes if collector else frozenset(),
+        )
         self._stop = asyncio.Event()
         self._http: _Uvicorn | None = None
         self._tasks: list[asyncio.Task] = []
@@ -277,23 +312,37 @@ class LookupService:
         self.port = await self._remoting.start(self.host, self.port)
         http_socket = socket.create_server((self.host, self.http_port))
         self.http_port = http_socket.getsockname()[1]
-        config = uvicorn.Config(create_app(self.holder, self.metrics), lifespan="off",
-                                log_config=None, access_log=False, timeout_graceful_shutdown=5,
-                                http=guarded_protocol(self.limits, self.rejections), ws="none",
-                                server_header=False,
-                                timeout_keep_alive=self.limits.http_keepalive_timeout_s)
+        config = uvicorn.Config(
+            create_app(self.holder, self.metrics),
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+            http=guarded_protocol(self.limits, self.rejections),
+            ws="none",
+            server_header=False,
+            timeout_keep_alive=self.limits.http_keepalive_timeout_s,
+        )
         self._http = _Uvicorn(config)
         self._tasks = [
             asyncio.create_task(self._http.serve(sockets=[http_socket]), name="lookup-http"),
-            asyncio.create_task(self.refresher.run(self.poll_interval_s, self._stop),
-                                name="lookup-refresher"),
+            asyncio.create_task(
+                self.refresher.run(self.poll_interval_s, self._stop), name="lookup-refresher"
+            ),
         ]
         if self.collector is not None:
-            self._tasks.append(asyncio.create_task(self.collector.run(self._stop),
-                                                   name="collector-ticker"))
-        log.info("lookup service: remoting on %s:%d, http on %s:%d, warehouse %s%s",
-                 self.host, self.port, self.host, self.http_port, self.warehouse,
-                 " (collecting broker requests)" if self.collector else "")
+            self._tasks.append(
+                asyncio.create_task(self.collector.run(self._stop), name="collector-ticker")
+            )
+        log.info(
+            "lookup service: remoting on %s:%d, http on %s:%d, warehouse %s%s",
+            self.host,
+            self.port,
+            self.host,
+            self.http_port,
+            self.warehouse,
+            " (collecting broker requests)" if self.collector else "",
+        )
 
     async def wait(self, stop: asyncio.Event) -> None:
         """Until `stop` is set or a listener dies."""
@@ -320,22 +369,41 @@ class LookupService:
         log.info("lookup service stopped")
 
 
-def serve(warehouse: str, port: int, http_port: int, poll_interval_s: float,
-          max_frame_bytes: int, support_acting_master: bool, *, host: str = LOOPBACK,
-          limits: Limits | None = None, collector: BrokerRequests | None = None,
-          max_watermark_age_s: float = 0.0, order_message_enable: bool = False) -> None:
+def serve(
+    warehouse: str,
+    port: int,
+    http_port: int,
+    poll_interval_s: float,
+    max_frame_bytes: int,
+    support_acting_master: bool,
+    *,
+    host: str = LOOPBACK,
+    limits: Limits | None = None,
+    collector: BrokerRequests | None = None,
+    max_watermark_age_s: float = 0.0,
+    order_message_enable: bool = False,
+) -> None:
     """Serve until Ctrl-C / SIGTERM (blocking; call from the main thread). Without `limits`,
     those of conf/routelake.toml [serve] (and ROUTELAKE_SERVE_* variables) apply."""
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
     if limits is None:
         limits = Limits.from_config(load_config().serve)
-    service = LookupService(warehouse, host=host, port=port, http_port=http_port,
-                            poll_interval_s=poll_interval_s, max_frame_bytes=max_frame_bytes,
-                            support_acting_master=support_acting_master, limits=limits,
-                            collector=collector, max_watermark_age_s=max_watermark_age_s,
-                            order_message_enable=order_message_enable)
+    service = LookupService(
+        warehouse,
+        host=host,
+        port=port,
+        http_port=http_port,
+        poll_interval_s=poll_interval_s,
+        max_frame_bytes=max_frame_bytes,
+        support_acting_master=support_acting_master,
+        limits=limits,
+        collector=collector,
+        max_watermark_age_s=max_watermark_age_s,
+        order_message_enable=order_message_enable,
+    )
     # uvloop (libuv) serves both protocols faster than the default asyncio loop.
     runner = uvloop.run if uvloop is not None else asyncio.run
     runner(serve_until_signal(service))

@@ -13,11 +13,20 @@ SYNC_BROKER_MEMBER_GROUP_PREFIX = SYSTEM_TOPIC_PREFIX + "SYNC_BROKER_MEMBER_"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 
-SYSTEM_TOPIC_SET = frozenset({
-    AUTO_CREATE_TOPIC_KEY_TOPIC, "SCHEDULE_TOPIC_XXXX", "BenchmarkTest",
-    "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "CHECKPOINT_TOPIC",
-})
+SYSTEM_TOPIC_SET = frozenset(
+    {
+        AUTO_CREATE_TOPIC_KEY_TOPIC,
+        "SCHEDULE_TOPIC_XXXX",
+        "BenchmarkTest",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "CHECKPOINT_TOPIC",
+    }
+)
 
 TOPIC_MAX_LENGTH = 127
 RETRY_OR_DLQ_TOPIC_MAX_LENGTH = 255
@@ -36,13 +45,19 @@ def validate_topic(topic: str | None) -> str | None:
     if topic is None or not topic.strip(_JAVA_WHITESPACE):
         return "The specified topic is blank."
     if not _LEGAL.fullmatch(topic):
-        return (f"The specified topic: {clip(topic)}, contains illegal characters, "
-                "allowing only ^[%|a-zA-Z0-9_-]+$")
+        return (
+            f"The specified topic: {clip(topic)}, contains illegal characters, "
+            "allowing only ^[%|a-zA-Z0-9_-]+$"
+        )
     if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
         if len(topic) > RETRY_OR_DLQ_TOPIC_MAX_LENGTH:
-            return (f"The specified topic is DLQ or Retry topic: {clip(topic)}, and it's "
-                    f"longer than topic max length: {RETRY_OR_DLQ_TOPIC_MAX_LENGTH}")
+            return (
+                f"The specified topic is DLQ or Retry topic: {clip(topic)}, and it's "
+                f"longer than topic max length: {RETRY_OR_DLQ_TOPIC_MAX_LENGTH}"
+            )
     elif len(topic) > TOPIC_MAX_LENGTH:
-        return (f"The specified topic: {clip(topic)}, is longer than topic max length: "
-                f"{TOPIC_MAX_LENGTH}")
+        return (
+            f"The specified topic: {clip(topic)}, is longer than topic max length: "
+            f"{TOPIC_MAX_LENGTH}"
+        )
     return None

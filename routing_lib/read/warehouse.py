@@ -39,7 +39,8 @@ def open_table(warehouse: str | Path, table: str) -> DeltaTable:
     except TableNotFoundError:
         raise WarehouseError(
             f"{root / table} is not a Delta table: is {root} a routelake warehouse "
-            "(run `routectl backfill` or `routectl run` first)?") from None
+            "(run `routectl backfill` or `routectl run` first)?"
+        ) from None
 
 
 def open_optional(warehouse: str | Path, table: str) -> DeltaTable | None:
@@ -51,8 +52,11 @@ def open_optional(warehouse: str | Path, table: str) -> DeltaTable | None:
 
 
 def _open(warehouse: str | Path, table: str) -> DeltaTable | None:
-    return (open_optional(warehouse, table) if table in OPTIONAL_TABLES
-            else open_table(warehouse, table))
+    return (
+        open_optional(warehouse, table)
+        if table in OPTIONAL_TABLES
+        else open_table(warehouse, table)
+    )
 
 
 def table_versions(warehouse: str | Path) -> dict[str, int]:

@@ -60,8 +60,13 @@ def holders(warehouse: str, topic: str) -> list[str]:
     cache = _bounded(_holders_cache, key)
     if key not in cache:
         delta = _table(warehouse, TOPIC_QUEUE)
-        rows = [] if delta is None else delta.to_pyarrow_table(
-            columns=["broker_name"], filters=[("topic", "=", topic)]).to_pylist()
+        rows = (
+            []
+            if delta is None
+            else delta.to_pyarrow_table(
+                columns=["broker_name"], filters=[("topic", "=", topic)]
+            ).to_pylist()
+        )
         cache[key] = sorted({r["broker_name"] for r in rows})
     return cache[key]
 
@@ -85,12 +90,26 @@ def logged_deletes(warehouse: str, published: int) -> list[tuple[Arrival, Delete
     cache = _bounded(_log_cache, key)
     if key not in cache:
         delta = _table(warehouse, ADMIN_EVENTS)
-        rows = [] if delta is None else delta.to_pyarrow_table(
-            columns=["event_time", "topic", "cluster_name", "requested_by", "source",
-                     "position"],
-            filters=[("event_date", ">=", event_date(published)),
-                     ("event_type", "=", "DELETE_TOPIC"),
-                     ("event_time", ">", published)]).to_pylist()
-        cache[key] = sorted((delete_from_row(r) for r in rows),
-                            key=lambda item: (item[1].eventTime, item[0]))
+        rows = (
+            []
+            if delta is None
+            else delta.to_pyarrow_table(
+                columns=[
+                    "event_time",
+                    "topic",
+                    "cluster_name",
+                    "requested_by",
+                    "source",
+                    "position",
+                ],
+                filters=[
+                    ("event_date", ">=", event_date(published)),
+                    ("event_type", "=", "DELETE_TOPIC"),
+                    ("event_time", ">", published),
+                ],
+            ).to_pylist()
+        )
+        cache[key] = sorted(
+            (delete_from_row(r) for r in rows), key=lambda item: (item[1].eventTime, item[0])
+        )
     return cache[key]

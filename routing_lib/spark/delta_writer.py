@@ -49,8 +49,10 @@ def ensure_tables(spark: SparkSession, warehouse: str) -> None:
         if (path / "_delta_log").is_dir():
             continue
         partitioning = "PARTITIONED BY (event_date) " if table in HISTORY_TABLE_DDL else ""
-        spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({ddl}) USING delta "
-                  f"{partitioning}TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({ddl}) USING delta "
+            f"{partitioning}TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+        )
 
 
 @dataclass
@@ -93,20 +95,34 @@ class DeltaRouteWriter:
         batch = batch.persist()
         try:
             # One Spark action for the plan: rows per (kind, table), and the small stats rows.
-            summary = batch.groupBy("kind", "table").agg(
-                F.count("*").alias("n"),
-                F.collect_list(F.when(F.col("kind") == "stats", F.col("row_json"))).alias("stats"),
-            ).collect()
+            summary = (
+                batch.groupBy("kind", "table")
+                .agg(
+                    F.count("*").alias("n"),
+                    F.collect_list(F.when(F.col("kind") == "stats", F.col("row_json"))).alias(
+                        "stats"
+                    ),
+                )
+                .collect()
+            )
             stepped = time.monotonic()
             per_table = {(r["kind"], r["table"]): r["n"] for r in summary}
             counts = _sum_stats(text for r in summary for text in r["stats"])
-            writes = [partial(self._merge, spark, batch, t) for t in ROUTE_TABLES
-                      if ("change", t) in per_table]
-            writes += [partial(self._merge_history, spark, batch, t) for t in HISTORY_TABLES
-                       if ("history", t) in per_table]
-            writes += [partial(self._append, batch.filter(F.col("kind") == kind), table)
-                       for kind, table in (("dead", DEAD_LETTER), ("late", LATE_EVENT))
-                       if (kind, table) in per_table]
+            writes = [
+                partial(self._merge, spark, batch, t)
+                for t in ROUTE_TABLES
+                if ("change", t) in per_table
+            ]
+            writes += [
+                partial(self._merge_history, spark, batch, t)
+                for t in HISTORY_TABLES
+                if ("history", t) in per_table
+            ]
+            writes += [
+                partial(self._append, batch.filter(F.col("kind") == kind), table)
+                for kind, table in (("dead", DEAD_LETTER), ("late", LATE_EVENT))
+                if (kind, table) in per_table
+            ]
             watermark = self.watermark_of_batch(batch_id)
             with _idempotent(spark, self.app_id, batch_id):
                 # Tables are independent Delta logs: commit them concurrently (Spark runs
@@ -119,16 +135,25 @@ class DeltaRouteWriter:
         finally:
             batch.unpersist()
         finished = time.monotonic()
-        report = BatchReport(batch_id, watermark, counts, finished - started,
-                             {"step": stepped - started, "tables": written - stepped,
-                              "progress": finished - written})
+        report = BatchReport(
+            batch_id,
+            watermark,
+            counts,
+            finished - started,
+            {
+                "step": stepped - started,
+                "tables": written - stepped,
+                "progress": finished - written,
+            },
+        )
         if self.on_batch:
             self.on_batch(report)
 
     def _merge(self, spark: SparkSession, batch: DataFrame, table: str) -> None:
         schema = TABLE_DDL[table]
-        changes = _exploded(batch.filter((F.col("kind") == "change")
-                                         & (F.col("table") == table)), schema)
+        changes = _exploded(
+            batch.filter((F.col("kind") == "change") & (F.col("table") == table)), schema
+        )
         keys = TABLE_KEYS[table]
         view = f"routelake_changes_{table}"
         changes.createOrReplaceTempView(view)
@@ -147,14 +172,14 @@ class DeltaRouteWriter:
     def _merge_history(self, spark: SparkSession, batch: DataFrame, table: str) -> None:
         """Insert opened intervals, close them later by identity (valid_from stays fixed)."""
         ddl = HISTORY_TABLE_DDL[table]
-        changes = _exploded(batch.filter((F.col("kind") == "history")
-                                         & (F.col("table") == table)), ddl)
+        changes = _exploded(
+            batch.filter((F.col("kind") == "history") & (F.col("table") == table)), ddl
+        )
         view = f"routelake_changes_{table}"
         changes.createOrReplaceTempView(view)
         on = " AND ".join(f"t.{c} = s.{c}" for c in ("event_date", *HISTORY_IDENTITY[table]))
         columns = column_names(ddl)
-        insert = (f"INSERT ({', '.join(columns)}) "
-                  f"VALUES ({', '.join(f's.{c}' for c in columns)})")
+        insert = f"INSERT ({', '.join(columns)}) VALUES ({', '.join(f's.{c}' for c in columns)})"
         close = ", ".join(f"t.{c} = s.{c}" for c in HISTORY_CLOSE_COLUMNS.get(table, ()))
         clauses = [f"WHEN NOT MATCHED AND s.op IN ('upsert', 'append') THEN {insert}"]
         if table in HISTORY_CLOSE_COLUMNS:
@@ -163,33 +188,48 @@ class DeltaRouteWriter:
                 f"WHEN MATCHED AND s.op = 'close' THEN UPDATE SET {close}",
                 "WHEN MATCHED AND s.op = 'upsert' THEN UPDATE SET "
                 + ", ".join(f"t.{c} = s.{c}" for c in columns),
-                *clauses]
-        spark.sql(f"MERGE INTO delta.`{self.path(table)}` t USING {view} s ON {on} "
-                  + " ".join(clauses))
+                *clauses,
+            ]
+        spark.sql(
+            f"MERGE INTO delta.`{self.path(table)}` t USING {view} s ON {on} " + " ".join(clauses)
+        )
 
     def _append(self, rows: DataFrame, table: str) -> None:
         ddl = SIDE_TABLE_DDL[table]
         parsed = rows.select(F.from_json("row_json", ddl).alias("r"), F.col("raw").alias("_raw"))
         # Raw bytes travel in their own binary column (JSON cannot carry them).
-        out = parsed.select(*[(F.col("_raw") if c == "raw" else F.col(f"r.{c}")).alias(c)
-                              for c in column_names(ddl)])
+        out = parsed.select(
+            *[
+                (F.col("_raw") if c == "raw" else F.col(f"r.{c}")).alias(c)
+                for c in column_names(ddl)
+            ]
+        )
         out.write.format("delta").mode("append").save(self.path(table))
 
-    def _append_progress(self, spark: SparkSession, batch_id: int, watermark: int,
-                         counts: dict[str, int]) -> None:
+    def _append_progress(
+        self, spark: SparkSession, batch_id: int, watermark: int, counts: dict[str, int]
+    ) -> None:
         names = column_names(SIDE_TABLE_DDL[PROGRESS])
-        values = {"batch_id": batch_id, "watermark": watermark,
-                  "committed_at_ms": int(time.time() * 1000)}
+        values = {
+            "batch_id": batch_id,
+            "watermark": watermark,
+            "committed_at_ms": int(time.time() * 1000),
+        }
         row = tuple(values.get(n, counts.get(n, 0)) for n in names)
-        (spark.createDataFrame([row], SIDE_TABLE_DDL[PROGRESS])
-         .write.format("delta").mode("append").save(self.path(PROGRESS)))
+        (
+            spark.createDataFrame([row], SIDE_TABLE_DDL[PROGRESS])
+            .write.format("delta")
+            .mode("append")
+            .save(self.path(PROGRESS))
+        )
 
 
 def _exploded(bundles: DataFrame, ddl: str) -> DataFrame:
     """(op, JSON array of rows) bundles -> one (op, columns...) row per array element."""
     rows = T.ArrayType(T.StructType.fromDDL(ddl))
-    return (bundles.select("op", F.explode(F.from_json("row_json", rows)).alias("r"))
-            .select("op", "r.*"))
+    return bundles.select("op", F.explode(F.from_json("row_json", rows)).alias("r")).select(
+        "op", "r.*"
+    )
 
 
 def _sum_stats(stats_json) -> dict[str, int]:

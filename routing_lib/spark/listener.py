@@ -28,9 +28,14 @@ class ProgressListener(StreamingQueryListener):
             if behind is not None:
                 lag = max(lag, float(behind))
         self.metrics.set("routelake_kafka_offsets_behind_latest", lag)
-        log.info("progress batch %d: %d input rows, %.0f rows/s, state rows %d, lag %g",
-                 progress.batchId, progress.numInputRows, progress.processedRowsPerSecond or 0,
-                 state_rows, lag)
+        log.info(
+            "progress batch %d: %d input rows, %.0f rows/s, state rows %d, lag %g",
+            progress.batchId,
+            progress.numInputRows,
+            progress.processedRowsPerSecond or 0,
+            state_rows,
+            lag,
+        )
 
     def onQueryIdle(self, event) -> None:  # noqa: N802
         pass

@@ -38,17 +38,31 @@ class JobSettings:
 
 def route_changes(classified: DataFrame, settings: JobSettings) -> DataFrame:
     delay = settings.watermark_delay_ms
-    watermarked = (classified
-                   .withColumn("event_ts", F.timestamp_millis("event_time"))
-                   .withWatermark("event_ts", f"{delay} milliseconds"))
-    stand_in = F.lit(_STAND_IN_EVENT_TIME).cast("timestamp").alias(
-        "event_ts", metadata={"spark.watermarkDelayMs": delay})
-    step = make_step(StepSettings(settings.checkpoint, settings.flags, settings.as_of,
-                                  settings.history, settings.warehouse))
-    return (watermarked.drop("event_ts").withColumn("event_ts", stand_in)
-            .groupBy("group_key")
-            .applyInPandasWithState(step, OUTPUT_SCHEMA, STATE_SCHEMA, "append",
-                                    GroupStateTimeout.EventTimeTimeout))
+    watermarked = classified.withColumn("event_ts", F.timestamp_millis("event_time")).withWatermark(
+        "event_ts", f"{delay} milliseconds"
+    )
+    stand_in = (
+        F.lit(_STAND_IN_EVENT_TIME)
+        .cast("timestamp")
+        .alias("event_ts", metadata={"spark.watermarkDelayMs": delay})
+    )
+    step = make_step(
+        StepSettings(
+            settings.checkpoint,
+            settings.flags,
+            settings.as_of,
+            settings.history,
+            settings.warehouse,
+        )
+    )
+    return (
+        watermarked.drop("event_ts")
+        .withColumn("event_ts", stand_in)
+        .groupBy("group_key")
+        .applyInPandasWithState(
+            step, OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.EventTimeTimeout
+        )
+    )
 
 
 def app_id_for(checkpoint: str) -> str:
@@ -57,21 +71,32 @@ def app_id_for(checkpoint: str) -> str:
     return f"routelake-{digest}"
 
 
-def start_query(spark: SparkSession, classified: DataFrame, settings: JobSettings,
-                available_now: bool, trigger_interval: str | None = None,
-                on_batch=None) -> StreamingQuery:
+def start_query(
+    spark: SparkSession,
+    classified: DataFrame,
+    settings: JobSettings,
+    available_now: bool,
+    trigger_interval: str | None = None,
+    on_batch=None,
+) -> StreamingQuery:
     ensure_tables(spark, settings.warehouse)
 
     def watermark_of_batch(batch_id: int) -> int:
         wm = batch_watermark(settings.checkpoint, batch_id)
         return wm if settings.as_of is None else min(wm, settings.as_of)
 
-    writer = DeltaRouteWriter(settings.warehouse, app_id_for(settings.checkpoint),
-                              watermark_of_batch, on_batch or _log_batch)
-    stream = (route_changes(classified, settings).writeStream
-              .queryName("routelake")
-              .option("checkpointLocation", settings.checkpoint)
-              .foreachBatch(writer))
+    writer = DeltaRouteWriter(
+        settings.warehouse,
+        app_id_for(settings.checkpoint),
+        watermark_of_batch,
+        on_batch or _log_batch,
+    )
+    stream = (
+        route_changes(classified, settings)
+        .writeStream.queryName("routelake")
+        .option("checkpointLocation", settings.checkpoint)
+        .foreachBatch(writer)
+    )
     if available_now:
         stream = stream.trigger(availableNow=True)
     elif trigger_interval:
@@ -80,5 +105,10 @@ def start_query(spark: SparkSession, classified: DataFrame, settings: JobSetting
 
 
 def _log_batch(report: BatchReport) -> None:
-    log.info("batch %d watermark %d %.2fs %s", report.batch_id, report.watermark,
-             report.seconds, report.counts)
+    log.info(
+        "batch %d watermark %d %.2fs %s",
+        report.batch_id,
+        report.watermark,
+        report.seconds,
+        report.counts,
+    )

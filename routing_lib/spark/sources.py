@@ -17,8 +17,10 @@ from routing_lib.config import KafkaConfig
 from routing_lib.ingest import CLOCK_KEY, Classified, archive_records, classify
 from routing_lib.spark.admin_log import fan_out_deletes
 
-CLASSIFIED_SCHEMA = ("group_key STRING, event_time BIGINT, source STRING, position BIGINT, "
-                     "payload STRING, raw BINARY, reason STRING")
+CLASSIFIED_SCHEMA = (
+    "group_key STRING, event_time BIGINT, source STRING, position BIGINT, "
+    "payload STRING, raw BINARY, reason STRING"
+)
 _COLUMNS = ["group_key", "event_time", "source", "position", "payload", "raw", "reason"]
 ARCHIVE_GLOB = "*.{jsonl,jsonl.gz}"
 CLOCK_FILE = "as-of.clock"
@@ -26,31 +28,39 @@ _BINARY_FILE_SCHEMA = "path STRING, modificationTime TIMESTAMP, length BIGINT, c
 
 
 def _frame(items: list[Classified]) -> pd.DataFrame:
-    return pd.DataFrame([(c.group_key, c.event_time, c.source, c.position, c.payload, c.raw,
-                          c.reason) for c in items], columns=_COLUMNS)
+    return pd.DataFrame(
+        [
+            (c.group_key, c.event_time, c.source, c.position, c.payload, c.raw, c.reason)
+            for c in items
+        ],
+        columns=_COLUMNS,
+    )
 
 
 def _local_path(uri: str) -> str:
     return uri.removeprefix("file://").removeprefix("file:")
 
 
-def _classify_archives(frames: Iterator[pd.DataFrame], warehouse: str | None = None
-                       ) -> Iterator[pd.DataFrame]:
+def _classify_archives(
+    frames: Iterator[pd.DataFrame], warehouse: str | None = None
+) -> Iterator[pd.DataFrame]:
     for pdf in frames:
         for uri, content in zip(pdf["path"], pdf["content"], strict=True):
             path = _local_path(uri)
             if path.endswith(CLOCK_FILE):  # the as-of tick: "<eventTime>" in a file of its own
                 yield _frame([Classified(CLOCK_KEY, int(content), path, 0, None, None, None)])
                 continue
-            items = fan_out_deletes(list(archive_records(path, bytes(content), None, 0)),
-                                    warehouse)
+            items = fan_out_deletes(list(archive_records(path, bytes(content), None, 0)), warehouse)
             for start in range(0, len(items), 10_000):
-                yield _frame(items[start:start + 10_000])
+                yield _frame(items[start : start + 10_000])
 
 
-def archive_stream(spark: SparkSession, paths: list[str],
-                   max_files_per_trigger: int | None = None,
-                   warehouse: str | None = None) -> DataFrame:
+def archive_stream(
+    spark: SparkSession,
+    paths: list[str],
+    max_files_per_trigger: int | None = None,
+    warehouse: str | None = None,
+) -> DataFrame:
     """`.jsonl`/`.jsonl.gz` files or folders of them (searched recursively). With the job's
     warehouse, DELETE_TOPIC events are fanned out to the groups holding the topic."""
     streams = []
@@ -69,8 +79,9 @@ def archive_stream(spark: SparkSession, paths: list[str],
     merged = streams[0]
     for other in streams[1:]:
         merged = merged.unionByName(other)
-    return merged.mapInPandas(lambda frames: _classify_archives(frames, warehouse),
-                              CLASSIFIED_SCHEMA)
+    return merged.mapInPandas(
+        lambda frames: _classify_archives(frames, warehouse), CLASSIFIED_SCHEMA
+    )
 
 
 def _glob_escape(name: str) -> str:
@@ -81,24 +92,40 @@ def make_kafka_classifier(max_future_skew_ms: int, warehouse: str | None = None)
     def classify_kafka(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for pdf in frames:
             now_ms = int(time.time() * 1000)
-            yield _frame(fan_out_deletes([
-                classify(bytes(value) if value is not None else b"", f"{topic}-{partition}",
-                         int(offset), now_ms, max_future_skew_ms)
-                for value, topic, partition, offset in zip(
-                    pdf["value"], pdf["topic"], pdf["partition"], pdf["offset"], strict=True)],
-                warehouse))
+            yield _frame(
+                fan_out_deletes(
+                    [
+                        classify(
+                            bytes(value) if value is not None else b"",
+                            f"{topic}-{partition}",
+                            int(offset),
+                            now_ms,
+                            max_future_skew_ms,
+                        )
+                        for value, topic, partition, offset in zip(
+                            pdf["value"], pdf["topic"], pdf["partition"], pdf["offset"], strict=True
+                        )
+                    ],
+                    warehouse,
+                )
+            )
+
     return classify_kafka
 
 
-def kafka_stream(spark: SparkSession, kafka: KafkaConfig, max_future_skew_ms: int,
-                 warehouse: str | None = None) -> DataFrame:
-    raw = (spark.readStream.format("kafka")
-           .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-           .option("subscribe", kafka.topic)
-           .option("startingOffsets", kafka.starting_offsets)
-           .option("maxOffsetsPerTrigger", str(kafka.max_offsets_per_trigger))
-           .option("failOnDataLoss", "false")
-           .option("kafka.max.partition.fetch.bytes", str(64 * 1024 * 1024))
-           .load())
-    return (raw.select("value", "topic", "partition", "offset")
-            .mapInPandas(make_kafka_classifier(max_future_skew_ms, warehouse), CLASSIFIED_SCHEMA))
+def kafka_stream(
+    spark: SparkSession, kafka: KafkaConfig, max_future_skew_ms: int, warehouse: str | None = None
+) -> DataFrame:
+    raw = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("subscribe", kafka.topic)
+        .option("startingOffsets", kafka.starting_offsets)
+        .option("maxOffsetsPerTrigger", str(kafka.max_offsets_per_trigger))
+        .option("failOnDataLoss", "false")
+        .option("kafka.max.partition.fetch.bytes", str(64 * 1024 * 1024))
+        .load()
+    )
+    return raw.select("value", "topic", "partition", "offset").mapInPandas(
+        make_kafka_classifier(max_future_skew_ms, warehouse), CLASSIFIED_SCHEMA
+    )

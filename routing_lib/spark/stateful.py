@@ -100,20 +100,27 @@ def _dead_letters(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     batch_id = _current_batch_id()
     for pdf in frames:
         rows = []
-        for raw, source, position, reason in zip(pdf["raw"], pdf["source"], pdf["position"],
-                                                 pdf["reason"], strict=True):
+        for raw, source, position, reason in zip(
+            pdf["raw"], pdf["source"], pdf["position"], pdf["reason"], strict=True
+        ):
             raw = bytes(raw) if raw is not None else b""
-            row = {"raw_text": raw.decode("utf-8", errors="replace"), "source": source,
-                   "position": int(position), "reason": reason, "seen_at_ms": seen_at,
-                   "batch_id": batch_id}
+            row = {
+                "raw_text": raw.decode("utf-8", errors="replace"),
+                "source": source,
+                "position": int(position),
+                "reason": reason,
+                "seen_at_ms": seen_at,
+                "batch_id": batch_id,
+            }
             rows.append(("dead", DEAD_LETTER, "append", json.dumps(row), raw))
         rows.append(_stats(input_rows=len(pdf), dead_lettered=len(pdf)))
         yield _frame(rows)
 
 
 def make_step(settings: StepSettings):
-    def step(key: tuple, frames: Iterator[pd.DataFrame], state: GroupState
-             ) -> Iterator[pd.DataFrame]:
+    def step(
+        key: tuple, frames: Iterator[pd.DataFrame], state: GroupState
+    ) -> Iterator[pd.DataFrame]:
         (group,) = key
         if group == DEAD_LETTER_KEY:
             yield from _dead_letters(frames)
@@ -127,8 +134,9 @@ def make_step(settings: StepSettings):
             yield _frame([_stats(input_rows=ticks, accepted=ticks, ticks=ticks)])
             return
         if group == ADMIN_KEY:  # DELETE_TOPIC as it arrives: into the admin log
-            yield _frame(_admin_log_rows(frames, published_watermark(settings.checkpoint),
-                                         settings.as_of))
+            yield _frame(
+                _admin_log_rows(frames, published_watermark(settings.checkpoint), settings.as_of)
+            )
             return
         saved = state.get if state.exists else (None, None, None, None)
         clock = decode_clock(saved[:2]) if saved[0] else GroupClock(GroupRoutes(group))
@@ -148,15 +156,16 @@ def make_step(settings: StepSettings):
         input_rows = late = failed = fanned_out = 0
         for pdf in frames:
             for event_time, source, position, payload in zip(
-                    pdf["event_time"], pdf["source"], pdf["position"], pdf["payload"],
-                    strict=True):
+                pdf["event_time"], pdf["source"], pdf["position"], pdf["payload"], strict=True
+            ):
                 if _is_fan_out_copy(payload):
                     # a DELETE_TOPIC copy for a holder: counted (and tabled if late) once,
                     # by the admin group; the log merge above may have added it already
                     fanned_out += 1
                     if not clock.is_late(int(event_time), published):
-                        merge_logged_deletes(clock, [((source, int(position)),
-                                                      unpack_event(payload))])
+                        merge_logged_deletes(
+                            clock, [((source, int(position)), unpack_event(payload))]
+                        )
                     continue
                 input_rows += 1
                 try:
@@ -167,8 +176,11 @@ def make_step(settings: StepSettings):
                         event = unpack_event(payload)
                         clock.add(event, (source, int(position)))
                         if event.eventType in ADMIN_EVENT_TYPES:
-                            bundles["history", ADMIN_EVENTS, "append"].append(admin_row(
-                                event, (source, int(position)), event_date(event.eventTime)))
+                            bundles["history", ADMIN_EVENTS, "append"].append(
+                                admin_row(
+                                    event, (source, int(position)), event_date(event.eventTime)
+                                )
+                            )
                 except Exception as exc:  # last line of defence: this record only
                     out.append(_internal_dead_letter(payload, source, int(position), exc))
                     failed += 1
@@ -184,21 +196,34 @@ def make_step(settings: StepSettings):
         failed += len(advance.failed)
         changes = diff(group, before, RoutesSnapshot.of(clock.routes))
         for change in changes:
-            payload = change.row if change.row is not None else dict(
-                zip(TABLE_KEYS[change.table], change.key, strict=True))
+            payload = (
+                change.row
+                if change.row is not None
+                else dict(zip(TABLE_KEYS[change.table], change.key, strict=True))
+            )
             op = "upsert" if change.row is not None else "delete"
             bundles["change", change.table, op].append(payload)
-        out += [(kind, table, op, _json_array(rows), None)
-                for (kind, table, op), rows in bundles.items()]
+        out += [
+            (kind, table, op, _json_array(rows), None)
+            for (kind, table, op), rows in bundles.items()
+        ]
         # An event that failed in the step is counted as accepted when it arrived (it passed
         # validation) and as dead-lettered now, so input = accepted + late + dead still holds
         # once per record: `accepted` excludes the records that failed on arrival.
         arrived_failed = failed - len(advance.failed)
-        out.append(_stats(input_rows=input_rows, accepted=input_rows - late - arrived_failed,
-                          late=late, applied=len(advance.applied),
-                          expired=len(advance.expiries), changes=len(changes),
-                          dead_lettered=arrived_failed, failed_in_step=len(advance.failed),
-                          fanned_out=fanned_out))
+        out.append(
+            _stats(
+                input_rows=input_rows,
+                accepted=input_rows - late - arrived_failed,
+                late=late,
+                applied=len(advance.applied),
+                expired=len(advance.expiries),
+                changes=len(changes),
+                dead_lettered=arrived_failed,
+                failed_in_step=len(advance.failed),
+                fanned_out=fanned_out,
+            )
+        )
         yield _frame(out)
 
         if clock.is_idle() and tracker.is_idle():
@@ -206,8 +231,7 @@ def make_step(settings: StepSettings):
             return
         history_state = encode_history(tracker) if settings.history else (None, None)
         state.update((*encode_clock(clock), *history_state))
-        wake_up = timeout_at(clock, watermark,
-                             topics_grew(before_topics, clock.routes.topics))
+        wake_up = timeout_at(clock, watermark, topics_grew(before_topics, clock.routes.topics))
         # Spark fires an event-time timeout once the watermark is strictly past it.
         # A deadline past INT64_MAX (a huge heartbeatTimeoutMillis) is never reached by a
         # watermark, and the timeout must fit a Java long.
@@ -218,8 +242,14 @@ def make_step(settings: StepSettings):
 
 
 def _dead_row(payload: str, source: str, position: int, reason: str) -> tuple:
-    row = {"raw_text": payload, "source": source, "position": position, "reason": reason,
-           "seen_at_ms": int(time.time() * 1000), "batch_id": _current_batch_id()}
+    row = {
+        "raw_text": payload,
+        "source": source,
+        "position": position,
+        "reason": reason,
+        "seen_at_ms": int(time.time() * 1000),
+        "batch_id": _current_batch_id(),
+    }
     return ("dead", DEAD_LETTER, "append", json.dumps(row), payload.encode())
 
 
@@ -239,8 +269,9 @@ def _is_fan_out_copy(payload: str | None) -> bool:
     return payload.find(_DELETE_TOPIC_TYPE, 0, head_end if head_end >= 0 else len(payload)) >= 0
 
 
-def _admin_log_rows(frames: Iterator[pd.DataFrame], published: int,
-                    as_of: int | None) -> list[tuple]:
+def _admin_log_rows(
+    frames: Iterator[pd.DataFrame], published: int, as_of: int | None
+) -> list[tuple]:
     """Admin-group rows: DELETE_TOPIC events into admin_events (the log), or late-tabled."""
     if as_of is not None:
         published = min(published, as_of)
@@ -248,14 +279,18 @@ def _admin_log_rows(frames: Iterator[pd.DataFrame], published: int,
     logged, late, total = [], 0, 0
     for pdf in frames:
         for event_time, source, position, payload in zip(
-                pdf["event_time"], pdf["source"], pdf["position"], pdf["payload"], strict=True):
+            pdf["event_time"], pdf["source"], pdf["position"], pdf["payload"], strict=True
+        ):
             total += 1
             if int(event_time) <= published:
                 out.append(_late_row(payload, source, int(position), published))
                 late += 1
             else:
-                logged.append(admin_row(unpack_event(payload), (source, int(position)),
-                                        event_date(int(event_time))))
+                logged.append(
+                    admin_row(
+                        unpack_event(payload), (source, int(position)), event_date(int(event_time))
+                    )
+                )
     if logged:
         out.append(("history", ADMIN_EVENTS, "append", _json_array(logged), None))
     out.append(_stats(input_rows=total, accepted=total - late, late=late))
@@ -264,8 +299,15 @@ def _admin_log_rows(frames: Iterator[pd.DataFrame], published: int,
 
 def _late_row(payload: str, source: str, position: int, published: int) -> tuple:
     event = unpack_event(payload)
-    row = {"event_time": event.eventTime, "broker_name": getattr(event, "brokerName", None),
-           "event_type": event.eventType, "source": source, "position": position,
-           "payload": event_json(event), "published_watermark": published,
-           "seen_at_ms": int(time.time() * 1000), "batch_id": _current_batch_id()}
+    row = {
+        "event_time": event.eventTime,
+        "broker_name": getattr(event, "brokerName", None),
+        "event_type": event.eventType,
+        "source": source,
+        "position": position,
+        "payload": event_json(event),
+        "published_watermark": published,
+        "seen_at_ms": int(time.time() * 1000),
+        "batch_id": _current_batch_id(),
+    }
     return ("late", LATE_EVENT, "append", json.dumps(row), None)
