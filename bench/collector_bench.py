@@ -22,7 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
-from routing_lib import kafka_local
+from routelake_dev import kafka_local
 from routing_lib.collector import brokerside
 from routing_lib.config import load_config
 from routing_lib.lookup.remoting import FrameDecoder, encode

@@ -68,7 +68,7 @@ def _job_config(config, topic: str, work: Path, **kafka):
 
 
 def _produce(bootstrap: str, topic: str, lines: list[bytes]) -> float:
-    from routing_lib.simulator import make_producer
+    from routelake_dev.simulator import make_producer
 
     producer = make_producer(bootstrap, acks=1, linger_ms=50)
     started = time.monotonic()
@@ -80,7 +80,7 @@ def _produce(bootstrap: str, topic: str, lines: list[bytes]) -> float:
 
 
 def throughput(args, config) -> None:
-    from routing_lib import kafka_local
+    from routelake_dev import kafka_local
     from routing_lib.stream_job import run_stream
 
     kafka_local.start(config.kafka)
@@ -108,8 +108,8 @@ def throughput(args, config) -> None:
 def freshness(args, config) -> None:
     from deltalake import DeltaTable
 
-    from routing_lib import kafka_local
-    from routing_lib.simulator import make_producer
+    from routelake_dev import kafka_local
+    from routelake_dev.simulator import make_producer
     from routing_lib.stream_job import run_stream
 
     kafka_local.start(config.kafka)

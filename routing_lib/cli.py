@@ -226,14 +226,14 @@ def _history(args: argparse.Namespace, config: Config) -> int:
 
 @command("demo")
 def _demo(args: argparse.Namespace, config: Config) -> int:
-    from routing_lib.demo import run_demo
+    from routelake_dev.demo import run_demo
 
     return run_demo(config, args.brokers, args.topics, args.duration)
 
 
 @command("kafka")
 def _kafka(args: argparse.Namespace, config: Config) -> int:
-    from routing_lib import kafka_local
+    from routelake_dev import kafka_local
 
     extra = ["--config", args.config] if args.config else []
     return kafka_local.main([*args.kafka_args, *extra])
@@ -241,14 +241,14 @@ def _kafka(args: argparse.Namespace, config: Config) -> int:
 
 @command("simulate")
 def _simulate(args: argparse.Namespace, config: Config) -> int:
-    from routing_lib.simulator import run_simulate
+    from routelake_dev.simulator.cli import run_simulate
 
     return run_simulate(args)
 
 
 @command("produce")
 def _produce(args: argparse.Namespace, config: Config) -> int:
-    from routing_lib.simulator import run_produce
+    from routelake_dev.simulator.cli import run_produce
 
     return run_produce(args)
 
@@ -375,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kafka_args", nargs=argparse.REMAINDER)
     _add_common(p)
 
-    from routing_lib.simulator import add_produce_args, add_simulate_args
+    from routelake_dev.simulator.cli import add_produce_args, add_simulate_args
 
     p = sub.add_parser("simulate", help="simulate a broker fleet into Kafka or archives")
     add_simulate_args(p)

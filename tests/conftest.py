@@ -43,7 +43,7 @@ def backfill(spark, config, tmp_path):
 def kafka_bootstrap(config) -> Iterator[str]:
     """The local broker of conf/routelake.toml: reused if running, else started (and stopped
     at the end)."""
-    from routing_lib import kafka_local
+    from routelake_dev import kafka_local
 
     result = kafka_local.start(config.kafka)
     try:
@@ -58,7 +58,7 @@ def topic(kafka_bootstrap: str) -> Iterator[str]:
     """A fresh Kafka topic (one partition: read order = produce order), deleted afterwards."""
     from kafka import KafkaAdminClient
 
-    from routing_lib import kafka_local
+    from routelake_dev import kafka_local
 
     name = f"routelake-test-{uuid.uuid4().hex[:10]}"
     assert kafka_local.create_topic(kafka_bootstrap, name, partitions=1)

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
+from routelake_dev.simulator import generate_history, with_admin_events
 from routing_lib.core.dump import project
 from routing_lib.core.replay import default_watermark, replay_dump
-from routing_lib.simulator import generate_history, with_admin_events
 from schemas import parse_event
 from tests.helpers import DELAY_MS
 from tests.stream_model import run_model_in_batches

@@ -102,7 +102,7 @@ def test_tables_have_change_data_feed(backfill):
 def test_random_history_in_random_batches_equals_sequential_replay(seed, backfill, tmp_path):
     """Property: a seeded random fleet history (faults, role switches, disorder < delay), cut
     into random files read one per micro-batch, gives the plain replay's State(W)."""
-    from routing_lib.simulator import generate_history
+    from routelake_dev.simulator import generate_history
 
     rng = random.Random(seed)
     history = generate_history(

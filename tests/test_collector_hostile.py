@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from routing_lib import kafka_local
+from routelake_dev import kafka_local
 from routing_lib.collector import brokerside
 from routing_lib.lookup.processor import ResponseCode
 from routing_lib.lookup.remoting import SerializeType, encode

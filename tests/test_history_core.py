@@ -9,6 +9,7 @@ from functools import cache
 
 import pytest
 
+from routelake_dev.simulator import encode_event, generate_history
 from routing_lib.core.admin import group_key
 from routing_lib.core.as_of import as_of, as_of_view
 from routing_lib.core.clock import GroupClock
@@ -38,7 +39,6 @@ from routing_lib.core.history import (
 )
 from routing_lib.core.replay import default_watermark, replay_dump
 from routing_lib.core.tables import RoutesSnapshot, Row
-from routing_lib.simulator import encode_event, generate_history
 from schemas import DeleteTopicEvent, TickEvent, parse_event
 from tests.helpers import DELAY_MS, FIXTURES, fixture_lines
 

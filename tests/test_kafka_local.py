@@ -12,15 +12,15 @@ from collections import defaultdict
 
 import pytest
 
-from routing_lib import kafka_local
-from routing_lib.simulator import (
+from routelake_dev import kafka_local
+from routelake_dev.simulator import (
     DEFAULT_START_MS,
-    MAX_MESSAGE_BYTES,
     EventEncoder,
     generate_history,
     produce_files,
     simulate,
 )
+from routing_lib.collector.publisher import MAX_MESSAGE_BYTES
 
 pytestmark = pytest.mark.kafka
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from routing_lib import kafka_local
+from routelake_dev import kafka_local
 from routing_lib.lookup import mqadmin
 from routing_lib.lookup.remoting import FrameDecoder, RemotingCommand, encode
 from tests.rocketmq_support import (

@@ -9,9 +9,7 @@ from functools import cache
 
 import pytest
 
-from routing_lib.core.replay import replay_dump
-from routing_lib.simulator import (
-    DEFAULT_HEARTBEAT_TIMEOUT_MS,
+from routelake_dev.simulator import (
     DEFAULT_START_MS,
     FAULT_KINDS,
     ArchiveWriter,
@@ -24,7 +22,8 @@ from routing_lib.simulator import (
     simulate,
     simulate_history,
 )
-from schemas.route_event import parse_event
+from routing_lib.core.replay import replay_dump
+from schemas.route_event import DEFAULT_HEARTBEAT_TIMEOUT_MILLIS, parse_event
 
 HOUR = 3_600_000
 
@@ -167,8 +166,8 @@ def _live_addrs(events: list[dict], group: str, until: int) -> set[str]:
 def _timeout_of(events: list[dict], addr: str) -> int:
     for event in events:
         if event["brokerAddr"] == addr and event["eventType"] == "REGISTER":
-            return event.get("heartbeatTimeoutMillis", DEFAULT_HEARTBEAT_TIMEOUT_MS)
-    return DEFAULT_HEARTBEAT_TIMEOUT_MS
+            return event.get("heartbeatTimeoutMillis", DEFAULT_HEARTBEAT_TIMEOUT_MILLIS)
+    return DEFAULT_HEARTBEAT_TIMEOUT_MILLIS
 
 
 def test_fault_effects_on_the_reference_state() -> None:

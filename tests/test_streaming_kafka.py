@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from routelake_dev.simulator import make_producer
 from routing_lib.core.dump import project
 from routing_lib.core.tables import (
     DEAD_LETTER,
@@ -23,7 +24,6 @@ from routing_lib.core.tables import (
     TABLE_KEYS,
 )
 from routing_lib.read.warehouse import load_snapshot
-from routing_lib.simulator import make_producer
 from tests.helpers import FIXTURES, GOLDEN, expected_dump, fixture_lines
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]

@@ -14,9 +14,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from routing_lib.kafka_local import MAX_MESSAGE_BYTES
-
 log = logging.getLogger("routelake.collector")
+# Kafka's message.max.bytes for route events (the local broker and every producer use it):
+# a 20 000-topic registration is ~3 MB; leave headroom.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 RECONNECT_BACKOFF_S = 1.0  # between attempts to create a producer while Kafka is unreachable
 
 

@@ -17,7 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from routing_lib import kafka_local
+from routelake_dev import kafka_local
 from routing_lib.config import Config, project_path
 
 DEMO_DIR = ".work/demo"

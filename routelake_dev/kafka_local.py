@@ -13,9 +13,9 @@ outlives the caller. Everything it writes lives under the config's `kafka.data_d
 It listens on loopback only: the client listener on the port of `kafka.bootstrap_servers`,
 the controller listener on the next port (or `--controller-port`).
 
-    python -m routing_lib.kafka_local start [--topic T] [--partitions N] [--no-topic]
-    python -m routing_lib.kafka_local stop | status
-    python -m routing_lib.kafka_local topic [--topic T] [--partitions N]
+    python -m routelake_dev.kafka_local start [--topic T] [--partitions N] [--no-topic]
+    python -m routelake_dev.kafka_local stop | status
+    python -m routelake_dev.kafka_local topic [--topic T] [--partitions N]
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from routing_lib.collector.publisher import MAX_MESSAGE_BYTES
 from routing_lib.config import KafkaConfig, load_config, project_path
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a 20 000-topic registration is ~3 MB; leave headroom
 SOCKET_REQUEST_MAX_BYTES = 100 * 1024 * 1024  # must stay above MAX_MESSAGE_BYTES
 NODE_ID = 1
 JARS_DIR = ".jars/kafka"
@@ -208,12 +208,12 @@ def server_properties(paths: BrokerPaths, host: str, port: int, controller_port:
         "num.recovery.threads.per.data.dir": "1",
         "log.retention.hours": "168",
     }
-    header = "# written by routing_lib.kafka_local on every start; edits are overwritten\n"
+    header = "# written by routelake_dev.kafka_local on every start; edits are overwritten\n"
     return header + "".join(f"{k}={v}\n" for k, v in lines.items())
 
 
 LOG4J_PROPERTIES = """\
-# written by routing_lib.kafka_local
+# written by routelake_dev.kafka_local
 log4j.rootLogger=INFO, file
 log4j.appender.file=org.apache.log4j.RollingFileAppender
 log4j.appender.file.File=${kafka.logs.dir}/server.log
@@ -528,7 +528,7 @@ def _ensure_topic(bootstrap: str, topic: str, partitions: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m routing_lib.kafka_local",
+        prog="python -m routelake_dev.kafka_local",
         description="Local single-node Kafka (KRaft) for routelake.",
     )
     parser.add_argument("command", choices=["start", "stop", "status", "topic"])
