@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from routing_lib.core.admin import ADMIN_EVENTS
 from routing_lib.core.history import (
     BROKER_LIVENESS_EVENTS,
     BROKER_MEMBERSHIP_HISTORY,
@@ -343,6 +344,80 @@ def cluster_sizes(history: History) -> pd.DataFrame:
     return out.astype({"at": "Int64", "broker_groups": "Int64"}).reset_index(drop=True)
 
 
+# ---- (f) who changed broker X's write permission, when ---------------------------------------
+
+WRITE_PERM_CHANGES_SQL = """\
+WITH change AS (
+  SELECT event_time, event_type, broker_name, requested_by, source, position
+  FROM delta.`{warehouse}/admin_events`
+  WHERE broker_name = :broker AND event_type IN ('WIPE_WRITE_PERM', 'ADD_WRITE_PERM')
+), touched AS (
+  SELECT valid_from, start_event, topic
+  FROM delta.`{warehouse}/topic_route_history`
+  WHERE broker_name = :broker AND start_event IN ('WIPE_WRITE_PERM', 'ADD_WRITE_PERM')
+)
+SELECT c.event_time, c.event_type, c.broker_name, c.requested_by,
+       COUNT(t.topic) AS topics_changed,
+       array_join(sort_array(collect_list(t.topic)), ',') AS topics, c.source, c.position
+FROM change c LEFT JOIN touched t
+  ON t.valid_from = c.event_time AND t.start_event = c.event_type
+GROUP BY c.event_time, c.event_type, c.broker_name, c.requested_by, c.source, c.position
+ORDER BY c.event_time, c.source, c.position
+"""
+
+WRITE_PERM_EVENTS = ("WIPE_WRITE_PERM", "ADD_WRITE_PERM")
+
+
+def write_perm_changes(history: History, broker: str) -> pd.DataFrame:
+    """Every wipeWritePerm / addWritePerm of brokerName `broker` the job applied (admin_events:
+    not late), by event time: who asked (requested_by, the client address the collector saw),
+    where the event came from (source, position), and which topics' routes it changed (the
+    topic_route_history versions it started). topics_changed 0: nothing to change (already
+    wiped, or no such broker group at that time). Two requests of one kind for one group at
+    the same millisecond would both list that instant's topics."""
+    events = _frame(history, ADMIN_EVENTS)
+    changes = events[
+        (events["broker_name"] == broker) & events["event_type"].isin(WRITE_PERM_EVENTS)
+    ]
+    routes = _frame(history, TOPIC_ROUTE_HISTORY)
+    touched = routes[
+        (routes["broker_name"] == broker) & routes["start_event"].isin(WRITE_PERM_EVENTS)
+    ]
+    topics = {
+        (int(at), kind): sorted(group)
+        for (at, kind), group in touched.groupby(["valid_from", "start_event"])["topic"]
+    }
+    rows = []
+    for e in changes.itertuples():
+        names = topics.get((int(e.event_time), e.event_type), [])
+        rows.append(
+            (
+                e.event_time,
+                e.event_type,
+                e.broker_name,
+                e.requested_by,
+                len(names),
+                ",".join(names),
+                e.source,
+                e.position,
+            )
+        )
+    columns = [
+        "event_time",
+        "event_type",
+        "broker_name",
+        "requested_by",
+        "topics_changed",
+        "topics",
+        "source",
+        "position",
+    ]
+    out = pd.DataFrame(rows, columns=columns).astype(
+        {"event_time": "Int64", "topics_changed": "Int64", "position": "Int64"}
+    )
+    return out.sort_values(["event_time", "source", "position"]).reset_index(drop=True)
+
+
 # ---- the doc's recipe blocks ------------------------------------------------------------------
 
 
@@ -375,6 +450,13 @@ RECIPES = (
         "frequent_expiries", "FREQUENT_EXPIRIES_SQL", FREQUENT_EXPIRIES_SQL, frequent_expiries, ":n"
     ),
     Recipe("cluster_sizes", "CLUSTER_SIZES_SQL", CLUSTER_SIZES_SQL, cluster_sizes, "none"),
+    Recipe(
+        "write_perm_changes",
+        "WRITE_PERM_CHANGES_SQL",
+        WRITE_PERM_CHANGES_SQL,
+        write_perm_changes,
+        ":broker",
+    ),
 )
 HELPERS = (load_frames, _frame, _valid_at, spark_sql)
 

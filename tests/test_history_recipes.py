@@ -9,6 +9,7 @@ heartbeat deadline + 1), checked against replay_dump at sampled times.
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -353,3 +354,86 @@ def test_history_plot(fleet, tmp_path, capsys):
         == 0
     )
     assert (tmp_path / "cli.png").exists() and "wrote" in capsys.readouterr().out
+
+
+# ---- (f) write permission changes: fixture 14 plus more operators' requests --------------------
+
+PERM_EXTRA = [
+    # broker-a re-registered with a new dataVersion at +40 s: its own perms are back
+    {"eventType": "WIPE_WRITE_PERM", "brokerName": "broker-a", "requestedBy": "10.0.7.7:50000"},
+    {"eventType": "WIPE_WRITE_PERM", "brokerName": "broker-a", "requestedBy": "10.0.7.7:50000"},
+    {"eventType": "ADD_WRITE_PERM", "brokerName": "broker-a", "requestedBy": "10.0.8.8:1234"},
+    {"eventType": "PUT_KV", "namespace": "team", "key": "owner", "value": "x", "requestedBy": "o"},
+    {"eventType": "DELETE_TOPIC", "topic": "Payments", "requestedBy": "10.0.8.8:1234"},
+    {"eventType": "ADD_WRITE_PERM", "brokerName": "no-such-broker", "requestedBy": "10.0.8.8:1"},
+]
+PERM_EXTRA_T0 = 1764000045000  # one event per second from here; the watermark is +60 s
+
+
+@pytest.fixture(scope="module")
+def perm_audit(spark, config, tmp_path_factory) -> tuple[Path, list, Path]:
+    """Fixture 14 and PERM_EXTRA as two archive files, through the real backfill."""
+    from routing_lib.backfill import run_backfill
+
+    root = tmp_path_factory.mktemp("perm-audit")
+    extra = root / "extra.jsonl"
+    extra.write_text(
+        "".join(
+            json.dumps({**e, "eventTime": PERM_EXTRA_T0 + 1000 * i}) + "\n"
+            for i, e in enumerate(PERM_EXTRA)
+        )
+    )
+    fixture = GOLDEN / "14_write_perm_admin" / "events.jsonl"
+    run_backfill(config, [str(fixture), str(extra)], str(root / "warehouse"), spark=spark)
+    lines = fixture_lines("14_write_perm_admin") + extra.read_text().splitlines()
+    return root / "warehouse", [parse_event(line) for line in lines], extra
+
+
+def _perm_changed_topics(events: list, broker: str, t: int) -> list[str]:
+    """The reference replay: topics of `broker` whose perm differs between t-1 and t."""
+    before = replay_dump(events, t - 1)["topicQueueTable"]
+    after = replay_dump(events, t)["topicQueueTable"]
+    return sorted(
+        topic
+        for topic in after
+        if broker in after[topic]
+        and broker in before.get(topic, {})
+        and after[topic][broker]["perm"] != before[topic][broker]["perm"]
+    )
+
+
+def test_write_perm_changes(perm_audit, spark):
+    warehouse, events, extra = perm_audit
+    frames = hr.load_frames(warehouse)
+    fixture = str(GOLDEN / "14_write_perm_admin" / "events.jsonl")
+    a_topics, b_topics = "DefaultCluster,Orders,TBW102", "DefaultCluster,Payments,TBW102"
+    expected = {
+        "broker-a": [
+            (1764000005000, "WIPE_WRITE_PERM", "broker-a", "10.0.5.5:40000", 3, a_topics, 3),
+            (1764000045000, "WIPE_WRITE_PERM", "broker-a", "10.0.7.7:50000", 3, a_topics, 1),
+            (1764000046000, "WIPE_WRITE_PERM", "broker-a", "10.0.7.7:50000", 0, "", 2),
+            (1764000047000, "ADD_WRITE_PERM", "broker-a", "10.0.8.8:1234", 3, a_topics, 3),
+        ],
+        "broker-b": [
+            (1764000006000, "WIPE_WRITE_PERM", "broker-b", "10.0.5.5:40000", 3, b_topics, 4),
+            (1764000035000, "ADD_WRITE_PERM", "broker-b", "10.0.5.5:40000", 3, b_topics, 8),
+        ],
+        "no-such-broker": [
+            (1764000007000, "WIPE_WRITE_PERM", "no-such-broker", "10.0.5.5:40000", 0, "", 5),
+            (1764000050000, "ADD_WRITE_PERM", "no-such-broker", "10.0.8.8:1", 0, "", 6),
+        ],
+        "clock": [],
+    }
+    rows = load_history(warehouse)
+    for broker, want in expected.items():
+        got = records(hr.write_perm_changes(frames, broker))
+        # source: the archive file; position: its line (1-based)
+        assert [r[:6] + r[7:] for r in got] == want, broker
+        assert [Path(r[6]).name for r in got] == [
+            Path(fixture if w[0] < PERM_EXTRA_T0 else extra).name for w in want
+        ]
+        for r in got:  # each row's topics are what the reference replay changed then
+            assert r[5] == ",".join(_perm_changed_topics(events, broker, r[0])), r
+        assert records(hr.write_perm_changes(rows, broker)) == got
+        sql = hr.spark_sql(spark, hr.WRITE_PERM_CHANGES_SQL, warehouse, broker=broker)
+        assert [tuple(row) for row in sql.collect()] == got
