@@ -1,6 +1,7 @@
 """spark-submit entry point: `spark-submit jobs/backfill.py --input PATH... --warehouse DIR`.
 
-Same code path as `routectl backfill`.
+Same code path as `routectl backfill`; from an installed package use
+`spark-submit "$(routectl job-path backfill)"` instead.
 """
 
 import sys
@@ -8,8 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from routing_lib.cli import entry  # noqa: E402
+from routing_lib.jobs import run  # noqa: E402
 
 if __name__ == "__main__":
-    sys.argv[1:1] = ["backfill"]
-    entry()
+    run("backfill")

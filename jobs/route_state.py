@@ -1,6 +1,7 @@
 """spark-submit entry point of the streaming job: `spark-submit jobs/route_state.py [--config F]`.
 
-Same code path as `routectl run`.
+Same code path as `routectl run`; from an installed package use
+`spark-submit "$(routectl job-path route_state)"` instead.
 """
 
 import sys
@@ -8,8 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from routing_lib.cli import entry  # noqa: E402
+from routing_lib.jobs import run  # noqa: E402
 
 if __name__ == "__main__":
-    sys.argv[1:1] = ["run"]
-    entry()
+    run("route_state")

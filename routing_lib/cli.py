@@ -158,6 +158,7 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         config.serve.poll_interval_s,
         config.serve.max_frame_bytes,
         config.routes.support_acting_master,
+        host=config.serve.host,
         limits=Limits.from_config(config.serve),
         collector=_collector(args, config, port) if args.collect else None,
         max_watermark_age_s=config.serve.max_watermark_age_s,
@@ -183,6 +184,8 @@ def _collect(args: argparse.Namespace, config: Config) -> int:
         publish_timeout_ms=config.collector.publish_timeout_ms,
         warehouse=str(project_path(warehouse)) if warehouse else None,
         admin_allow=config.collector.admin_allow,
+        host=config.serve.host,
+        http_port=config.collector.http_port or None,
     )
     return 0
 
@@ -207,7 +210,12 @@ def _history(args: argparse.Namespace, config: Config) -> int:
         print(json.dumps(rows, indent=1, default=str, ensure_ascii=False))
         return 0
     if args.what == "plot":
-        from routing_lib.history_plot import plot_history
+        try:
+            from routing_lib.history_plot import plot_history
+        except ModuleNotFoundError as exc:  # an extra: pip install 'routelake[plot]'
+            raise UsageError(
+                f"history plot needs {exc.name}: pip install 'routelake[plot]'"
+            ) from None
 
         if not args.out:
             raise UsageError("history plot needs --out FILE.png")
@@ -253,6 +261,15 @@ def _produce(args: argparse.Namespace, config: Config) -> int:
     return run_produce(args)
 
 
+@command("job-path")
+def _job_path(args: argparse.Namespace, config: Config) -> int:
+    """The installed entry file of a job, for spark-submit (works from a wheel too)."""
+    from routing_lib import jobs
+
+    print(jobs.entry_file(args.job))
+    return 0
+
+
 @command("run")
 def _run(args: argparse.Namespace, config: Config) -> int:
     from routing_lib.stream_job import run_stream
@@ -294,6 +311,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--as-of", type=int, help="event time (epoch ms): publish State(AS_OF)")
     p.add_argument("--checkpoint", help="default: WAREHOUSE/_checkpoints/backfill")
     p.add_argument("--max-files-per-trigger", type=int, help="files per micro-batch")
+    _add_common(p)
+
+    p = sub.add_parser("job-path", help="path of a job's entry file, for spark-submit")
+    p.add_argument("job", choices=["route_state", "backfill"])
     _add_common(p)
 
     p = sub.add_parser("run", help="the streaming job: Kafka -> Delta route tables")

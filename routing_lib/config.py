@@ -1,4 +1,5 @@
-"""The one typed loader for conf/routelake.toml (defaults) + ROUTELAKE_* environment overrides."""
+"""The one typed loader for the defaults (routing_lib/defaults/routelake.toml, package data;
+conf/routelake.toml links to it) + ROUTELAKE_* environment overrides."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CONFIG = PROJECT_ROOT / "conf" / "routelake.toml"
+DEFAULT_CONFIG = Path(__file__).resolve().parent / "defaults" / "routelake.toml"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class KafkaConfig:
 
 @dataclass(frozen=True)
 class ServeConfig:
+    host: str
     port: int
     http_port: int
     poll_interval_s: float
@@ -66,6 +68,7 @@ class ServeConfig:
 @dataclass(frozen=True)
 class CollectorConfig:
     port: int
+    http_port: int
     collector_id: str
     tick_interval_ms: int
     publish_timeout_ms: int
@@ -134,7 +137,19 @@ def load_config(path: str | Path | None = None) -> Config:
     )
 
 
+def is_source_checkout() -> bool:
+    """Running from the project's source tree (an editable install or jobs/*.py), not from an
+    installed wheel (whose parent folder is site-packages)."""
+    return (PROJECT_ROOT / "pyproject.toml").is_file() and (PROJECT_ROOT / "conf").is_dir()
+
+
+def base_dir() -> Path:
+    """What relative config paths are relative to: the project root in a source checkout (so
+    `.work/...` and `.jars/...` mean the same from any cwd), else the current directory."""
+    return PROJECT_ROOT if is_source_checkout() else Path.cwd()
+
+
 def project_path(path: str) -> Path:
-    """Relative paths in the config are relative to the project root."""
+    """A config path: absolute as given, relative from base_dir()."""
     p = Path(path)
-    return p if p.is_absolute() else PROJECT_ROOT / p
+    return p if p.is_absolute() else base_dir() / p

@@ -62,8 +62,8 @@ class JobMetrics:
         return "\n".join(lines) + "\n"
 
 
-def serve_metrics(metrics: JobMetrics, port: int) -> ThreadingHTTPServer:
-    """GET /metrics on 127.0.0.1:port, in a daemon thread."""
+def serve_metrics(metrics: JobMetrics, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """GET /metrics on host:port ([serve] host), in a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
@@ -80,6 +80,6 @@ def serve_metrics(metrics: JobMetrics, port: int) -> ThreadingHTTPServer:
         def log_message(self, *args) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = ThreadingHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True, name="metrics").start()
     return server

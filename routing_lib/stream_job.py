@@ -29,7 +29,7 @@ def run_stream(
     stop_event = stop_event or threading.Event()
     metrics = JobMetrics()
     if metrics_port:
-        serve_metrics(metrics, metrics_port)
+        serve_metrics(metrics, metrics_port, config.serve.host)
     spark = build_spark(config, "routelake-stream")
     from routing_lib.spark.listener import ProgressListener
 

@@ -15,7 +15,7 @@ fi
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e ".[test]"
+.venv/bin/pip install -q -e ".[test,plot,uvloop]"
 
 # Spark already ships Scala, Hadoop client, lz4, snappy...: keep only the jars it lacks, so
 # no second copy of a library sits on the class path.

@@ -8,12 +8,16 @@ import logging
 import socket
 from pathlib import Path
 
+import uvicorn
+from fastapi import FastAPI, Response
+
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
 from routing_lib.lookup.limits import Limits, Rejections
 from routing_lib.lookup.listener import RemotingListener, serve_until_signal, until_stopped
 from routing_lib.lookup.metrics import Metrics
 from routing_lib.lookup.refresher import Refresher, SnapshotHolder
+from routing_lib.lookup.server import http_server
 
 log = logging.getLogger("routelake.collector")
 LOOPBACK = "127.0.0.1"
@@ -21,6 +25,37 @@ LOOPBACK = "127.0.0.1"
 
 def default_collector_id(port: int) -> str:
     return f"{socket.gethostname()}:{port}"
+
+
+def create_http_app(
+    collector: Collector, metrics: Metrics, holder: SnapshotHolder | None
+) -> FastAPI:
+    """/healthz, /readyz (200 once the latest TICK was acknowledged by Kafka: a collector that
+    cannot publish answers brokers SYSTEM_ERROR, so it should get no traffic) and /metrics."""
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+
+    def status(code: int, body: bytes) -> Response:
+        return Response(body, status_code=code, media_type="application/json")
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return status(200, b'{"status":"ok"}')
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        if collector.kafka_ok:
+            return status(200, b'{"ready":true}')
+        return status(503, b'{"ready":false,"reason":"latest TICK not acknowledged by Kafka"}')
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        served = holder.current if holder is not None else None
+        text = metrics.render(
+            served.index if served else None, served.loaded_at if served else None
+        )
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return app
 
 
 class CollectorServer:
@@ -36,17 +71,22 @@ class CollectorServer:
         port: int = 0,
         warehouse: str | Path | None = None,
         poll_interval_s: float = 1.0,
+        http_port: int | None = None,
     ) -> None:
+        """`http_port` (0 = ephemeral): also serve /healthz, /readyz, /metrics over HTTP."""
         self.collector = collector
         self.host = host
         self.port = port
+        self.http_port = http_port
+        self.limits = limits
         self.metrics = Metrics()
+        self.rejections = Rejections(self.metrics, log)
         self.listener = RemotingListener(
             "collector",
             collector.handle,
             limits,
             self.metrics,
-            Rejections(self.metrics, log),
+            self.rejections,
             log,
             known_codes=collector.codes,
             max_frame_bytes=limits.collector_max_frame_bytes,
@@ -55,6 +95,8 @@ class CollectorServer:
         self.refresher: Refresher | None = None
         self.poll_interval_s = poll_interval_s
         holder = SnapshotHolder() if warehouse else None
+        self.holder = holder
+        self._http: uvicorn.Server | None = None
         if warehouse:
             self.refresher = Refresher(warehouse, holder, self.metrics)
         collector.attach(holder, self.metrics)
@@ -64,6 +106,15 @@ class CollectorServer:
     async def start(self) -> None:
         self.port = await self.listener.start(self.host, self.port)
         self._tasks = [asyncio.create_task(self.collector.run(self._stop), name="ticker")]
+        if self.http_port is not None:
+            app = create_http_app(self.collector, self.metrics, self.holder)
+            self._http, sock = http_server(
+                app, self.limits, self.rejections, self.host, self.http_port
+            )
+            self.http_port = sock.getsockname()[1]
+            self._tasks.append(
+                asyncio.create_task(self._http.serve(sockets=[sock]), name="collector-http")
+            )
         if self.refresher is not None:
             self._tasks.append(
                 asyncio.create_task(
@@ -71,10 +122,11 @@ class CollectorServer:
                 )
             )
         log.info(
-            "collector %s: remoting on %s:%d, publishing to %s",
+            "collector %s: remoting on %s:%d%s, publishing to %s",
             self.collector.collector_id,
             self.host,
             self.port,
+            f", http on {self.http_port}" if self._http is not None else "",
             getattr(self.collector.publisher, "topic", "?"),
         )
 
@@ -84,6 +136,8 @@ class CollectorServer:
     async def stop(self) -> None:
         self._stop.set()
         self.listener.close()
+        if self._http is not None:
+            self._http.should_exit = True
         pending = [*self._tasks, *self.listener.connections]
         if pending:
             _, late = await asyncio.wait(pending, timeout=30)
@@ -104,6 +158,7 @@ def collect(
     warehouse: str | None = None,
     host: str = LOOPBACK,
     admin_allow: list[str] | None = None,
+    http_port: int | None = None,
 ) -> None:
     """Run the collector until Ctrl-C / SIGTERM (blocking)."""
     publisher = KafkaPublisher(bootstrap, topic, delivery_timeout_ms=publish_timeout_ms)
@@ -115,6 +170,8 @@ def collect(
     )
     asyncio.run(
         serve_until_signal(
-            CollectorServer(collector, limits, host=host, port=port, warehouse=warehouse)
+            CollectorServer(
+                collector, limits, host=host, port=port, warehouse=warehouse, http_port=http_port
+            )
         )
     )

@@ -141,6 +141,7 @@ class Collector:
         self.metrics = CollectorMetrics()
         self._log = ThrottledLog(log)
         self._tick: asyncio.Future | None = None
+        self.kafka_ok = False  # the latest TICK was acknowledged (the collector's /readyz)
         self.admin_allow = parse_networks(admin_allow)
         self.holder: SnapshotHolder | None = None
 
@@ -334,7 +335,8 @@ class Collector:
     def _ticked(self, future: asyncio.Future) -> None:
         if future.cancelled():
             return
-        if future.exception() is None:
+        self.kafka_ok = future.exception() is None
+        if self.kafka_ok:
             self.metrics.published["TICK"] += 1
         else:
             self.metrics.publish_failures["TICK"] += 1

@@ -222,6 +222,26 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
+def http_server(
+    app: FastAPI, limits: Limits, rejections: Rejections, host: str, port: int
+) -> tuple[uvicorn.Server, socket.socket]:
+    """A uvicorn server for `app` with the listeners' limits, on a socket bound now (port 0 =
+    ephemeral); run it with `server.serve(sockets=[sock])`, stop it with `should_exit`."""
+    sock = socket.create_server((host, port))
+    config = uvicorn.Config(
+        app,
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+        http=guarded_protocol(limits, rejections),
+        ws="none",
+        server_header=False,
+        timeout_keep_alive=limits.http_keepalive_timeout_s,
+    )
+    return _Uvicorn(config), sock
+
+
 # -- the service --
 
 
@@ -299,7 +319,7 @@ class LookupService:
             large_frame_codes=collector.large_frame_codes if collector else frozenset(),
         )
         self._stop = asyncio.Event()
-        self._http: _Uvicorn | None = None
+        self._http: uvicorn.Server | None = None
         self._tasks: list[asyncio.Task] = []
 
     def _respond(self, command: RemotingCommand) -> Reply | Awaitable[Reply]:
@@ -310,20 +330,14 @@ class LookupService:
 
     async def start(self) -> None:
         self.port = await self._remoting.start(self.host, self.port)
-        http_socket = socket.create_server((self.host, self.http_port))
-        self.http_port = http_socket.getsockname()[1]
-        config = uvicorn.Config(
+        self._http, http_socket = http_server(
             create_app(self.holder, self.metrics),
-            lifespan="off",
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=5,
-            http=guarded_protocol(self.limits, self.rejections),
-            ws="none",
-            server_header=False,
-            timeout_keep_alive=self.limits.http_keepalive_timeout_s,
+            self.limits,
+            self.rejections,
+            self.host,
+            self.http_port,
         )
-        self._http = _Uvicorn(config)
+        self.http_port = http_socket.getsockname()[1]
         self._tasks = [
             asyncio.create_task(self._http.serve(sockets=[http_socket]), name="lookup-http"),
             asyncio.create_task(
@@ -405,5 +419,7 @@ def serve(
         order_message_enable=order_message_enable,
     )
     # uvloop (libuv) serves both protocols faster than the default asyncio loop.
+    if uvloop is None:
+        log.info("uvloop not installed (pip install 'routelake[uvloop]'): default asyncio loop")
     runner = uvloop.run if uvloop is not None else asyncio.run
     runner(serve_until_signal(service))

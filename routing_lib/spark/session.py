@@ -22,9 +22,11 @@ def build_spark(config: Config, app_name: str = "routelake") -> SparkSession:
     # pandas UDF workers must use this interpreter (the venv's), or pyarrow is missing.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    if config.spark.master:  # "": keep the master spark-submit set (k8s, standalone cluster)
+        builder = builder.master(config.spark.master)
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(config.spark.master)
+        builder.appName(app_name)
         .config("spark.jars", ",".join(runtime_jars(config)))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config(

@@ -1,0 +1,6 @@
+"""The streaming job (`routectl run`) as a spark-submit entry file of the installed package."""
+
+from routing_lib.jobs import run
+
+if __name__ == "__main__":
+    run("route_state")
