@@ -1,82 +1,58 @@
 """Backfill throughput vs the naive limit, measured in the same run.
 
-    .venv/bin/python bench/backfill_bench.py --events 1000000 --topics 100
+    .venv/bin/python -m bench.backfill_bench --events 1000000 --topics 100
 
-Generates an archive of a steady fleet (every broker REGISTERs every 30 s with its full topic
-config, lightweight HEARTBEATs every 5 s in between, a dataVersion bump every 10 min), then
-times (1) the naive limit: a bare Spark read of the same files with the full event schema,
-aggregating something from every field so no column can be pruned, and (2) `routectl backfill`
-of the same files into a fresh warehouse. Prints events/s of both and their ratio.
+Generates an archive with the fleet simulator (routelake_dev.simulator: every broker
+REGISTERs every 30 s with its full topic config, HEARTBEATs every 5 s in between, a fault per
+broker group about every 10 min), then times (1) the naive limit: a bare Spark read of the same
+files with the full event schema, aggregating something from every field so no column can be
+pruned, and (2) `routectl backfill` of the same files into a fresh warehouse. Prints events/s
+of both and their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import time
+from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 
-REGISTER_EVERY_MS = 30_000
-HEARTBEAT_EVERY_MS = 5_000
-VERSION_BUMP_EVERY_MS = 600_000
-START_MS = 1_764_000_000_000
+from routelake_dev.simulator import DEFAULT_START_MS, EventEncoder, iter_history
+
+PERIOD_MS = 30_000
+HEARTBEATS_PER_PERIOD = 5  # one every 5 s between registrations
+SEED = "bench"
 
 
-def topic_table(broker: int, topics: int, counter: int) -> dict:
-    return {
-        f"Topic{t:04d}": {
-            "topicName": f"Topic{t:04d}",
-            "readQueueNums": 8,
-            "writeQueueNums": 8,
-            "perm": 6 if counter % 2 else 7,
-            "topicSysFlag": 0,
-        }
-        for t in range(topics)
-    }
+def fleet_lines(
+    events: int, brokers: int, topics: int, start_ms: int = DEFAULT_START_MS, **options
+) -> Iterator[bytes]:
+    """The first `events` events of a simulated fleet as JSON lines (`options`: the
+    simulator's, e.g. fault_interval_ms)."""
+    encode = EventEncoder()
+    history = iter_history(
+        SEED,
+        brokers,
+        topics,
+        None,
+        PERIOD_MS,
+        start_ms,
+        heartbeats_per_period=HEARTBEATS_PER_PERIOD,
+        **options,
+    )
+    return (encode(event) for event in islice(history, events))
 
 
 def generate(out: Path, events: int, brokers: int, topics: int, files: int) -> int:
     """Write the archive; returns the number of events written."""
-    per_broker_cycle = REGISTER_EVERY_MS // HEARTBEAT_EVERY_MS
-    cycles = max(1, events // (brokers * per_broker_cycle))
     out.mkdir(parents=True)
-    handles = [open(out / f"part-{i:04d}.jsonl", "w") for i in range(files)]
+    handles = [open(out / f"part-{i:04d}.jsonl", "wb") for i in range(files)]
     written = 0
-    tables: dict[tuple[int, int], str] = {}
-    for cycle in range(cycles):
-        for step in range(per_broker_cycle):
-            for broker in range(brokers):
-                now = START_MS + cycle * REGISTER_EVERY_MS + step * HEARTBEAT_EVERY_MS + broker
-                base = {
-                    "eventTime": now,
-                    "clusterName": f"cluster-{broker % 4}",
-                    "brokerAddr": f"10.{broker // 250}.{broker % 250}.1:10911",
-                    "brokerName": f"broker-{broker:05d}",
-                    "brokerId": 0,
-                }
-                if step == 0:
-                    counter = 1 + (cycle * REGISTER_EVERY_MS) // VERSION_BUMP_EVERY_MS
-                    key = (broker, counter)
-                    if key not in tables:
-                        tables[key] = json.dumps(topic_table(broker, topics, counter))
-                    line = json.dumps(
-                        {
-                            "eventType": "REGISTER",
-                            **base,
-                            "haServerAddr": base["brokerAddr"][:-1] + "2",
-                            "dataVersion": {
-                                "stateVersion": 0,
-                                "timestamp": START_MS,
-                                "counter": counter,
-                            },
-                        }
-                    )
-                    line = line[:-1] + ', "topicConfigTable": ' + tables[key] + "}"
-                else:
-                    line = json.dumps({"eventType": "HEARTBEAT", **base})
-                handles[written % files].write(line + "\n")
-                written += 1
+    for line in fleet_lines(events, brokers, topics):
+        handles[written % files].write(line + b"\n")
+        written += 1
     for handle in handles:
         handle.close()
     return written

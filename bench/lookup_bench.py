@@ -1,7 +1,7 @@
 """Route lookups per second: the real Java NameServer vs routelake's lookup service, one run.
 
     scripts/fetch_rocketmq.sh
-    .venv/bin/python bench/lookup_bench.py --duration 20
+    .venv/bin/python -m bench.lookup_bench --duration 20
 
 1. Builds a warehouse without Spark from a golden fixture (pure replay, the fixture's 10.x
    broker addresses moved to 127.x as in tests/test_mqadmin.py) and starts `routectl serve`
@@ -50,22 +50,20 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, FILTER_SERVER, TOPIC_QUEUE  # noqa: E402
-from routing_lib.lookup import jsonbody, mqadmin  # noqa: E402
-from routing_lib.lookup.processor import NAMESRV_VERSION  # noqa: E402
-from routing_lib.lookup.remoting import (  # noqa: E402
+from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, FILTER_SERVER, TOPIC_QUEUE
+from routing_lib.lookup import jsonbody, mqadmin
+from routing_lib.lookup.processor import NAMESRV_VERSION
+from routing_lib.lookup.remoting import (
     FrameDecoder,
     RemotingCommand,
     SerializeType,
     encode,
 )
-from routing_lib.lookup.routes import RouteIndex  # noqa: E402
-from routing_lib.read.warehouse import RouteSnapshot  # noqa: E402
-from tests.test_lookup_service import Warehouse  # noqa: E402
-from tests.test_mqadmin import fixture_tables  # noqa: E402
+from routing_lib.lookup.routes import RouteIndex
+from routing_lib.read.warehouse import RouteSnapshot
+from tests.lookup_support import Warehouse, fixture_tables
+
+REPO = Path(__file__).resolve().parents[1]
 
 GOLDEN = REPO / "tests" / "golden"
 LOOPBACK = "127.0.0.1"
@@ -882,7 +880,7 @@ def main(argv: list[str] | None = None) -> int:
                 + ": these numbers are disturbed, rerun on a quiet machine"
             )
         print(
-            "reproduce: scripts/fetch_rocketmq.sh && .venv/bin/python bench/lookup_bench.py "
+            "reproduce: scripts/fetch_rocketmq.sh && .venv/bin/python -m bench.lookup_bench "
             + shlex.join(argv if argv is not None else sys.argv[1:])
         )
         return 0 if all(r.errors == 0 for r in results) and still and not diffs else 1

@@ -1,64 +1,34 @@
 """Streaming job benchmarks on this machine, against the real local Kafka broker.
 
-    .venv/bin/python bench/stream_bench.py throughput --events 300000 --topics 100
-    .venv/bin/python bench/stream_bench.py freshness --changes 120 --rate 200
+    .venv/bin/python -m bench.stream_bench throughput --events 300000 --topics 100
+    .venv/bin/python -m bench.stream_bench freshness --changes 120
 
-throughput: a backlog of a steady fleet (REGISTER with T topics every 30 s per broker,
+Both feed the job with the fleet simulator (routelake_dev.simulator).
+
+throughput: a backlog of a simulated fleet (REGISTER with T topics every 30 s per broker,
   HEARTBEATs every 5 s between) is produced to a fresh topic, then `routectl run
   --available-now` drains it; events/s = events / drain time. This is the rate the job can
-  sustain; a live run at a given rate is `--live-rate R --live-seconds S` (reports Kafka lag
-  per batch).
-freshness: the job runs live (trigger 1 s); a background fleet sends events at --rate
-  events/s with eventTime = now; every ~0.5 s one broker re-registers with a bumped
-  dataVersion. The time from producing that registration to its dataVersion being in
-  broker_live_table (read with delta-rs) is measured; p50/p95 over --changes changes.
+  sustain.
+freshness: the job runs live (trigger 1 s); the simulated fleet sends its events when the wall
+  clock reaches their eventTime, with a fault per broker group every --fault-interval-ms on
+  average (a topic change re-registers with a bumped dataVersion). After a 20 s warm-up, the
+  time from producing a registration with a dataVersion not seen before for that broker to
+  that dataVersion being in broker_live_table (read with delta-rs) is measured; p50/p95 over
+  --changes changes.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.backfill_bench import HEARTBEATS_PER_PERIOD, PERIOD_MS, SEED, fleet_lines
 
-from bench.backfill_bench import HEARTBEAT_EVERY_MS, REGISTER_EVERY_MS, topic_table  # noqa: E402
-
-
-def fleet_lines(events: int, brokers: int, topics: int, start_ms: int) -> list[bytes]:
-    tables = {b: json.dumps(topic_table(b, topics, 1)) for b in range(brokers)}
-    out, steps = [], REGISTER_EVERY_MS // HEARTBEAT_EVERY_MS
-    cycle = 0
-    while len(out) < events:
-        for step in range(steps):
-            for b in range(brokers):
-                now = start_ms + cycle * REGISTER_EVERY_MS + step * HEARTBEAT_EVERY_MS + b
-                out.append(_event(b, now, topics, step == 0, tables[b]))
-        cycle += 1
-    return out[:events]
-
-
-def _event(b: int, now: int, topics: int, register: bool, table: str, counter: int = 1) -> bytes:
-    base = {
-        "eventType": "REGISTER" if register else "HEARTBEAT",
-        "eventTime": now,
-        "clusterName": "bench",
-        "brokerAddr": f"10.9.{b // 250}.{b % 250}:10911",
-        "brokerName": f"bench-{b:04d}",
-        "brokerId": 0,
-    }
-    if not register:
-        return json.dumps(base).encode()
-    base |= {
-        "haServerAddr": None,
-        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": counter},
-    }
-    return (json.dumps(base)[:-1] + ', "topicConfigTable": ' + table + "}").encode()
+WARM_UP_S = 20
 
 
 def _job_config(config, topic: str, work: Path, **kafka):
@@ -86,7 +56,7 @@ def throughput(args, config) -> None:
     kafka_local.start(config.kafka)
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     kafka_local.create_topic(config.kafka.bootstrap_servers, topic)
-    lines = fleet_lines(args.events, args.brokers, args.topics, 1_764_000_000_000)
+    lines = list(fleet_lines(args.events, args.brokers, args.topics))
     seconds = _produce(config.kafka.bootstrap_servers, topic, lines)
     size = sum(map(len, lines))
     print(
@@ -105,11 +75,21 @@ def throughput(args, config) -> None:
     )
 
 
+def _version_key(event: dict) -> tuple:
+    version = event["dataVersion"]
+    return (event["brokerAddr"], version["stateVersion"], version["timestamp"], version["counter"])
+
+
+def _row_key(row: dict) -> tuple:
+    version = row["data_version"]
+    return (row["broker_addr"], version["state_version"], version["timestamp"], version["counter"])
+
+
 def freshness(args, config) -> None:
     from deltalake import DeltaTable
 
     from routelake_dev import kafka_local
-    from routelake_dev.simulator import make_producer
+    from routelake_dev.simulator import EventEncoder, FleetSimulator, make_producer
     from routing_lib.stream_job import run_stream
 
     kafka_local.start(config.kafka)
@@ -126,10 +106,8 @@ def freshness(args, config) -> None:
     )
     job_thread.start()
     producer = make_producer(config.kafka.bootstrap_servers, acks=1, linger_ms=5)
-    brokers, tables = args.brokers, {}
-    counters = dict.fromkeys(range(args.brokers), 1)
-    sent_at: dict[tuple[int, int], float] = {}
-    seen_at: dict[tuple[int, int], float] = {}
+    sent_at: dict[tuple, float] = {}
+    seen_at: dict[tuple, float] = {}
     live_path = str(work / "warehouse" / "broker_live_table")
 
     def poll() -> None:
@@ -137,40 +115,43 @@ def freshness(args, config) -> None:
             try:
                 rows = (
                     DeltaTable(live_path)
-                    .to_pyarrow_table(columns=["broker_name", "data_version"])
+                    .to_pyarrow_table(columns=["broker_addr", "data_version"])
                     .to_pylist()
                 )
-            except Exception:  # noqa: BLE001 - not created yet
+            except Exception:  # the table is not created yet
                 rows = []
             now = time.monotonic()
-            for row in rows:
-                key = (int(row["broker_name"].split("-")[1]), row["data_version"]["counter"])
+            for key in map(_row_key, rows):
                 if key in sent_at and key not in seen_at:
                     seen_at[key] = now
             time.sleep(0.1)
 
     threading.Thread(target=poll, daemon=True).start()
-    for broker in range(brokers):  # everyone registers once, then heartbeats
-        tables[broker] = json.dumps(topic_table(broker, args.topics, 1))
-        producer.send(
-            topic, value=_event(broker, int(time.time() * 1000), args.topics, True, tables[broker])
-        )
-    interval = 1.0 / args.rate
-    next_change, b, changes = time.monotonic() + 20, 0, 0
+    wall_start_ms = int(time.time() * 1000)
+    fleet = FleetSimulator(
+        SEED,
+        args.brokers,
+        args.topics,
+        PERIOD_MS,
+        wall_start_ms,
+        heartbeats_per_period=HEARTBEATS_PER_PERIOD,
+        fault_interval_ms=args.fault_interval_ms,
+    )
+    encode, known, sent = EventEncoder(), set(), 0
     started = time.monotonic()
-    while len(seen_at) < args.changes and time.monotonic() - started < args.timeout:
-        now_ms = int(time.time() * 1000)
-        b = (b + 1) % brokers
-        if time.monotonic() >= next_change and changes < args.changes:
-            counters[b] += 1
-            line = _event(b, now_ms, args.topics, True, tables[b], counters[b])
-            sent_at[(b, counters[b])] = time.monotonic()
-            next_change += 0.5
-            changes += 1
-        else:
-            line = _event(b, now_ms, args.topics, False, tables[b])
-        producer.send(topic, value=line)
-        time.sleep(interval)
+    for event in fleet.events():
+        wait_s = (event["eventTime"] - wall_start_ms) / 1000 - (time.monotonic() - started)
+        if wait_s > 0:
+            time.sleep(wait_s)
+        elapsed = time.monotonic() - started
+        if len(seen_at) >= args.changes or elapsed >= args.timeout:
+            break
+        producer.send(topic, key=event["brokerName"].encode(), value=encode(event))
+        sent += 1
+        if event["eventType"] == "REGISTER" and _version_key(event) not in known:
+            known.add(_version_key(event))
+            if elapsed >= WARM_UP_S and len(sent_at) < args.changes:
+                sent_at[_version_key(event)] = time.monotonic()
     producer.close()
     stop.set()
     job_thread.join(120)
@@ -180,7 +161,8 @@ def freshness(args, config) -> None:
         return
     p95 = delays[min(len(delays) - 1, int(0.95 * len(delays)))]
     print(
-        f"freshness over {len(delays)} changes at {args.rate} events/s: "
+        f"freshness over {len(delays)} of {len(sent_at)} changes, "
+        f"{sent / (time.monotonic() - started):.0f} events/s: "
         f"p50 {statistics.median(delays):.1f} s, p95 {p95:.1f} s, max {delays[-1]:.1f} s "
         f"(watermarkDelay {config.routes.watermark_delay_ms / 1000:.0f} s, trigger 1 s, "
         f"history {'on' if config.routes.history else 'off'})"
@@ -199,7 +181,12 @@ def main() -> None:
     p.add_argument("--max-offsets", type=int, default=100_000)
     p = sub.add_parser("freshness")
     p.add_argument("--changes", type=int, default=120)
-    p.add_argument("--rate", type=float, default=200)
+    p.add_argument(
+        "--fault-interval-ms",
+        type=int,
+        default=20_000,
+        help="mean time between faults per broker group (topic changes are 6 in 20)",
+    )
     p.add_argument("--brokers", type=int, default=50)
     p.add_argument("--topics", type=int, default=100)
     p.add_argument("--timeout", type=float, default=600)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from schemas.route_event import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, MAX_EVENT_TIME_MS
+
 _GOOD = {
     "eventType": "REGISTER",
     "eventTime": 1764000000500,
@@ -244,3 +246,28 @@ BAD_RECORDS += [
         "eventTime",
     ),
 ]
+
+
+def extreme_register(low: bool) -> dict:
+    """A valid REGISTER with every integer field at its lowest or highest accepted value."""
+    int64 = INT64_MIN if low else INT64_MAX
+    return {
+        "eventType": "REGISTER",
+        "eventTime": 1 if low else MAX_EVENT_TIME_MS,
+        "clusterName": "Edge",
+        "brokerAddr": "10.9.0.1:10911",
+        "brokerName": "edge",
+        "brokerId": 0 if low else INT64_MAX,
+        "haServerAddr": None,
+        "heartbeatTimeoutMillis": 1 if low else INT64_MAX,
+        "dataVersion": {"stateVersion": int64, "timestamp": int64, "counter": int64},
+        "topicConfigTable": {
+            "Edge": {
+                "topicName": "Edge",
+                "readQueueNums": 0 if low else 65535,
+                "writeQueueNums": 0 if low else 65535,
+                "perm": 0 if low else 7,
+                "topicSysFlag": INT32_MIN if low else INT32_MAX,
+            }
+        },
+    }

@@ -68,3 +68,31 @@ def topic(kafka_bootstrap: str) -> Iterator[str]:
         admin.delete_topics([name])
     finally:
         admin.close()
+
+
+@pytest.fixture
+def job(config, kafka_bootstrap, topic, tmp_path):
+    """job(**kafka_overrides) runs `routectl run --available-now` in-process; returns the dump."""
+    from routing_lib.core.dump import project
+    from routing_lib.read.warehouse import load_snapshot
+    from routing_lib.stream_job import run_stream
+
+    warehouse, checkpoint = tmp_path / "warehouse", tmp_path / "checkpoint"
+    job_config = config.with_overrides(
+        "paths", warehouse=str(warehouse), checkpoint=str(checkpoint)
+    )
+
+    def run(**kafka) -> dict:
+        cfg = job_config.with_overrides(
+            "kafka", topic=topic, bootstrap_servers=kafka_bootstrap, **kafka
+        )
+        run_stream(cfg, available_now=True, install_signal_handlers=False)
+        return project(load_snapshot(warehouse).dump())
+
+    run.warehouse, run.checkpoint, run.topic, run.bootstrap = (
+        warehouse,
+        checkpoint,
+        topic,
+        kafka_bootstrap,
+    )
+    return run

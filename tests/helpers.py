@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 
+from routelake_dev.simulator import generate_history, with_admin_events
 from routing_lib.core.dump import project
 from routing_lib.core.replay import default_watermark, replay_dump
 from schemas import parse_event
@@ -54,3 +56,19 @@ def set_mtimes(paths: list[Path], order) -> None:
     """Give paths[order[0]] the oldest modification time, and so on."""
     for rank, index in enumerate(order):
         os.utime(paths[index], (1_700_000_000 + rank, 1_700_000_000 + rank))
+
+
+def admin_history(seed: int) -> list[str]:
+    """A random simulated fleet with operators' events interleaved, as JSON lines."""
+    rng = random.Random(seed)
+    history = generate_history(
+        seed,
+        brokers=rng.randint(3, 7),
+        topics=rng.randint(2, 6),
+        duration_ms=rng.randint(10, 25) * 60_000,
+        period_ms=30_000,
+        start_ms=1_764_000_000_000,
+        disorder_ms=rng.randint(0, 6000),
+        fault_interval_ms=120_000,
+    )
+    return [json.dumps(e) for e in with_admin_events(history, seed, every=rng.randint(5, 20))]

@@ -3,32 +3,15 @@ through the streaming model (admin log, fan-out, wake-ups), equal the sequential
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
 
-from routelake_dev.simulator import generate_history, with_admin_events
 from routing_lib.core.dump import project
 from routing_lib.core.replay import default_watermark, replay_dump
 from schemas import parse_event
-from tests.helpers import DELAY_MS
+from tests.helpers import DELAY_MS, admin_history
 from tests.stream_model import run_model_in_batches
-
-
-def admin_history(seed: int) -> list[str]:
-    rng = random.Random(seed)
-    history = generate_history(
-        seed,
-        brokers=rng.randint(3, 7),
-        topics=rng.randint(2, 6),
-        duration_ms=rng.randint(10, 25) * 60_000,
-        period_ms=30_000,
-        start_ms=1_764_000_000_000,
-        disorder_ms=rng.randint(0, 6000),
-        fault_interval_ms=120_000,
-    )
-    return [json.dumps(e) for e in with_admin_events(history, seed, every=rng.randint(5, 20))]
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -16,8 +16,8 @@ from routing_lib.lookup.processor import NAMESRV_VERSION, ResponseCode
 from routing_lib.lookup.refresher import Served, SnapshotHolder
 from routing_lib.lookup.remoting import RemotingCommand
 from schemas import parse_event
+from tests.lookup_support import kv_index
 from tests.rocketmq_support import CollectorThread, call, events, records
-from tests.test_kv_lookup import build
 
 
 def now_ms() -> int:
@@ -72,7 +72,7 @@ REQUESTS = [
 def test_each_admin_request_is_published_then_answered(kafka_bootstrap, topic):
     thread = CollectorThread(kafka_bootstrap, topic)
     holder = SnapshotHolder()
-    holder.current = Served.of(build())  # fixture 16: broker-a holds 3 topics
+    holder.current = Served.of(kv_index())  # fixture 16: broker-a holds 3 topics
     thread.collector.holder = holder
     with thread as collector:
         for n, (request, kind, fields, ext) in enumerate(REQUESTS, start=1):

@@ -15,36 +15,29 @@ from deltalake import write_deltalake
 
 from routing_lib.cli import main
 from routing_lib.core.admin import ADMIN_EVENTS, ADMIN_EVENTS_DDL, admin_row
-from routing_lib.core.replay import default_watermark, fleet_rows, replay
 from routing_lib.core.tables import KV_CONFIG
 from routing_lib.lookup import jsonbody
 from routing_lib.lookup.metrics import Metrics
 from routing_lib.lookup.processor import NAMESRV_VERSION, ResponseCode, answer
 from routing_lib.lookup.refresher import Served, SnapshotHolder
 from routing_lib.lookup.remoting import RemotingCommand
-from routing_lib.lookup.routes import RouteIndex
-from routing_lib.read.warehouse import RouteSnapshot, load_snapshot, table_versions
-from schemas import parse_event
+from routing_lib.read.warehouse import load_snapshot, table_versions
 from schemas.route_event import TickEvent
-from tests.test_lookup_service import (
+from tests.lookup_support import (
+    KV_EVENTS,
+    KV_FIXTURE,
+    KV_TABLES,
+    KV_WATERMARK,
     AppClient,
     RemotingClient,
     ServerThread,
     Warehouse,
     arrow_schema,
+    kv_index,
     wait_until,
 )
 
-FIXTURE = Path(__file__).parent / "golden" / "16_kv_config_admin"
-EXPECTED = json.loads((FIXTURE / "expected.json").read_text())
-LINES = (FIXTURE / "events.jsonl").read_text().splitlines()
-EVENTS = [parse_event(line) for line in LINES]
-WATERMARK = default_watermark(EVENTS, 10_000)
-TABLES = fleet_rows(replay(EVENTS, WATERMARK).values())
-
-
-def build(order: bool = False) -> RouteIndex:
-    return RouteIndex(RouteSnapshot(TABLES, {}, WATERMARK), order_message_enable=order)
+EXPECTED = json.loads((KV_FIXTURE / "expected.json").read_text())
 
 
 def request(code: int, **ext: str) -> RemotingCommand:
@@ -53,12 +46,12 @@ def request(code: int, **ext: str) -> RemotingCommand:
 
 def test_replay_has_the_kv_table_of_expected_json():
     # The fixture's state is what the index serves: guards the test data itself.
-    assert build().kv == EXPECTED["kvConfigTable"]
+    assert kv_index().kv == EXPECTED["kvConfigTable"]
     assert EXPECTED["kvConfigTable"]["gone"] == {}  # an emptied namespace stays
 
 
 def test_get_kv_config():
-    index = build()
+    index = kv_index()
     ok = answer(index, request(101, namespace="team", key="pager"))
     assert (ok.code, ok.ext_fields, ok.opaque) == (0, {"value": "+1-555-0100"}, 5)
     for ns, key in (("team", "owner"), ("gone", "k"), ("never", "k"), ("nope", "x")):
@@ -70,7 +63,7 @@ def test_get_kv_config():
 
 
 def test_get_kvlist_by_namespace():
-    index = build()
+    index = kv_index()
     team = answer(index, request(219, namespace="team"))
     assert team.code == 0 and team.body == b'{"table":{"pager":"+1-555-0100"}}'
     gone = answer(index, request(219, namespace="gone"))  # emptied: an empty KVTable
@@ -82,7 +75,7 @@ def test_get_kvlist_by_namespace():
 
 
 def test_order_topic_conf_only_with_order_message_enable():
-    off, on = build(), build(order=True)
+    off, on = kv_index(), kv_index(order=True)
     assert "orderTopicConf" not in off.route("Orders")
     assert on.route("Orders")["orderTopicConf"] == "broker-a:4"  # the latest PUT_KV
     assert "orderTopicConf" not in on.route("TBW102")  # no ORDER_TOPIC_CONFIG value
@@ -102,10 +95,10 @@ def test_http_kv_in_process():
     holder = SnapshotHolder()
     client = AppClient(create_app_for(holder))
     assert client.get("/kv/team/pager").status_code == 503
-    holder.current = Served.of(build())
+    holder.current = Served.of(kv_index())
     got = client.get("/kv/team/pager")
     assert got.status_code == 200 and got.json()["data"] == {"value": "+1-555-0100"}
-    assert got.json()["watermark"] == WATERMARK
+    assert got.json()["watermark"] == KV_WATERMARK
     missing = client.get("/kv/team/owner")
     assert missing.status_code == 404
     assert missing.json()["error"] == {
@@ -129,7 +122,7 @@ def create_app_for(holder: SnapshotHolder):
 def write_admin_events(root: Path) -> None:
     rows = [
         admin_row(e, ("16.jsonl", i), "2025-11-24")
-        for i, e in enumerate(EVENTS)
+        for i, e in enumerate(KV_EVENTS)
         if not isinstance(e, TickEvent)
         and e.eventType not in ("REGISTER", "HEARTBEAT", "UNREGISTER")
     ]
@@ -139,7 +132,7 @@ def write_admin_events(root: Path) -> None:
 
 
 def test_served_end_to_end(tmp_path):
-    Warehouse(tmp_path).publish(0, WATERMARK, TABLES)
+    Warehouse(tmp_path).publish(0, KV_WATERMARK, KV_TABLES)
     assert load_snapshot(tmp_path).dump()["kvConfigTable"] == EXPECTED["kvConfigTable"]
     with ServerThread(tmp_path, order_message_enable=True) as server:
         service = server.service
@@ -162,8 +155,8 @@ def test_served_end_to_end(tmp_path):
 
 
 def test_older_warehouse_without_kv_and_admin_tables(tmp_path, capsys):
-    older = {t: rows for t, rows in TABLES.items() if t != KV_CONFIG}
-    Warehouse(tmp_path).publish(0, WATERMARK, older)
+    older = {t: rows for t, rows in KV_TABLES.items() if t != KV_CONFIG}
+    Warehouse(tmp_path).publish(0, KV_WATERMARK, older)
     assert KV_CONFIG not in table_versions(tmp_path)
     snapshot = load_snapshot(tmp_path)
     assert snapshot.tables[KV_CONFIG] == [] and "kvConfigTable" not in snapshot.dump()
@@ -174,7 +167,7 @@ def test_older_warehouse_without_kv_and_admin_tables(tmp_path, capsys):
         assert client.call(101, namespace="team", key="pager").code == 22
         assert client.call(105, topic="Orders").code == 0
         # The KV table appears (a newer job): a new snapshot is served with it.
-        Warehouse(tmp_path).publish(1, WATERMARK, {KV_CONFIG: TABLES[KV_CONFIG]})
+        Warehouse(tmp_path).publish(1, KV_WATERMARK, {KV_CONFIG: KV_TABLES[KV_CONFIG]})
         wait_until(lambda: client.call(101, namespace="team", key="pager").code == 0)
         client.close()
         http.close()
@@ -183,7 +176,7 @@ def test_older_warehouse_without_kv_and_admin_tables(tmp_path, capsys):
 
 
 def test_routectl_kv_and_history_admin(tmp_path, capsys):
-    Warehouse(tmp_path).publish(0, WATERMARK, TABLES)
+    Warehouse(tmp_path).publish(0, KV_WATERMARK, KV_TABLES)
     write_admin_events(tmp_path)
     wh = ["--warehouse", str(tmp_path)]
     assert main(["kv", "get", "team", "pager", *wh]) == 0
@@ -220,5 +213,5 @@ def test_routectl_kv_and_history_admin(tmp_path, capsys):
 
 @pytest.mark.parametrize("bad", [["kv", "get", "team"], ["kv", "list", "team", "extra"]])
 def test_routectl_kv_usage(tmp_path, bad, capsys):
-    Warehouse(tmp_path).publish(0, WATERMARK, TABLES)
+    Warehouse(tmp_path).publish(0, KV_WATERMARK, KV_TABLES)
     assert main([*bad, "--warehouse", str(tmp_path)]) == 2

@@ -13,39 +13,12 @@ import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from routing_lib.core.replay import default_watermark, fleet_rows, replay
-from routing_lib.core.tables import ROUTE_TABLES
 from routing_lib.lookup import mqadmin
 from routing_lib.lookup.routes import RouteIndex
-from schemas import parse_event
-from tests.test_lookup_service import ServerThread, Warehouse, wait_until
-
-FIXTURE = Path(__file__).parent / "golden" / "20_random_fleet_seed101"
-PRIVATE_V4 = re.compile(r"\b10\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\b")
-
-
-def to_loopback(value: Any) -> Any:
-    """Every 10.a.b.c in a row (addresses, HA and filter servers) becomes 127.a.b.c."""
-    if isinstance(value, str):
-        return PRIVATE_V4.sub(r"127.\1.\2.\3", value)
-    if isinstance(value, dict):
-        return {k: to_loopback(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [to_loopback(v) for v in value]
-    return value
-
-
-def fixture_tables(fixture: Path = FIXTURE) -> tuple[dict[str, list[dict]], int]:
-    """The route tables at the fixture's final watermark (pure replay), on loopback."""
-    events = [parse_event(line) for line in (fixture / "events.jsonl").read_text().splitlines()]
-    until = default_watermark(events, 10_000)
-    rows = fleet_rows(replay(events, until).values())
-    return {t: to_loopback(rows[t]) for t in ROUTE_TABLES}, until
+from tests.lookup_support import ServerThread, Warehouse, fixture_tables, wait_until
 
 
 @pytest.fixture(scope="module")

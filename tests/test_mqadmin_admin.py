@@ -12,9 +12,8 @@ import pytest
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
 from routing_lib.lookup import mqadmin
+from tests.lookup_support import KV_TABLES, KV_WATERMARK, ServerThread, Warehouse, wait_until
 from tests.rocketmq_support import events
-from tests.test_kv_lookup import TABLES, WATERMARK
-from tests.test_lookup_service import ServerThread, Warehouse, wait_until
 
 
 @pytest.fixture
@@ -27,7 +26,7 @@ def tools():
 
 
 def test_mqadmin_admin_commands(tools, tmp_path, kafka_bootstrap, topic):
-    Warehouse(tmp_path / "wh").publish(0, WATERMARK, TABLES)
+    Warehouse(tmp_path / "wh").publish(0, KV_WATERMARK, KV_TABLES)
     collector = Collector(
         KafkaPublisher(kafka_bootstrap, topic),
         collector_id="mqadmin-test",

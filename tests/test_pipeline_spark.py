@@ -141,7 +141,7 @@ def test_integers_at_their_bounds_reach_the_tables(backfill, tmp_path):
     from routing_lib.core.dump import project
     from routing_lib.core.replay import replay_dump
     from schemas import parse_event
-    from tests.test_poison_records import extreme_register
+    from tests.bad_records import extreme_register
 
     high = extreme_register(low=False)
     records = [

@@ -28,36 +28,11 @@ from schemas.route_event import (
     INT64_MIN,
     MAX_EVENT_TIME_MS,
 )
-from tests.bad_records import INTEGER_RANGE_RECORDS
+from tests.bad_records import INTEGER_RANGE_RECORDS, extreme_register
 from tests.helpers import fixture_lines
 from tests.step_support import group_state, run_step
 
 _RANGES = {"BIGINT": (INT64_MIN, INT64_MAX), "INT": (INT32_MIN, INT32_MAX)}
-
-
-def extreme_register(low: bool) -> dict:
-    """A valid REGISTER with every integer field at its lowest or highest accepted value."""
-    int64 = INT64_MIN if low else INT64_MAX
-    return {
-        "eventType": "REGISTER",
-        "eventTime": 1 if low else MAX_EVENT_TIME_MS,
-        "clusterName": "Edge",
-        "brokerAddr": "10.9.0.1:10911",
-        "brokerName": "edge",
-        "brokerId": 0 if low else INT64_MAX,
-        "haServerAddr": None,
-        "heartbeatTimeoutMillis": 1 if low else INT64_MAX,
-        "dataVersion": {"stateVersion": int64, "timestamp": int64, "counter": int64},
-        "topicConfigTable": {
-            "Edge": {
-                "topicName": "Edge",
-                "readQueueNums": 0 if low else 65535,
-                "writeQueueNums": 0 if low else 65535,
-                "perm": 0 if low else 7,
-                "topicSysFlag": INT32_MIN if low else INT32_MAX,
-            }
-        },
-    }
 
 
 def _column_types(ddl: str) -> dict[str, str]:

@@ -12,9 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 
-from routelake_dev.simulator import make_producer
 from routing_lib.core.dump import project
 from routing_lib.core.tables import (
     DEAD_LETTER,
@@ -25,62 +23,10 @@ from routing_lib.core.tables import (
 )
 from routing_lib.read.warehouse import load_snapshot
 from tests.helpers import FIXTURES, GOLDEN, expected_dump, fixture_lines
+from tests.kafka_support import lines_of, produce, rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def produce(
-    bootstrap: str, topic: str, values: list[bytes], keys: list[bytes | None] | None = None
-) -> None:
-    producer = make_producer(bootstrap)
-    try:
-        for i, value in enumerate(values):
-            producer.send(topic, key=keys[i] if keys else _key(value), value=value)
-        producer.flush()
-    finally:
-        producer.close()
-
-
-def _key(value: bytes) -> bytes | None:
-    try:
-        return json.loads(value)["brokerName"].encode()
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-@pytest.fixture
-def job(config, kafka_bootstrap, topic, tmp_path):
-    """job(**kafka_overrides) runs `routectl run --available-now` in-process; returns the dump."""
-    from routing_lib.stream_job import run_stream
-
-    warehouse, checkpoint = tmp_path / "warehouse", tmp_path / "checkpoint"
-    job_config = config.with_overrides(
-        "paths", warehouse=str(warehouse), checkpoint=str(checkpoint)
-    )
-
-    def run(**kafka) -> dict:
-        cfg = job_config.with_overrides(
-            "kafka", topic=topic, bootstrap_servers=kafka_bootstrap, **kafka
-        )
-        run_stream(cfg, available_now=True, install_signal_handlers=False)
-        return project(load_snapshot(warehouse).dump())
-
-    run.warehouse, run.checkpoint, run.topic, run.bootstrap = (
-        warehouse,
-        checkpoint,
-        topic,
-        kafka_bootstrap,
-    )
-    return run
-
-
-def rows(warehouse: Path, table: str) -> list[dict]:
-    return DeltaTable(str(warehouse / table)).to_pyarrow_table().to_pylist()
-
-
-def lines_of(name: str) -> list[bytes]:
-    return [line.encode() for line in fixture_lines(name)]
 
 
 @pytest.mark.parametrize("name", FIXTURES)

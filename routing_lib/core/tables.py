@@ -227,3 +227,17 @@ SIDE_TABLE_DDL: dict[str, str] = {
     "applied BIGINT, late BIGINT, dead_lettered BIGINT, expired BIGINT, "
     "changes BIGINT, committed_at_ms BIGINT",
 }
+
+
+def ddl_columns(ddl: str) -> list[str]:
+    """The top-level items of a DDL string ("name TYPE" columns, or "name: TYPE" struct
+    members); commas inside STRUCT<...> / ARRAY<...> do not split."""
+    items, depth, current = [], 0, ""
+    for ch in ddl:
+        depth += (ch == "<") - (ch == ">")
+        if ch == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    return [*items, current.strip()]
