@@ -291,6 +291,20 @@ def test_dockerfile_copies_existing_files_and_provides_the_job_files():
     assert set(match.group(1).split()) == set(jobs.JOBS)
 
 
+def test_spark_class_paths_hold_the_image_jars():
+    """spark-submit starts the driver JVM before the session builder adds spark.jars: the
+    Delta / Kafka / S3A jars the image holds must be on both class paths from the start."""
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    jars_dir = re.search(r"ROUTELAKE_SPARK_JARS_DIR=(\S+)", dockerfile).group(1)
+    s3_dir = re.search(r"COPY \.jars/s3/ (\S+)", dockerfile).group(1).rstrip("/")
+    assert str(PurePosixPath(jars_dir).parent / "s3") == s3_dir  # where routelake looks for S3A
+    (app,) = resources("SparkApplication")
+    conf = app["spec"]["sparkConf"]
+    for role in ("driver", "executor"):
+        entries = conf[f"spark.{role}.extraClassPath"].split(":")
+        assert f"{jars_dir}/*" in entries and f"{s3_dir}/*" in entries, role
+
+
 @pytest.mark.parametrize("job", jobs.JOBS)
 def test_job_path_names_the_entry_file(job, capsys):
     from routing_lib.cli import main
