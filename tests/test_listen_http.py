@@ -1,6 +1,7 @@
 """What the deployment manifests rely on (issue 10.4), on real processes: `routectl collect` with
 [collector] http_port serves /healthz, /readyz (200 only while Kafka acknowledges its TICKs)
-and /metrics; [serve] host decides which address the listeners bind (a pod needs 0.0.0.0)."""
+and /metrics; [serve] host decides which address the listeners bind (a pod needs 0.0.0.0): the
+collector's, the lookup's and the job's /metrics server."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ COLLECT_PORT, COLLECT_HTTP = 29805, 29806
 AWAY_PORT, AWAY_HTTP = 29808, 29809
 NO_KAFKA = 29807  # nothing listens here
 LOOKUP_PORT, LOOKUP_HTTP = 29810, 29811
+JOB_METRICS = 29812
 # Linux routes all of 127/8 to loopback: a socket bound to 127.0.0.1 refuses 127.0.0.2,
 # one bound to 0.0.0.0 accepts it.
 OTHER_LOCAL_ADDRESS = "127.0.0.2"
@@ -139,3 +141,16 @@ def test_lookup_binds_serve_host(tmp_path):
         # No snapshot yet: alive but not ready (the lookup Deployment's readiness probe).
         assert get(OTHER_LOCAL_ADDRESS, LOOKUP_HTTP, "/readyz")[0] == 503
         socket.create_connection((OTHER_LOCAL_ADDRESS, LOOKUP_PORT), timeout=2).close()
+
+
+def test_job_metrics_bind_the_given_host():
+    from routing_lib.metrics import JobMetrics, serve_metrics
+
+    for host, other_reachable in (("127.0.0.1", False), ("0.0.0.0", True)):
+        server = serve_metrics(JobMetrics(), JOB_METRICS, host)
+        try:
+            assert get("127.0.0.1", JOB_METRICS, "/metrics")[0] == 200
+            assert refused(OTHER_LOCAL_ADDRESS, JOB_METRICS) is not other_reachable
+        finally:
+            server.shutdown()
+            server.server_close()
