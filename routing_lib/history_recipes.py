@@ -25,6 +25,7 @@ import pandas as pd
 import pyarrow as pa
 
 from routing_lib.core.admin import ADMIN_EVENTS
+from routing_lib.core.group_routes import PERM_WRITE
 from routing_lib.core.history import (
     BROKER_LIVENESS_EVENTS,
     BROKER_MEMBERSHIP_HISTORY,
@@ -233,8 +234,6 @@ WHERE valid_from >= :start AND valid_from < :end
   AND (previous_perm & 2) <> 0 AND (perm & 2) = 0
 ORDER BY lost_at, topic, broker_name
 """
-
-PERM_WRITE = 2  # RocketMQ PermName.PERM_WRITE
 
 
 def write_perm_lost(history: History, start: int, end: int) -> pd.DataFrame:

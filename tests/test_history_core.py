@@ -38,7 +38,7 @@ from routing_lib.core.history import (
     merge_history_batch,
 )
 from routing_lib.core.replay import default_watermark, replay_dump
-from routing_lib.core.tables import RoutesSnapshot, Row
+from routing_lib.core.tables import RoutesSnapshot, Row, ddl_columns
 from schemas import DeleteTopicEvent, TickEvent, parse_event
 from tests.helpers import DELAY_MS, FIXTURES, fixture_lines
 
@@ -185,7 +185,7 @@ def assert_well_formed(rows: Rows) -> None:
 
 def assert_columns_match_ddl(rows: Rows) -> None:
     for table, table_rows in rows.items():
-        columns = [c.split()[0] for c in HISTORY_TABLE_DDL[table].split(", ")]
+        columns = [c.split()[0] for c in ddl_columns(HISTORY_TABLE_DDL[table])]
         for r in table_rows:
             assert sorted(r) == sorted(columns), table
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from routing_lib.core.group_routes import MASTER_ID
 from routing_lib.lookup.refresher import SnapshotHolder
 from routing_lib.lookup.routes import RouteIndex
 from schemas.route_event import DEFAULT_HEARTBEAT_TIMEOUT_MILLIS
-
-MASTER_ID = 0
 
 
 class BrokerView(Protocol):

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from routing_lib.core.dump import canonical_dump, kv_config_table
+from routing_lib.core.group_routes import MASTER_ID, PERM_WRITE
 from routing_lib.core.tables import (
     BROKER_ADDR,
     CLUSTER_ADDR,
@@ -29,8 +30,6 @@ from routing_lib.lookup import jsonbody
 from routing_lib.lookup.topics import SYNC_BROKER_MEMBER_GROUP_PREFIX, is_system_topic
 from routing_lib.read.warehouse import RouteSnapshot
 
-MASTER_ID = 0
-PERM_WRITE = 0x2
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG
 
 JsonObj = dict[str, Any]

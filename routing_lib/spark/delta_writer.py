@@ -34,6 +34,7 @@ from routing_lib.core.tables import (
     SIDE_TABLE_DDL,
     TABLE_DDL,
     TABLE_KEYS,
+    ddl_columns,
 )
 
 log = logging.getLogger("routelake.writer")
@@ -241,14 +242,5 @@ def _sum_stats(stats_json) -> dict[str, int]:
 
 
 def column_names(ddl: str) -> list[str]:
-    """Top-level column names of a DDL string (commas inside STRUCT<...> do not split)."""
-    columns, depth, current = [], 0, ""
-    for ch in ddl:
-        depth += ch == "<"
-        depth -= ch == ">"
-        if ch == "," and depth == 0:
-            columns.append(current.strip())
-            current = ""
-        else:
-            current += ch
-    return [c.split()[0] for c in columns + [current.strip()]]
+    """Top-level column names of a DDL string."""
+    return [c.split()[0] for c in ddl_columns(ddl)]
