@@ -312,20 +312,33 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
     that the current state machine never produces. start_event / end_event name the
     transition kind, start_broker_addr / end_broker_addr the broker that caused it."""
     out = TransitionHistory()
-    # Only a REGISTER adds or rewrites routes; UNREGISTER and EXPIRE remove or wipe perms.
-    by_register = t.kind == REGISTER
+    _topic_routes(name, t, out)
+    _broker_membership(name, t, out)
+    _cluster_membership(name, t, out)
+    out.liveness = _liveness(name, t)
+    return out
 
+
+def _topic_reason(t: Transition, topic: str, other_side: Mapping, absent: str) -> str:
+    """Why a topic route interval ends or starts: `other_side` is the topics after (for an
+    end) or before (for a start) the transition, `absent` the reason when it is not there."""
+    admin_reason = _ADMIN_REASONS.get(t.kind)
+    if admin_reason:
+        return admin_reason
+    if topic in other_side:
+        # Only a REGISTER adds or rewrites routes; UNREGISTER and EXPIRE remove or wipe perms.
+        return "CONFIG_CHANGED" if t.kind == REGISTER else "PERM_WIPED"
+    return absent
+
+
+def _topic_routes(name: str, t: Transition, out: TransitionHistory) -> None:
     # Raw maps: unchanged values are the same objects, so the common no-op compares fast.
     old_topics, new_topics = t.before.topics, t.after.topics
     ended, started = _changed(old_topics, new_topics)
-    admin_reason = _ADMIN_REASONS.get(t.kind)
+    # a registration drops a topic only with deleteTopicWithBrokerRegistration
+    gone = "TOPIC_DELETED" if t.kind == REGISTER else "GROUP_REMOVED"
     for topic in ended:
-        if admin_reason:
-            reason = admin_reason
-        elif topic in new_topics:
-            reason = "CONFIG_CHANGED" if by_register else "PERM_WIPED"
-        else:  # a registration drops it only with deleteTopicWithBrokerRegistration
-            reason = "TOPIC_DELETED" if by_register else "GROUP_REMOVED"
+        reason = _topic_reason(t, topic, new_topics, gone)
         out.ends.append(
             IntervalEnd(
                 TOPIC_ROUTE_HISTORY, (topic, name), _end_columns(TOPIC_ROUTE_HISTORY, reason, t)
@@ -333,12 +346,7 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
         )
     for topic in started:
         q = new_topics[topic]
-        if admin_reason:
-            reason = admin_reason
-        elif topic in old_topics:
-            reason = "CONFIG_CHANGED" if by_register else "PERM_WIPED"
-        else:
-            reason = "TOPIC_ADDED"
+        reason = _topic_reason(t, topic, old_topics, "TOPIC_ADDED")
         row = {
             "topic": topic,
             "broker_name": name,
@@ -354,6 +362,20 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
         }
         out.starts.append(IntervalStart(TOPIC_ROUTE_HISTORY, (topic, name), row))
 
+
+def _membership_end_reason(t: Transition, broker_id: int, addr: str, new_ids: dict) -> str:
+    if t.kind == EXPIRE:
+        return EXPIRED
+    if t.kind == UNREGISTER:
+        return UNREGISTERED if addr == t.broker[1] else "REMOVED"
+    if addr == t.broker[1]:
+        return "ROLE_SWITCH"  # the same address registered under another id
+    if new_ids.get(broker_id, addr) != addr:
+        return "REPLACED"  # another address took the id
+    return "REMOVED"
+
+
+def _broker_membership(name: str, t: Transition, out: TransitionHistory) -> None:
     old_members, new_members = _members(name, t.before), _members(name, t.after)
     ended, started = _changed(old_members, new_members)
     new_ids = {k[2]: k[3] for k in new_members}
@@ -361,16 +383,7 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
     old_addr_of_id = {k[2]: k[3] for k in old_members}
     for key in ended:
         _, _, broker_id, addr = key
-        if t.kind == EXPIRE:
-            reason = EXPIRED
-        elif t.kind == UNREGISTER:
-            reason = UNREGISTERED if addr == t.broker[1] else "REMOVED"
-        elif addr == t.broker[1]:
-            reason = "ROLE_SWITCH"  # the same address registered under another id
-        elif new_ids.get(broker_id, addr) != addr:
-            reason = "REPLACED"  # another address took the id
-        else:
-            reason = "REMOVED"
+        reason = _membership_end_reason(t, broker_id, addr, new_ids)
         out.ends.append(
             IntervalEnd(
                 BROKER_MEMBERSHIP_HISTORY,
@@ -401,9 +414,11 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
         }
         out.starts.append(IntervalStart(BROKER_MEMBERSHIP_HISTORY, key, row))
 
+
+def _cluster_membership(name: str, t: Transition, out: TransitionHistory) -> None:
     ended, started = _changed(_clusters(name, t.before), _clusters(name, t.after))
     for key in ended:
-        reason = "REMOVED" if by_register else "GROUP_REMOVED"
+        reason = "REMOVED" if t.kind == REGISTER else "GROUP_REMOVED"
         out.ends.append(
             IntervalEnd(
                 CLUSTER_MEMBERSHIP_HISTORY, key, _end_columns(CLUSTER_MEMBERSHIP_HISTORY, reason, t)
@@ -420,9 +435,6 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
             "end_broker_addr": None,
         }
         out.starts.append(IntervalStart(CLUSTER_MEMBERSHIP_HISTORY, key, row))
-
-    out.liveness = _liveness(name, t)
-    return out
 
 
 def _liveness(name: str, t: Transition) -> list[Row]:

@@ -118,9 +118,16 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
         title="routelake lookup", docs_url=None, redoc_url=None, openapi_url="/openapi.json"
     )
     app.add_middleware(_ObserveHttp, metrics=metrics)
-
     # Handlers are `async def`: they run on the event loop, never in a thread, and read
-    # holder.current exactly once.
+    # holder.current exactly once. Registration order is matching order.
+    _add_route_api(app, holder)
+    _add_kv_api(app, holder)
+    _add_health_api(app, holder, metrics)
+    return app
+
+
+def _add_route_api(app: FastAPI, holder: SnapshotHolder) -> None:
+    """Topic routes, topic lists, cluster info, live brokers."""
 
     @app.get("/topics/{topic}/route")
     async def topic_route(topic: str) -> Response:
@@ -135,21 +142,13 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
             return _error(served, 404, ResponseCode.TOPIC_NOT_EXIST, no_route_remark(topic))
         return _envelope(served, 200, "data", body.standard)
 
-    def serve_body(path: str, body_of: Callable[[RouteIndex], Body]) -> None:
-        """A GET answered with one of the index's pre-encoded bodies."""
-
-        async def handler() -> Response:
-            served = holder.current
-            if served is None:
-                return _not_ready()
-            return _envelope(served, 200, "data", body_of(served.index).standard)
-
-        app.add_api_route(path, handler, methods=["GET"], name=path)
-
-    serve_body("/topics", lambda index: index.topic_list_body)
-    serve_body("/topics/system", lambda index: index.system_topics_body)
-    serve_body("/clusters", lambda index: index.cluster_info_body)
-    serve_body("/brokers/live", lambda index: index.live_brokers_body)
+    for path, body_of in (
+        ("/topics", lambda index: index.topic_list_body),
+        ("/topics/system", lambda index: index.system_topics_body),
+        ("/clusters", lambda index: index.cluster_info_body),
+        ("/brokers/live", lambda index: index.live_brokers_body),
+    ):
+        _serve_body(app, holder, path, body_of)
 
     @app.get("/clusters/{cluster}/topics")
     async def cluster_topics(cluster: str) -> Response:
@@ -159,6 +158,24 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
         if cluster not in served.index.cluster_topics:
             return _error(served, 404, ResponseCode.SYSTEM_ERROR, f"no cluster {clip(cluster)}")
         return _envelope(served, 200, "data", served.index.topics_by_cluster_body(cluster).standard)
+
+
+def _serve_body(
+    app: FastAPI, holder: SnapshotHolder, path: str, body_of: Callable[[RouteIndex], Body]
+) -> None:
+    """A GET answered with one of the index's pre-encoded bodies."""
+
+    async def handler() -> Response:
+        served = holder.current
+        if served is None:
+            return _not_ready()
+        return _envelope(served, 200, "data", body_of(served.index).standard)
+
+    app.add_api_route(path, handler, methods=["GET"], name=path)
+
+
+def _add_kv_api(app: FastAPI, holder: SnapshotHolder) -> None:
+    """The KV config (namespace, key) -> value."""
 
     @app.get("/kv/{namespace}/{key}")
     async def kv_value(namespace: str, key: str) -> Response:
@@ -183,6 +200,10 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
         if body is None:
             return _error(served, 404, ResponseCode.QUERY_NOT_FOUND, no_kv_remark(clip(namespace)))
         return _envelope(served, 200, "data", body.standard)
+
+
+def _add_health_api(app: FastAPI, holder: SnapshotHolder, metrics: Metrics) -> None:
+    """Liveness, readiness (a fresh enough watermark) and Prometheus metrics."""
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -211,8 +232,6 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
             served.index if served else None, served.loaded_at if served else None
         )
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    return app
 
 
 class _Uvicorn(uvicorn.Server):
