@@ -281,6 +281,11 @@ def test_dockerfile_copies_existing_files_and_provides_the_job_files():
             assert (REPO / source).exists(), f"Dockerfile copies missing {source}"
             assert source.rstrip("/") in allowed, f"{source} is excluded by the dockerignore"
     assert "FROM python:3.11" in dockerfile and "openjdk-17-jre" in dockerfile
+    # The wheel stage gets every package the wheel is built from (pyproject's package list).
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    for package in {pattern.rstrip("*").rstrip(".") for pattern in include}:
+        assert f"COPY {package} {package}" in dockerfile, f"the image's wheel lacks {package}"
     (app,) = resources("SparkApplication")
     main = PurePosixPath(app["spec"]["mainApplicationFile"].removeprefix("local://"))
     # The Dockerfile links /opt/routelake/jobs/<job>.py to `routectl job-path <job>`.
