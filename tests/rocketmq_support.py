@@ -4,12 +4,19 @@ against real Kafka, talk to it as a broker, read back what Kafka holds; run brok
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import json
+import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,6 +141,64 @@ def records(bootstrap: str, topic: str, partition: int = 0) -> list[Any]:
 def events(bootstrap: str, topic: str, *, ticks: bool = False) -> list[dict[str, Any]]:
     out = [json.loads(r.value) for r in records(bootstrap, topic)]
     return out if ticks else [e for e in out if e["eventType"] != "TICK"]
+
+
+# -- several mqadmin commands in one JVM --
+
+MQADMIN_BATCH = Path(__file__).parent / "java" / "MQAdminBatch.java"
+_BATCH_HEADER = re.compile(rb"@@MQADMIN-BATCH (\d+) (\d+) (\d+)\n")
+
+
+@functools.cache
+def _batch_classes() -> Path:
+    """MQAdminBatch compiled once per test session (javac: ~1.5 s of CPU)."""
+    out = Path(tempfile.mkdtemp(prefix="mqadmin-batch-"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    classpath = str(mqadmin.jars_dir() / "*")
+    subprocess.run(
+        ["javac", "-nowarn", "-cp", classpath, "-d", str(out), str(MQADMIN_BATCH)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return out
+
+
+def run_mqadmin_batch(
+    commands: Sequence[Sequence[str]], *, namesrv: str, home: Path, timeout: float = 90.0
+) -> list[mqadmin.MQAdminResult]:
+    """Run `commands` (each: mqadmin's arguments without -n) concurrently in one JVM
+    (tests/java/MQAdminBatch.java), one result each: the JVM start-up and the client's ~3 s
+    shutdown wait are paid once."""
+    args: list[str] = []
+    for i, command in enumerate(commands):
+        args += [*(["--next"] if i else []), *command, "-n", namesrv]
+    home.mkdir(parents=True, exist_ok=True)
+    argv = mqadmin.java_command("MQAdminBatch", args, home=home, jvm_opts=mqadmin.MQADMIN_JVM_OPTS)
+    cp = argv.index("-cp") + 1
+    argv[cp] += os.pathsep + str(_batch_classes())
+    proc = subprocess.run(
+        argv,
+        capture_output=True,
+        timeout=timeout,
+        env=mqadmin.java_env(home),
+        cwd=home,
+        stdin=subprocess.DEVNULL,
+    )
+    out, results, at = proc.stdout, [], 0
+    while match := _BATCH_HEADER.search(out, at):
+        n_out, n_err = int(match.group(2)), int(match.group(3))
+        start = match.end()
+        text, err = out[start : start + n_out], out[start + n_out : start + n_out + n_err]
+        command = commands[int(match.group(1))]
+        results.append(
+            mqadmin.MQAdminResult(
+                tuple(command), proc.returncode, text.decode(errors="replace"), err.decode()
+            )
+        )
+        at = start + n_out + n_err
+    assert len(results) == len(commands), (proc.returncode, proc.stdout[-2000:], proc.stderr)
+    return results
 
 
 # -- real RocketMQ JVMs (../shared/notes/real-rocketmq-broker.md) --

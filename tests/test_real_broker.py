@@ -18,13 +18,16 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from routelake_dev import kafka_local
+from routing_lib.history_recipes import load_frames, write_perm_changes
 from routing_lib.lookup import mqadmin
 from routing_lib.lookup.remoting import FrameDecoder, RemotingCommand, encode
 from tests.rocketmq_support import (
@@ -34,6 +37,8 @@ from tests.rocketmq_support import (
     events,
     namesrv,
     port_open,
+    records,
+    run_mqadmin_batch,
     wait_for,
 )
 
@@ -318,6 +323,186 @@ def test_send_and_consume_through_routelake(stack):
     # -c: ConsumeMessageCommand spends one of its count on each empty queue it passes
     consumed = admin(stack, "consumeMessage", "-t", "RL_T1", "-g", "rl_group", "-c", "100")
     assert "hello-routelake" in consumed.stdout
+
+
+# -- operators' mqadmin commands against routelake (issue 14) --
+#
+# Several commands per JVM (tests/java/MQAdminBatch.java); each phase waits for the job to apply
+# what the previous one sent. The allow-list refusal (NO_PERMISSION, nothing published) is in
+# tests/test_collector_admin.py: every client here is on loopback, which the default allows.
+
+DEL_TOPIC, KV_NS, ORDER_NS = "RL_DEL", "rl_team", "ORDER_TOPIC_CONFIG"
+WRITE_PERM_KINDS = ("WIPE_WRITE_PERM", "ADD_WRITE_PERM")
+
+
+def admin_batch(stack: Stack, *commands: tuple[str, ...]) -> list[mqadmin.MQAdminResult]:
+    return run_mqadmin_batch(
+        commands, namesrv=f"127.0.0.1:{ROUTELAKE}", home=stack.root / "mqadmin-batch"
+    )
+
+
+def ok(result: mqadmin.MQAdminResult) -> str:
+    assert result.error is None, f"{result.argv}: {result.error}\n{result.stderr[-2000:]}"
+    return result.stdout
+
+
+def kv(namespace: str, key: str) -> str | None:
+    """GET_KV_CONFIG through routelake: the value, None for QUERY_NOT_FOUND."""
+    answer = ask(ROUTELAKE, 101, namespace=namespace, key=key)
+    if answer.code == 22:
+        return None
+    assert answer.code == 0, answer.remark
+    return answer.ext_fields["value"]
+
+
+def broker_perms(port: int) -> dict[str, int]:
+    """topic -> perm of broker NAME's queue data, for every topic the name server lists."""
+    answer = ask(port, 206)
+    assert answer.code == 0, answer.remark
+    perms = {}
+    for topic in json.loads(answer.body)["topicList"]:
+        r = route(port, topic)
+        perms.update(
+            (topic, q["perm"]) for q in (r or {}).get("queueDatas", ()) if q["brokerName"] == NAME
+        )
+    return perms
+
+
+def served_watermark() -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{HTTP}/clusters", timeout=10) as answer:
+        return json.loads(answer.read())["watermark"]
+
+
+def kafka_records(stack: Stack, kind: str) -> list:
+    return [r for r in records(stack.bootstrap, TOPIC) if json.loads(r.value)["eventType"] == kind]
+
+
+def test_mqadmin_operator_commands_through_routelake(stack):
+    """Four phases, each a batch of mqadmin commands sent to routelake, then read back through
+    routelake once the job applied them: create a topic + KV puts; deleteTopic + KV reads and
+    deletes; wipeWritePerm (sent as soon as the broker's next registration is in Kafka: event
+    time orders them) + reads; addWritePerm. Then the audit recipe over the job's tables."""
+    started = time.monotonic()
+    namesrv = f"127.0.0.1:{ROUTELAKE}"
+    results = admin_batch(
+        stack,
+        ("updateTopic", "-b", BROKER_ADDR, "-t", DEL_TOPIC, "-r", "2", "-w", "2"),
+        ("updateKvConfig", "-s", KV_NS, "-k", "owner", "-v", "alice"),
+        ("updateKvConfig", "-s", KV_NS, "-k", "pager", "-v", "555"),
+        ("updateOrderConf", "-m", "put", "-t", "RL_T1", "-v", f"{NAME}:8"),
+    )
+    for result in results:
+        ok(result)
+    wait_for(
+        lambda: (
+            route(ROUTELAKE, DEL_TOPIC) is not None
+            and kv(KV_NS, "owner") == "alice"
+            and kv(ORDER_NS, "RL_T1") == f"{NAME}:8"
+        ),
+        ROUTE_WAIT_S,
+        "the new topic and the KV puts applied",
+        step=0.5,
+    )
+    assert kv(KV_NS, "pager") == "555"
+
+    # deleteTopic: on the broker (the masters of the cluster, as routelake lists them), then
+    # DELETE_TOPIC_IN_NAMESRV to the -n name servers: routelake only.
+    delete, get_order, delete_kv, delete_order = admin_batch(
+        stack,
+        ("deleteTopic", "-c", CLUSTER, "-t", DEL_TOPIC),
+        ("updateOrderConf", "-m", "get", "-t", "RL_T1"),
+        ("deleteKvConfig", "-s", KV_NS, "-k", "owner"),
+        ("updateOrderConf", "-m", "delete", "-t", "RL_T1"),
+    )
+    assert f"delete topic [{DEL_TOPIC}] from NameServer success." in ok(delete)
+    assert f"topic=[RL_T1], orderConf=[{NAME}:8]" in ok(get_order)
+    for result in (delete_kv, delete_order):
+        ok(result)
+    [deleted] = [json.loads(r.value) for r in kafka_records(stack, "DELETE_TOPIC")]
+    assert (deleted["topic"], deleted["clusterName"]) == (DEL_TOPIC, CLUSTER)
+    assert deleted["requestedBy"].startswith("127.0.0.1:")
+    wait_for(
+        lambda: (
+            route(ROUTELAKE, DEL_TOPIC) is None
+            and kv(KV_NS, "owner") is None
+            and kv(ORDER_NS, "RL_T1") is None
+        ),
+        ROUTE_WAIT_S,
+        "DELETE_TOPIC and the KV deletes applied",
+        step=0.5,
+    )
+    assert kv(KV_NS, "pager") == "555"
+    before = broker_perms(ROUTELAKE)
+    writable = sorted(topic for topic, perm in before.items() if perm & 2)
+    assert "RL_T1" in writable and DEL_TOPIC not in before, before
+
+    # The broker's next registration: a new dataVersion, without the topic. A wipe before it
+    # would be undone by it (the broker's own perms come back), so the wipe waits for it.
+    def next_register() -> dict | None:
+        later = [
+            e
+            for e in (json.loads(r.value) for r in kafka_records(stack, "REGISTER"))
+            if e["brokerAddr"] == BROKER_ADDR and e["eventTime"] > deleted["eventTime"]
+        ]
+        return later[0] if later else None
+
+    wait_for(lambda: next_register() is not None, 30, "the broker's next registration", step=1)
+    register = next_register()
+    assert DEL_TOPIC not in register["topicConfigTable"]
+
+    wipe, route_gone, order_gone = admin_batch(
+        stack,
+        ("wipeWritePerm", "-b", NAME),
+        ("topicRoute", "-t", DEL_TOPIC),
+        ("updateOrderConf", "-m", "get", "-t", "RL_T1"),
+    )
+    # The count: topics of the broker group in the snapshot routelake served then.
+    assert f"wipe write perm of broker[{NAME}] in name server[{namesrv}] OK, {len(before)}" in ok(
+        wipe
+    )
+    assert route_gone.code == 17  # TOPIC_NOT_EXIST, for the real client too
+    assert order_gone.code == 22  # QUERY_NOT_FOUND
+    wiped = {topic: perm & ~2 for topic, perm in before.items()}
+    wait_for(lambda: broker_perms(ROUTELAKE) == wiped, ROUTE_WAIT_S, "write perm wiped", step=0.5)
+    # The registration is applied by now (event time before the wipe) and did not bring the
+    # deleted topic back. The Java NameServer, not asked to delete it, keeps its route: a
+    # registration never deletes topics (deleteTopicWithBrokerRegistration=false).
+    assert served_watermark() >= register["eventTime"]
+    assert route(ROUTELAKE, DEL_TOPIC) is None
+    assert route(NAMESRV, DEL_TOPIC) is not None
+
+    [add] = admin_batch(stack, ("addWritePerm", "-b", NAME))
+    assert f"add write perm of broker[{NAME}] in name server[{namesrv}] OK, {len(before)}" in ok(
+        add
+    )
+    # ADD sets RW (6): not the broker's own perms (7 for some), which a registration would give
+    restored = dict.fromkeys(before, 6)
+    wait_for(lambda: broker_perms(ROUTELAKE) == restored, ROUTE_WAIT_S, "perm added", step=0.5)
+    java = broker_perms(NAMESRV)
+    assert {t: p for t, p in java.items() if t != DEL_TOPIC} == before  # not asked
+    print(f"operators' commands through routelake: {time.monotonic() - started:.1f}s")
+
+    # The audit: who changed broker-rl's write permission, when (history recipe f), over the
+    # tables the job wrote (history rows are written before the progress row routelake serves).
+    [wipe_record], [add_record] = (kafka_records(stack, k) for k in WRITE_PERM_KINDS)
+    expected = [
+        (
+            event["eventTime"],
+            event["eventType"],
+            NAME,
+            event["requestedBy"],
+            len(changed),
+            ",".join(changed),
+            f"{TOPIC}-0",
+            record.offset,
+        )
+        for record, changed in ((wipe_record, writable), (add_record, sorted(before)))
+        for event in [json.loads(record.value)]
+    ]
+    assert all(row[3].startswith("127.0.0.1:") for row in expected)
+    got = write_perm_changes(load_frames(stack.root / "warehouse"), NAME)
+    rows = [tuple(None if pd.isna(v) else v for v in row) for row in got.astype(object).values]
+    assert rows == expected
 
 
 SOLO_PORT, SOLO_NAME, SOLO_CLUSTER = 29921, "broker-solo", "SoloCluster"
