@@ -49,6 +49,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, FILTER_SERVER, TOPIC_QUEUE
 from routing_lib.lookup import jsonbody, mqadmin
@@ -93,6 +94,13 @@ NAMESRV_JVM_OPTS = (
 OPAQUE_BASE = 1_000_000_000
 _JSON_OPAQUE = re.compile(rb'"opaque":(-?\d+)')
 _JSON_CODE = re.compile(rb'"code":(-?\d+)')
+
+
+def _header_int(pattern: re.Pattern[bytes], header: bytes) -> int:
+    match = pattern.search(header)
+    if match is None:
+        raise ValueError(f"no {pattern.pattern!r} in a response header: {header[:200]!r}")
+    return int(match.group(1))
 
 
 # -- processes: everything started is stopped --
@@ -408,7 +416,7 @@ def compare(java: Remoting, ours: Remoting, topics: list[str]) -> tuple[list[str
         diffs.append(f"ClusterInfo: java {infos[0]} ours {infos[1]}")
     # Topic lists (HashSet orders in Java: compared as sets; the system list's brokerAddr is
     # any one broker's address on both sides).
-    requests = [("all topics (206)", GET_ALL_TOPIC_LIST, {})]
+    requests: list[tuple[str, int, dict[str, str]]] = [("all topics (206)", GET_ALL_TOPIC_LIST, {})]
     requests += [
         (f"topics of {c} (224)", GET_TOPICS_BY_CLUSTER, {"cluster": c})
         for c in sorted(infos[0]["clusterAddrTable"])
@@ -417,7 +425,7 @@ def compare(java: Remoting, ours: Remoting, topics: list[str]) -> tuple[list[str
     addrs = {a for b in infos[0]["brokerAddrTable"].values() for a in b["brokerAddrs"].values()}
     for what, code, ext in requests:
         answers = [c.call(code, ext) for c in (java, ours)]
-        lists = [
+        lists: list[dict[str, Any]] = [
             jsonbody.parse_legacy(a.body) if a.code == 0 else {"code": a.code} for a in answers
         ]
         got = [
@@ -525,8 +533,8 @@ async def remoting_connection(
                 code = struct.unpack_from(">h", header, 0)[0]
                 got = struct.unpack_from(">i", header, 5)[0]
             else:
-                code = int(_JSON_CODE.search(header).group(1))
-                got = int(_JSON_OPAQUE.search(header).group(1))
+                code = _header_int(_JSON_CODE, header)
+                got = _header_int(_JSON_OPAQUE, header)
             sent_at = pending.pop(got)
             if m0 <= now <= m1:
                 tally.count += 1
@@ -645,7 +653,7 @@ def measure(
             workers.append((proc, parent_end))
         m0 = start_at + args.warmup
         time.sleep(max(0.0, m0 - time.monotonic()))
-        pids = [server_pid] + [p.pid for p, _ in workers]
+        pids = [server_pid, *(p.pid for p, _ in workers if p.pid is not None)]  # all started
         cpu0 = [cpu_seconds(pid) for pid in pids] + [machine_busy_seconds()]
         everyone0 = all_processes_cpu()
         time.sleep(max(0.0, m0 + args.duration - time.monotonic()))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from routing_lib.jobs import run  # noqa: E402
+from routing_lib.jobs import run
 
 if __name__ == "__main__":
     run("backfill")

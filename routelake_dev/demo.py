@@ -25,7 +25,7 @@ DEMO_DIR = ".work/demo"
 
 def _spawn(args: list[str], log: Path) -> subprocess.Popen:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    out = open(log, "wb")  # noqa: SIM115 - lives as long as the child
+    out = open(log, "wb")  # lives as long as the child
     return subprocess.Popen(
         [sys.executable, "-m", "routing_lib.cli", *args],
         stdout=out,

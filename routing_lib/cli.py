@@ -225,7 +225,7 @@ def _history(args: argparse.Namespace, config: Config) -> int:
     if not args.name:
         raise UsageError(f"history {args.what} needs a NAME")
     if args.what == "topic":
-        result = history.topic_history(warehouse, args.name, getattr(args, "from"), args.to)
+        result: object = history.topic_history(warehouse, args.name, getattr(args, "from"), args.to)
     else:
         result = history.broker_history(warehouse, args.name)
     print(json.dumps(result, indent=1, default=str))

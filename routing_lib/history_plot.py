@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import matplotlib.dates as mdates
+from matplotlib.artist import Artist
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -98,9 +99,9 @@ def plot_history(
     groups: dict[str, list[int]] = {}
     for (name, _), y in y_of.items():
         groups.setdefault(name, []).append(y)
-    for i, ys in enumerate(groups.values()):
+    for i, group_ys in enumerate(groups.values()):
         if i % 2:
-            ax.axhspan(min(ys) - 0.5, max(ys) + 0.5, color="#f2f2f2", zorder=0)
+            ax.axhspan(min(group_ys) - 0.5, max(group_ys) + 0.5, color="#f2f2f2", zorder=0)
 
     for row in members:
         y = y_of[(row["broker_name"], row["broker_addr"])]
@@ -149,7 +150,7 @@ def plot_history(
         f"Broker membership and liveness from {day} UTC (open intervals up to the watermark)",
         fontsize=11,
     )
-    handles = [
+    handles: list[Artist] = [
         Patch(color=MASTER_COLOUR, label="member as master (id 0)"),
         Patch(color=SLAVE_COLOUR, label="member as slave (id > 0)"),
     ]

@@ -21,6 +21,7 @@ See docs/housekeeping.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,15 +102,16 @@ def housekeep_table(
         report.files_after = len(table.file_uris())
         # delta-rs lists every expired tombstone, also files an earlier VACUUM already
         # deleted (they stay in the log until log cleanup): report the ones still on disk.
-        options = {
-            "retention_hours": vacuum_hours,
-            "full": not lite,
-            "enforce_retention_duration": not disable_retention_check,
-        }
-        expired = table.vacuum(dry_run=True, **options)
+        vacuum = functools.partial(
+            table.vacuum,
+            retention_hours=vacuum_hours,
+            full=not lite,
+            enforce_retention_duration=not disable_retention_check,
+        )
+        expired = vacuum(dry_run=True)
         report.vacuumed = [f for f in expired if (path / f.removeprefix("file://")).exists()]
         if report.vacuumed and not dry_run:
-            table.vacuum(dry_run=False, **options)
+            vacuum(dry_run=False)
     except Exception as exc:  # one table's failure must not stop the others
         report.error = f"{type(exc).__name__}: {exc}"
     return report

@@ -66,7 +66,7 @@ def serve_metrics(metrics: JobMetrics, port: int, host: str = "127.0.0.1") -> Th
     """GET /metrics on host:port ([serve] host), in a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:  # http.server's name
             if self.path != "/metrics":
                 self.send_error(404)
                 return

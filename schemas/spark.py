@@ -28,7 +28,7 @@ def _spark_type(annotation: object) -> T.DataType:
         return T.MapType(_spark_type(args[0]), _spark_type(args[1]))
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return model_struct(annotation)
-    return _SCALARS[annotation]  # type: ignore[index]
+    return _SCALARS[annotation]  # type: ignore[index]  # a scalar type by now (KeyError if not)
 
 
 def model_struct(*models: type[BaseModel]) -> T.StructType:

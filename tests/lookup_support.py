@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pyarrow as pa
@@ -224,14 +224,19 @@ class Warehouse:
         self.root = root
         self.ddl = {**TABLE_DDL, PROGRESS: SIDE_TABLE_DDL[PROGRESS]}
 
-    def write(self, table: str, rows: list[dict], batch: int, mode: str = "overwrite") -> None:
+    def write(
+        self,
+        table: str,
+        rows: list[dict],
+        batch: int,
+        mode: Literal["overwrite", "append"] = "overwrite",
+    ) -> None:
         data = pa.Table.from_pylist(rows, schema=arrow_schema(self.ddl[table]))
-        write_deltalake(
-            self.root / table,
-            data,
-            mode=mode,
-            commit_properties=CommitProperties(app_transactions=[Transaction(APP_ID, batch)]),
-        )
+        commit = CommitProperties(app_transactions=[Transaction(APP_ID, batch)])
+        if mode == "append":  # two calls: write_deltalake's overloads split on the mode
+            write_deltalake(self.root / table, data, mode="append", commit_properties=commit)
+        else:
+            write_deltalake(self.root / table, data, mode="overwrite", commit_properties=commit)
 
     def progress(self, batch: int, watermark: int) -> None:
         self.write(PROGRESS, [{"batch_id": batch, "watermark": watermark}], batch, mode="append")

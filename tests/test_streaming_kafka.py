@@ -145,7 +145,7 @@ def _wait_for_batches(job, count: int, timeout_s: float = 120) -> None:
         try:
             if len(rows(job.warehouse, PROGRESS)) >= count:
                 return
-        except Exception:  # noqa: BLE001 - the table does not exist yet
+        except Exception:  # the table does not exist yet
             pass
         time.sleep(0.5)
     raise AssertionError(f"the job did not publish {count} batches in {timeout_s} s")

@@ -63,11 +63,11 @@ def compressed_body(
     parts = [_dumps(dict(data_version))]
     out = [_INT.pack(len(parts[0])), parts[0], _INT.pack(len(topics))]
     for config in topics.values():
-        text = " ".join(
+        fields = " ".join(
             str(config[k]) for k in ("topicName", "readQueueNums", "writeQueueNums", "perm")
         )
-        text = f"{text} {config.get('topicFilterType', 'SINGLE_TAG')} {{}}".encode()
-        out += [_INT.pack(len(text)), text]
+        line = f"{fields} {config.get('topicFilterType', 'SINGLE_TAG')} {{}}".encode()
+        out += [_INT.pack(len(line)), line]
     servers = _dumps(list(filter_servers))
     out += [_INT.pack(len(servers)), servers, _INT.pack(0)]  # no static-topic mappings
     return zlib.compress(b"".join(out), 9)

@@ -116,6 +116,7 @@ def identity(request: RemotingCommand) -> BrokerIdentity:
     else:
         name, addr, cluster = (_string(ext, f) for f in ("brokerName", "brokerAddr", "clusterName"))
     broker_id = _number(ext, "brokerId", INT64, required=True)
+    # _string and a required _number raise instead of returning None
     return BrokerIdentity(cluster, addr, name, broker_id)  # type: ignore[arg-type]
 
 
@@ -137,6 +138,7 @@ def register_header(request: RemotingCommand) -> RegisterHeader:
     )
     broker_id = _number(ext, "brokerId", INT64, required=True)
     return RegisterHeader(
+        # _string and a required _number raise instead of returning None
         broker=BrokerIdentity(cluster, addr, name, broker_id),  # type: ignore[arg-type]
         ha_server_addr=ha,  # type: ignore[arg-type]
         heartbeat_timeout_millis=_number(ext, "heartbeatTimeoutMillis", INT64),

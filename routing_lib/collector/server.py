@@ -11,6 +11,7 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI, Response
 
+from routing_lib.collector.admin import LOOPBACK_ONLY
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
 from routing_lib.lookup.limits import Limits, Rejections
@@ -97,7 +98,7 @@ class CollectorServer:
         holder = SnapshotHolder() if warehouse else None
         self.holder = holder
         self._http: uvicorn.Server | None = None
-        if warehouse:
+        if warehouse and holder is not None:
             self.refresher = Refresher(warehouse, holder, self.metrics)
         collector.attach(holder, self.metrics)
         self._stop = asyncio.Event()
@@ -166,7 +167,7 @@ def collect(
         publisher,
         collector_id=collector_id or default_collector_id(port),
         tick_interval_ms=tick_interval_ms,
-        **({} if admin_allow is None else {"admin_allow": admin_allow}),
+        admin_allow=LOOPBACK_ONLY if admin_allow is None else admin_allow,
     )
     asyncio.run(
         serve_until_signal(

@@ -18,12 +18,13 @@ one): the change itself is applied later, by the job, so the count is not the jo
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from routing_lib.collector.admin import (
     ADMIN_CODES,
@@ -57,7 +58,13 @@ from routing_lib.lookup.refresher import SnapshotHolder
 from routing_lib.lookup.remoting import RemotingCommand
 
 log = logging.getLogger("routelake.collector")
-_ACKED = object()  # _not_acknowledged: Kafka acknowledged the event
+
+
+class _Acked(enum.Enum):
+    ACKED = enum.auto()
+
+
+_ACKED: Final = _Acked.ACKED  # _not_acknowledged: Kafka acknowledged the event
 Reply = RemotingCommand | None
 
 
@@ -223,7 +230,7 @@ class Collector:
 
     async def _not_acknowledged(
         self, ack: asyncio.Future, request: RemotingCommand, kind: str, who: object
-    ) -> object:
+    ) -> Reply | Literal[_Acked.ACKED]:
         """Wait for Kafka: _ACKED (and counted), or the error reply to send instead."""
         try:
             await ack

@@ -56,7 +56,7 @@ def admin_row(event: Event, arrival: Arrival, event_date: str) -> dict[str, Any]
         "namespace": getattr(event, "namespace", None),
         "key": getattr(event, "key", None),
         "value": getattr(event, "value", None),
-        "requested_by": event.requestedBy,
+        "requested_by": getattr(event, "requestedBy", None),
         "source": arrival[0],
         "position": arrival[1],
         "event_date": event_date,

@@ -138,7 +138,9 @@ class Transition:
     time: int  # eventTime; for EXPIRE deadline + 1, the first T whose State(T) shows it
     before: RoutesSnapshot
     after: RoutesSnapshot
-    broker: BrokerKey  # the event's (cluster, addr); for EXPIRE the one the cascade blames
+    # the event's (cluster, addr), an administrative event's ('', None); for EXPIRE the one
+    # the cascade blames
+    broker: tuple[str, str | None]
     broker_id: int | None = None  # the event's brokerId
     expired: tuple[tuple[BrokerKey, int], ...] = ()  # EXPIRE: (broker, deadline), in order
     detected_at: int | None = None  # EXPIRE: the clock reading (batch-dependent: not stored)
@@ -176,7 +178,7 @@ def iter_transitions(
     clock.watermark = watermark
 
 
-def _cause(event) -> tuple[BrokerKey, int | None]:
+def _cause(event) -> tuple[tuple[str, str | None], int | None]:
     """The broker an event names; an administrative event names none ("" address)."""
     return (
         (getattr(event, "clusterName", None) or "", getattr(event, "brokerAddr", None)),

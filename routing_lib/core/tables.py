@@ -194,6 +194,7 @@ def rows_of(routes: GroupRoutes) -> dict[str, list[Row]]:
     """All rows of one group (the reference replay and tests use this)."""
     tables: dict[str, list[Row]] = {t: [] for t in ROUTE_TABLES}
     for change in diff(routes.broker_name, EMPTY, RoutesSnapshot.of(routes)):
+        # a diff from EMPTY only adds rows: every change carries one
         tables[change.table].append(change.row)  # type: ignore[arg-type]
     return tables
 

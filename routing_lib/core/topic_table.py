@@ -71,13 +71,13 @@ class TopicTable(Mapping[str, "QueueData"]):
         return topic in self._table()
 
     # Mapping's mixins would go through __getitem__ once per topic: use the dict's own views.
-    def items(self):  # type: ignore[override]
+    def items(self):
         return self._table().items()
 
-    def values(self):  # type: ignore[override]
+    def values(self):
         return self._table().values()
 
-    def get(self, topic: str, default=None):  # type: ignore[override]
+    def get(self, topic: str, default=None):
         return self._table().get(topic, default)
 
     def __eq__(self, other: object) -> bool:
@@ -87,7 +87,7 @@ class TopicTable(Mapping[str, "QueueData"]):
             return True
         return Mapping.__eq__(self, other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable, like the dict it stands for
 
     def blob(self) -> str:
         """The encoded form: the blob this table was decoded from, if it never changed."""

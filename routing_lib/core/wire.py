@@ -112,7 +112,7 @@ def event_json(event: Event) -> str:
     return json.dumps(record, separators=(",", ":"))
 
 
-def _as_dict(config: object) -> dict:
+def _as_dict(config: TopicRow | BaseModel) -> dict:
     return config._asdict() if isinstance(config, TopicRow) else config.model_dump()
 
 
@@ -134,7 +134,7 @@ def pack_event(event: Event) -> str:
                 c.get("topicSysFlag", 0),
                 c.get("order"),
             ]
-            for c in table.values()
+            for c in event.topicConfigTable.values()
         ]
     else:
         rows = [

@@ -62,6 +62,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     # -- connection --
 
+    # asyncio declares BaseTransport; the event loop hands a stream protocol a Transport
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.limits.max_connections:

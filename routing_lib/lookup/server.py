@@ -24,7 +24,7 @@ import uvicorn
 try:
     import uvloop
 except ImportError:  # optional: the service works on the default loop too
-    uvloop = None
+    uvloop = None  # type: ignore[assignment]  # the module or None, checked before use
 from fastapi import FastAPI, Response
 
 from routing_lib.config import load_config
@@ -256,7 +256,8 @@ def http_server(
         http=guarded_protocol(limits, rejections),
         ws="none",
         server_header=False,
-        timeout_keep_alive=limits.http_keepalive_timeout_s,
+        # uvicorn declares an int but hands it to loop.call_later: fractions work
+        timeout_keep_alive=limits.http_keepalive_timeout_s,  # type: ignore[arg-type]
     )
     return _Uvicorn(config), sock
 
@@ -306,12 +307,12 @@ class LookupService:
         self.port = port
         self.http_port = http_port
         self.poll_interval_s = poll_interval_s
-        overrides = {
-            k: v
-            for k, v in (("max_frame_bytes", max_frame_bytes), ("idle_timeout_s", idle_timeout_s))
-            if v is not None
-        }
-        self.limits = replace(limits or Limits(), **overrides)
+        limits = limits or Limits()
+        if max_frame_bytes is not None:
+            limits = replace(limits, max_frame_bytes=max_frame_bytes)
+        if idle_timeout_s is not None:
+            limits = replace(limits, idle_timeout_s=idle_timeout_s)
+        self.limits = limits
         self.metrics = Metrics(max_watermark_age_s=max_watermark_age_s)
         self.rejections = Rejections(self.metrics, log)
         self.holder = SnapshotHolder()

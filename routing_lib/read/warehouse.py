@@ -69,7 +69,8 @@ def table_versions(warehouse: str | Path) -> dict[str, int]:
 
 
 def load_snapshot(warehouse: str | Path) -> RouteSnapshot:
-    tables, versions = {}, {}
+    tables: dict[str, list[Row]] = {}
+    versions: dict[str, int] = {}
     for table in ROUTE_TABLES:
         delta = _open(warehouse, table)
         if delta is None:

@@ -12,6 +12,7 @@ before batch M's tasks start.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 from pathlib import Path
 
 from deltalake import DeltaTable
@@ -78,7 +79,8 @@ def fan_out_deletes(items: list[Classified], warehouse: str | None) -> list[Clas
     copies = []
     for item in items:
         if item.group_key == ADMIN_KEY and item.payload is not None:
-            topic = unpack_event(item.payload).topic
+            # the admin group's only events are DELETE_TOPICs (core.admin.group_key)
+            topic = cast(DeleteTopicEvent, unpack_event(item.payload)).topic
             copies += [replace(item, group_key=name) for name in holders(warehouse, topic)]
     return items + copies
 

@@ -15,10 +15,10 @@ class ProgressListener(StreamingQueryListener):
     def __init__(self, metrics: JobMetrics):
         self.metrics = metrics
 
-    def onQueryStarted(self, event) -> None:  # noqa: N802 (Spark's names)
+    def onQueryStarted(self, event) -> None:  # Spark's names
         log.info("query started: %s", event.id)
 
-    def onQueryProgress(self, event) -> None:  # noqa: N802
+    def onQueryProgress(self, event) -> None:
         progress = event.progress
         state_rows = sum(op.numRowsTotal for op in progress.stateOperators)
         self.metrics.set("routelake_state_rows", state_rows)
@@ -37,8 +37,8 @@ class ProgressListener(StreamingQueryListener):
             lag,
         )
 
-    def onQueryIdle(self, event) -> None:  # noqa: N802
+    def onQueryIdle(self, event) -> None:
         pass
 
-    def onQueryTerminated(self, event) -> None:  # noqa: N802
+    def onQueryTerminated(self, event) -> None:
         log.info("query terminated: %s %s", event.id, event.exception or "")

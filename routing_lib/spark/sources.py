@@ -7,7 +7,7 @@ Archives are read with the binaryFile source so that every line keeps its file a
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -42,7 +42,7 @@ def _local_path(uri: str) -> str:
 
 
 def _classify_archives(
-    frames: Iterator[pd.DataFrame], warehouse: str | None = None
+    frames: Iterable[pd.DataFrame], warehouse: str | None = None
 ) -> Iterator[pd.DataFrame]:
     for pdf in frames:
         for uri, content in zip(pdf["path"], pdf["content"], strict=True):
