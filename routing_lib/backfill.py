@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from routing_lib import storage
 from routing_lib.config import Config
 from routing_lib.core.group_routes import RouteFlags
 from routing_lib.spark.pipeline import JobSettings, start_query
@@ -13,7 +14,12 @@ from routing_lib.spark.sources import CLOCK_FILE, archive_stream
 
 def default_checkpoint(warehouse: str) -> str:
     """Backfills keep their checkpoint in the warehouse: a re-run over the same input is a no-op."""
-    return str(Path(warehouse) / "_checkpoints" / "backfill")
+    return storage.join(warehouse, "_checkpoints", "backfill")
+
+
+def _spark_location(location: str) -> str:
+    """An absolute local path, or the s3a:// URI Spark writes to (docs/object-storage.md)."""
+    return storage.spark_uri(location if storage.is_remote(location) else Path(location).resolve())
 
 
 def run_backfill(
@@ -25,23 +31,22 @@ def run_backfill(
     max_files_per_trigger: int | None = None,
     spark=None,
 ) -> None:
-    missing = [p for p in inputs if not Path(p).exists()]
+    missing = [p for p in inputs if not storage.exists(p)]
     if missing:
         raise FileNotFoundError(f"input not found: {', '.join(missing)}")
     checkpoint = checkpoint or default_checkpoint(warehouse)
     spark = spark or build_spark(config, "routelake-backfill")
-    paths = [str(Path(p).resolve()) for p in inputs]
+    paths = [_spark_location(p) for p in inputs]
     delay = config.routes.watermark_delay_ms
     if as_of is not None:
         # One tick at as_of + delay carries Spark's watermark up to as_of even when the
         # archive ends earlier; groups never move their clocks past as_of.
-        tick_dir = Path(checkpoint) / "as-of" / str(as_of)
-        tick_dir.mkdir(parents=True, exist_ok=True)
-        (tick_dir / CLOCK_FILE).write_text(str(as_of + delay))
-        paths.append(str(tick_dir / CLOCK_FILE))
+        tick = storage.join(checkpoint, "as-of", str(as_of), CLOCK_FILE)
+        storage.write_text(tick, str(as_of + delay))
+        paths.append(tick)
     settings = JobSettings(
-        warehouse=str(Path(warehouse).resolve()),
-        checkpoint=str(Path(checkpoint).resolve()),
+        warehouse=_spark_location(warehouse),
+        checkpoint=_spark_location(checkpoint),
         watermark_delay_ms=delay,
         flags=RouteFlags(config.routes.delete_topic_with_broker_registration),
         history=config.routes.history,

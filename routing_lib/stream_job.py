@@ -7,7 +7,8 @@ import signal
 import threading
 from pathlib import Path
 
-from routing_lib.config import Config, project_path
+from routing_lib import storage
+from routing_lib.config import Config
 from routing_lib.core.group_routes import RouteFlags
 from routing_lib.metrics import JobMetrics, serve_metrics
 from routing_lib.spark.delta_writer import BatchReport
@@ -48,13 +49,15 @@ def run_stream(
         )
 
     settings = JobSettings(
-        warehouse=str(project_path(config.paths.warehouse)),
-        checkpoint=str(project_path(config.paths.checkpoint)),
+        # local paths from the project root, or s3a:// URIs (docs/object-storage.md)
+        warehouse=storage.spark_uri(storage.resolve(config.paths.warehouse)),
+        checkpoint=storage.spark_uri(storage.resolve(config.paths.checkpoint)),
         watermark_delay_ms=config.routes.watermark_delay_ms,
         flags=RouteFlags(config.routes.delete_topic_with_broker_registration),
         history=config.routes.history,
     )
-    Path(settings.checkpoint).parent.mkdir(parents=True, exist_ok=True)
+    if not storage.is_remote(settings.checkpoint):
+        Path(settings.checkpoint).parent.mkdir(parents=True, exist_ok=True)
     classified = kafka_stream(
         spark, config.kafka, config.routes.max_future_skew_ms, settings.warehouse
     )

@@ -9,7 +9,7 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 stamp=.venv/.routelake-setup
 want=$(cat pyproject.toml deploy/maven/pom.xml deploy/maven/rocketmq-tools/pom.xml | sha1sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d .jars/spark ] && [ -d .jars/kafka ] \
-   && [ -d .jars/rocketmq ]; then
+   && [ -d .jars/rocketmq ] && [ -d .jars/s3 ]; then
   echo "set-up is current (.venv, .jars)"; exit 0
 fi
 
@@ -31,6 +31,9 @@ for jar in .jars/spark/*.jar; do
   if compgen -G "$pyspark_jars/${stem}-[0-9]*" >/dev/null; then rm "$jar"; fi
 done
 fetch_jars kafka .jars/kafka
+# s3a:// for Spark (docs/object-storage.md): hadoop-aws + the AWS SDK bundle (~560 MB), on the
+# driver's class path (routing_lib/spark/session.py; opened lazily, no measurable start cost).
+fetch_jars s3 .jars/s3
 # RocketMQ's own Java client tools (mqadmin) and NameServer: tests and the lookup benchmark.
 scripts/fetch_rocketmq.sh
 echo "$want" > "$stamp"

@@ -16,7 +16,7 @@ from routing_lib.core.group_routes import (
     GroupRoutes,
 )
 from routing_lib.core.topic_table import TopicTable
-from routing_lib.core.wire import pack_event, unpack_event
+from routing_lib.core.wire import loads, unpack_event
 
 STATE_FORMAT = 2
 ClockState = tuple[str, str]  # (clock JSON, topics blob)
@@ -55,7 +55,9 @@ def encode_clock(clock: GroupClock) -> ClockState:
                 for (c, a), x in r.live.items()
             ],
             "filters": [[c, a, servers] for (c, a), servers in r.filter_servers.items()],
-            "pending": [[p.arrival[0], p.arrival[1], pack_event(p.event)] for p in clock.pending],
+            "pending": [
+                [p.arrival[0], p.arrival[1], p.packed, p.event_time] for p in clock.pending
+            ],
             **({"kv": r.kv} if r.kv else {}),
         },
         separators=(",", ":"),
@@ -64,7 +66,7 @@ def encode_clock(clock: GroupClock) -> ClockState:
 
 def decode_clock(state: ClockState) -> GroupClock:
     text, topics_blob = state
-    s = json.loads(text)
+    s = loads(text)
     if s.get("v") != STATE_FORMAT:
         raise ValueError(f"unknown group state format {s.get('v')!r}")
     broker = s["broker"]
@@ -83,8 +85,9 @@ def decode_clock(state: ClockState) -> GroupClock:
         kv=s.get("kv", {}),
     )
     pending = []
-    for source, position, text_event in s["pending"]:
-        event = unpack_event(text_event)
-        pending.append(PendingEvent(event.eventTime, (source, position), event))
+    for source, position, packed, *event_time in s["pending"]:
+        if not event_time:  # saved before the event time was stored beside the event
+            event_time = [unpack_event(packed).eventTime]
+        pending.append(PendingEvent(event_time[0], (source, position), packed=packed))
     # The list was saved in heap order, so it is still a heap.
     return GroupClock(routes=routes, pending=pending, watermark=s["watermark"])

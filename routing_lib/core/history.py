@@ -33,7 +33,6 @@ a small HistoryTracker (valid_from of every open interval, the liveness sequence
 
 from __future__ import annotations
 
-import heapq
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -158,19 +157,20 @@ def iter_transitions(
     advance = advance if advance is not None else Advance()
     routes = clock.routes
     snapshot = RoutesSnapshot.of(routes)
-    while clock.pending and clock.pending[0].event_time <= watermark:
-        item = heapq.heappop(clock.pending)
+    for item in clock.take_due(watermark):
         for transition in _expiries(routes, item.event_time, snapshot, advance):
             snapshot = transition.after
             yield transition
-        event = item.event
         if not apply_guarded(routes, item, flags, advance):
             # A failed event may have changed part of the tables: record what it left.
+            # (One that could not even be decoded changed nothing.)
             after = RoutesSnapshot.of(routes)
             if after != snapshot:
+                event = item.event
                 yield Transition(event.eventType, item.event_time, snapshot, after, *_cause(event))
             snapshot = after
             continue
+        event = item.event
         after = RoutesSnapshot.of(routes)
         yield Transition(event.eventType, item.event_time, snapshot, after, *_cause(event))
         snapshot = after
@@ -439,6 +439,17 @@ def _cluster_membership(name: str, t: Transition, out: TransitionHistory) -> Non
         out.starts.append(IntervalStart(CLUSTER_MEMBERSHIP_HISTORY, key, row))
 
 
+def _history_unchanged(before: RoutesSnapshot, after: RoutesSnapshot) -> bool:
+    """True when transition_history is certainly empty: it reads only the topics, the group's
+    addresses, its clusters and which brokers are live (a refreshed timestamp is no history)."""
+    return (
+        before.topics is after.topics
+        and before.live.keys() == after.live.keys()
+        and before.broker_data == after.broker_data
+        and before.clusters == after.clusters
+    )
+
+
 def _liveness(name: str, t: Transition) -> list[Row]:
     before, after = t.before.live, t.after.live
     if before.keys() == after.keys():
@@ -560,6 +571,8 @@ class HistoryTracker:
         return self.open_since[table]
 
     def record(self, transition: Transition) -> list[HistoryChange]:
+        if _history_unchanged(transition.before, transition.after):
+            return []  # most transitions: a heartbeat or an unchanged registration
         h = transition_history(self.broker_name, transition)
         t = transition.time
         out: list[HistoryChange] = []

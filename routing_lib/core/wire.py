@@ -15,10 +15,12 @@ separators cannot clash.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from typing import NamedTuple
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple
 
-from pydantic_core import to_json
+from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from schemas.route_event import (
     DEFAULT_PERM,
@@ -116,10 +118,24 @@ def _as_dict(config: TopicRow | BaseModel) -> dict:
     return config._asdict() if isinstance(config, TopicRow) else config.model_dump()
 
 
+_NO_TABLE = {"topicConfigTable"}
+
+
+def _head_json(event: Event) -> str:
+    """The event without its topic configs, as compact JSON (pydantic-core's serializer: an
+    order of magnitude faster than model_dump + json.dumps; same fields, same order)."""
+    try:
+        return event.__pydantic_serializer__.to_json(
+            event, exclude=_NO_TABLE, exclude_none=True
+        ).decode()
+    except PydanticSerializationError:  # e.g. a lone surrogate, which json.dumps escapes
+        return json.dumps(
+            event.model_dump(exclude=_NO_TABLE, exclude_none=True), separators=(",", ":")
+        )
+
+
 def pack_event(event: Event) -> str:
-    head = json.dumps(
-        event.model_dump(exclude={"topicConfigTable"}, exclude_none=True), separators=(",", ":")
-    )
+    head = _head_json(event)
     if not isinstance(event, RegisterEvent):
         return head
     table = event.topicConfigTable
@@ -145,11 +161,60 @@ def pack_event(event: Event) -> str:
     return f"{head}{RS}{US.join(table)}{RS}{to_json(rows).decode()}"
 
 
+def loads(text: str) -> Any:
+    """json.loads, 3-4x faster on small objects (pydantic-core's parser); text it refuses
+    (e.g. a lone surrogate escape, which json.dumps writes) goes to json.loads."""
+    try:
+        return from_json(text)
+    except ValueError:
+        return json.loads(text)
+
+
+_EVENT_TYPE = re.compile(r'"eventType":"([A-Z_]+)"')
+
+
+def packed_event_type(packed: str) -> str:
+    """The eventType of a packed event, without decoding it. Only the head can hold the
+    pattern: inside a JSON string value a quote is escaped."""
+    head_end = packed.find(RS)
+    match = _EVENT_TYPE.search(packed, 0, head_end if head_end >= 0 else len(packed))
+    if match is None:
+        raise ValueError("not a packed event: no eventType in its head")
+    return match.group(1)
+
+
+def _trusted_constructor(cls: type[BaseModel]) -> Callable[[dict], Any]:
+    """`cls.model_construct(**values)` for values that came from a validated model's dump,
+    without its per-field bookkeeping (a third of applying a heartbeat). It sets the same
+    attributes model_construct sets; tests/test_incremental_state.py checks the two agree."""
+    defaults: dict[str, Any] = {}  # every field, in declaration order (model_dump's order)
+    for name, info in cls.model_fields.items():
+        if info.default_factory is not None:
+            raise TypeError(f"{cls.__name__}.{name}: default factories are not supported here")
+        defaults[name] = None if info.is_required() else info.default
+    new = cls.__new__
+    set_attribute = object.__setattr__
+
+    def construct(values: dict) -> Any:
+        model = new(cls)
+        set_attribute(model, "__dict__", {n: values.get(n, d) for n, d in defaults.items()})
+        set_attribute(model, "__pydantic_fields_set__", set(values).intersection(defaults))
+        set_attribute(model, "__pydantic_extra__", None)
+        set_attribute(model, "__pydantic_private__", None)
+        return model
+
+    return construct
+
+
+_CONSTRUCTORS = {name: _trusted_constructor(cls) for name, cls in _TYPES.items()}
+_data_version = _trusted_constructor(DataVersion)
+
+
 def unpack_event(packed: str) -> Event:
     head_json, *topics = packed.split(RS)
-    head = json.loads(head_json)
-    cls = _TYPES[head["eventType"]]
-    if cls is RegisterEvent:
-        head["dataVersion"] = DataVersion.model_construct(**head["dataVersion"])
+    head = loads(head_json)
+    event_type = head["eventType"]
+    if event_type == "REGISTER":
+        head["dataVersion"] = _data_version(head["dataVersion"])
         head["topicConfigTable"] = LazyTopicTable(*topics)
-    return cls.model_construct(**head)
+    return _CONSTRUCTORS[event_type](head)

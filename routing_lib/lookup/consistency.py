@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from routing_lib import storage
 from routing_lib.core.tables import PROGRESS, ROUTE_TABLES
 from routing_lib.read.warehouse import RouteSnapshot, load_snapshot, table_versions
 
@@ -32,9 +33,9 @@ class CommitMark:
 
 def commit_mark(warehouse: str | Path, table: str, version: int) -> CommitMark | None:
     """What the commit file of one table version says (None if it is gone or unreadable)."""
-    path = Path(warehouse) / table / "_delta_log" / f"{version:020d}.json"
+    path = storage.join(str(warehouse), table, "_delta_log", f"{version:020d}.json")
     try:
-        lines = path.read_text().splitlines()
+        lines = storage.read_text(path).splitlines()
     except OSError:
         return None  # cleaned up by log retention: nothing to compare, trust the versions
     timestamp, txns = 0, {}

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+
+from routing_lib import storage
 
 
 def batch_watermark(checkpoint: str, batch_id: int) -> int:
@@ -11,9 +12,9 @@ def batch_watermark(checkpoint: str, batch_id: int) -> int:
 
     Spark writes offsets/<id> (a version line, then the batch metadata as JSON) before it
     runs the batch, and never rewrites it, so this is the same on a replay after a crash.
+    The checkpoint may be on object storage (s3a://).
     """
     if batch_id < 0:
         return 0
-    path = Path(checkpoint) / "offsets" / str(batch_id)
-    lines = path.read_text().splitlines()
+    lines = storage.read_text(storage.join(checkpoint, "offsets", str(batch_id))).splitlines()
     return int(json.loads(lines[1]).get("batchWatermarkMs", 0))

@@ -14,12 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from routing_lib import storage
 from routing_lib.core.history import (
     HISTORY_CLOSE_COLUMNS,
     HISTORY_IDENTITY,
@@ -46,8 +46,8 @@ _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 def ensure_tables(spark: SparkSession, warehouse: str) -> None:
     """Create every table (Change Data Feed on) that does not exist yet."""
     for table, ddl in ALL_TABLES.items():
-        path = Path(warehouse) / table
-        if (path / "_delta_log").is_dir():
+        path = storage.join(warehouse, table)  # a folder or an s3a:// URI
+        if storage.is_dir(storage.join(path, "_delta_log")):
             continue
         partitioning = "PARTITIONED BY (event_date) " if table in HISTORY_TABLE_DDL else ""
         spark.sql(
@@ -88,7 +88,7 @@ class DeltaRouteWriter:
         self.on_batch = on_batch  # callback(BatchReport), for metrics and logs
 
     def path(self, table: str) -> str:
-        return str(Path(self.warehouse) / table)
+        return storage.join(self.warehouse, table)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()

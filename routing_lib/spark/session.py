@@ -7,6 +7,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from routing_lib import storage
 from routing_lib.config import Config, project_path
 
 
@@ -16,6 +17,32 @@ def runtime_jars(config: Config) -> list[str]:
     if not any("delta-spark" in j for j in jars):
         raise RuntimeError(f"no Delta jars in {jars_dir}: run scripts/setup.sh first")
     return jars
+
+
+def s3a_classpath(config: Config) -> str:
+    """hadoop-aws + the AWS SDK bundle (scripts/setup.sh), for s3a:// warehouses and
+    checkpoints. On the driver's class path, not spark.jars: nothing is copied, and opening
+    the jars is lazy (no measurable start cost)."""
+    s3_dir = project_path(config.spark.jars_dir).parent / "s3"
+    return os.pathsep.join(sorted(str(p) for p in s3_dir.glob("*.jar")))
+
+
+def s3a_conf() -> dict[str, str]:
+    """Hadoop S3A settings from the AWS_* environment (credentials: S3A's default provider
+    chain reads AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY itself, so no secret is put in the
+    Spark conf). A custom endpoint (MinIO, a local test server) gets path-style access."""
+    conf = {"spark.hadoop.fs.s3a.endpoint.region": storage.region()}
+    url = storage.endpoint()
+    if url:
+        conf["spark.hadoop.fs.s3a.endpoint"] = url
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(url.startswith("https")).lower()
+        # Uploads with "Expect: 100-continue" fail against some S3-compatible servers (moto):
+        # off in the sync client, and copyFromLocalFile (RocksDB state files) not through the
+        # async transfer manager, which always sends it.
+        conf["spark.hadoop.fs.s3a.connection.expect.continue"] = "false"
+        conf["spark.hadoop.fs.s3a.optimized.copy.from.local.enabled"] = "false"
+    return conf
 
 
 def build_spark(config: Config, app_name: str = "routelake") -> SparkSession:
@@ -43,6 +70,11 @@ def build_spark(config: Config, app_name: str = "routelake") -> SparkSession:
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.driver.memory", os.environ.get("ROUTELAKE_DRIVER_MEMORY", "6g"))
     )
+    classpath = s3a_classpath(config)
+    if classpath:
+        builder = builder.config("spark.driver.extraClassPath", classpath)
+        for key, value in s3a_conf().items():
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("ROUTELAKE_SPARK_LOG_LEVEL", "WARN"))
     return spark

@@ -33,7 +33,7 @@ from routing_lib.core.codec import decode_clock, encode_clock
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags
 from routing_lib.core.history import HistoryTracker, decode_history, encode_history, event_date
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, diff
-from routing_lib.core.wire import RS, event_json, pack_event, unpack_event
+from routing_lib.core.wire import RS, event_json, packed_event_type, unpack_event
 from routing_lib.ingest import CLOCK_KEY, DEAD_LETTER_KEY, TICK_KEY, internal_error_reason
 from routing_lib.spark.admin_log import logged_deletes
 from routing_lib.spark.checkpoint import batch_watermark
@@ -172,15 +172,14 @@ def make_step(settings: StepSettings):
                     if clock.is_late(int(event_time), published):
                         out.append(_late_row(payload, source, int(position), published))
                         late += 1
-                    else:
+                    elif packed_event_type(payload) in ADMIN_EVENT_TYPES:
                         event = unpack_event(payload)
                         clock.add(event, (source, int(position)))
-                        if event.eventType in ADMIN_EVENT_TYPES:
-                            bundles["history", ADMIN_EVENTS, "append"].append(
-                                admin_row(
-                                    event, (source, int(position)), event_date(event.eventTime)
-                                )
-                            )
+                        bundles["history", ADMIN_EVENTS, "append"].append(
+                            admin_row(event, (source, int(position)), event_date(event.eventTime))
+                        )
+                    else:  # decoded when applied
+                        clock.add_packed(int(event_time), (source, int(position)), payload)
                 except Exception as exc:  # last line of defence: this record only
                     out.append(_internal_dead_letter(payload, source, int(position), exc))
                     failed += 1
@@ -192,7 +191,7 @@ def make_step(settings: StepSettings):
             advance = clock.advance(target, settings.flags)
         for item, reason in advance.failed:
             source, position = item.arrival
-            out.append(_dead_row(pack_event(item.event), source, position, reason))
+            out.append(_dead_row(item.packed, source, position, reason))
         failed += len(advance.failed)
         changes = diff(group, before, RoutesSnapshot.of(clock.routes))
         for change in changes:

@@ -1,0 +1,88 @@
+"""CPU cost of the Python side of a backfill, without Spark: stage one (classify) and the
+stateful step over one broker group's events, timed with process CPU time.
+
+    .venv/bin/python -m bench.step_bench --events 30000 --groups 20 --topics 100
+
+Generates the events of `bench/backfill_bench.py` (REGISTER every 30 s with the full topic
+table, HEARTBEATs every 5 s, a dataVersion bump every 10 min), classifies them as stage one
+does, then runs the real step function (pyspark's own GroupState carrying state) the way an
+AvailableNow backfill runs it: one micro-batch that parks every event (watermark 0), then one
+that applies them all. Prints CPU microseconds per event for each phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import pandas as pd
+
+from bench.backfill_bench import fleet_lines
+from routing_lib.core.group_routes import DEFAULT_FLAGS
+from routing_lib.ingest import classify
+from routing_lib.spark.stateful import STATE_SCHEMA, StepSettings, make_step
+
+
+def _state(values, watermark: int):
+    from pyspark.sql.streaming.state import GroupState
+    from pyspark.sql.types import Row, StringType, StructField, StructType
+
+    names = [column.split()[0] for column in STATE_SCHEMA.split(", ")]
+    return GroupState(
+        optionalValue=Row(*values) if values else Row(),
+        batchProcessingTimeMs=0,
+        eventTimeWatermarkMs=watermark,
+        timeoutConf="EventTimeTimeout",
+        hasTimedOut=False,
+        watermarkPresent=True,
+        defined=values is not None,
+        updated=False,
+        removed=False,
+        timeoutTimestamp=-1,
+        keyAsUnsafe=b"",
+        valueSchema=StructType([StructField(n, StringType()) for n in names]),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=30_000)
+    parser.add_argument("--groups", type=int, default=20)
+    parser.add_argument("--topics", type=int, default=100)
+    parser.add_argument("--history", action=argparse.BooleanOptionalAction, default=True)
+    args = parser.parse_args()
+    lines = list(fleet_lines(args.events, args.groups, args.topics))
+    n = len(lines)
+
+    started = time.process_time()
+    classified = [classify(line, "archive.jsonl", i, None, 0) for i, line in enumerate(lines)]
+    stage_one = time.process_time() - started
+
+    by_group: dict[str, list] = {}
+    for c in classified:
+        by_group.setdefault(c.group_key, []).append((c.event_time, c.source, c.position, c.payload))
+    last = max(c.event_time for c in classified)
+    step = make_step(StepSettings("/nonexistent-checkpoint", DEFAULT_FLAGS, history=args.history))
+    columns = ["event_time", "source", "position", "payload"]
+
+    parked, applied, out_rows = 0.0, 0.0, 0
+    for group, events in by_group.items():
+        frame = pd.DataFrame(events, columns=columns)
+        state = _state(None, 0)
+        started = time.process_time()
+        list(step((group,), iter([frame]), state))
+        parked += time.process_time() - started
+        state = _state(tuple(state.get), last - 10_000)
+        started = time.process_time()
+        out = list(step((group,), iter([]), state))
+        applied += time.process_time() - started
+        out_rows += sum(len(f) for f in out)
+    print(f"events: {n} in {len(by_group)} groups, {args.topics} topics per registration")
+    print(f"stage one (classify): {1e6 * stage_one / n:.1f} us/event")
+    print(f"step, parking batch: {1e6 * parked / n:.1f} us/event")
+    print(f"step, applying batch: {1e6 * applied / n:.1f} us/event ({out_rows} output rows)")
+    print(f"python total: {1e6 * (stage_one + parked + applied) / n:.1f} us/event")
+
+
+if __name__ == "__main__":
+    main()

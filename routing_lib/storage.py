@@ -1,0 +1,144 @@
+"""Where a warehouse or checkpoint lives: a local folder or object storage (docs/object-storage.md).
+
+A location is a string: a local path, or `s3a://bucket/prefix` / `s3://bucket/prefix` (the
+same objects). Spark (Hadoop) speaks `s3a://`, delta-rs and pyarrow speak `s3://`: each side
+is handed its own spelling here. Credentials, region and endpoint come from the usual AWS_*
+environment variables, read at call time (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+AWS_SESSION_TOKEN, AWS_REGION / AWS_DEFAULT_REGION, AWS_ENDPOINT_URL[_S3]).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from deltalake import DeltaTable
+from pyarrow import fs as pafs
+
+from routing_lib.config import project_path
+
+_SCHEMES = ("s3a://", "s3://")
+_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def is_remote(location: str | Path) -> bool:
+    return isinstance(location, str) and location.startswith(_SCHEMES)
+
+
+def resolve(location: str | Path) -> str:
+    """A URI as given (without a trailing slash); a local path as every path of the config
+    (relative ones from the project root)."""
+    if is_remote(location):
+        return str(location).rstrip("/")
+    return str(project_path(str(location)))
+
+
+def join(base: str | Path, *parts: str) -> str:
+    if is_remote(base):
+        return "/".join([str(base).rstrip("/"), *parts])
+    return str(Path(base).joinpath(*parts))
+
+
+def _with_scheme(location: str, scheme: str) -> str:
+    return scheme + location.split("://", 1)[1]
+
+
+def spark_uri(location: str | Path) -> str:
+    """What Spark opens: `s3://` becomes `s3a://` (Hadoop's S3 connector)."""
+    return _with_scheme(str(location), "s3a://") if is_remote(location) else str(location)
+
+
+def delta_uri(location: str | Path) -> str:
+    """What delta-rs and pyarrow open: `s3a://` becomes `s3://`."""
+    return _with_scheme(str(location), "s3://") if is_remote(location) else str(location)
+
+
+def endpoint() -> str | None:
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def region() -> str:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def delta_storage_options(location: str | Path) -> dict[str, str] | None:
+    """delta-rs storage_options for `location` (None for a local path)."""
+    if not is_remote(location):
+        return None
+    options = {k: os.environ[k] for k in _CREDENTIALS if os.environ.get(k)}
+    options["AWS_REGION"] = region()
+    url = endpoint()
+    if url:
+        options["AWS_ENDPOINT_URL"] = url
+        options["AWS_ALLOW_HTTP"] = str(url.startswith("http://")).lower()
+    # Housekeeping commits (OPTIMIZE, VACUUM) need an atomic put-if-absent: S3 has one
+    # (conditional writes); a store without it needs AWS_S3_ALLOW_UNSAFE_RENAME=true and a
+    # single writer (docs/object-storage.md).
+    for key in ("AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_S3_LOCKING_PROVIDER", "AWS_CONDITIONAL_PUT"):
+        if os.environ.get(key):
+            options[key] = os.environ[key]
+    return options
+
+
+def open_delta(location: str | Path) -> DeltaTable:
+    """A delta-rs table at a local path or an object-store URI (raises TableNotFoundError)."""
+    return DeltaTable(delta_uri(location), storage_options=delta_storage_options(location))
+
+
+def filesystem(location: str | Path) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and the path in it, for the few plain files read or written
+    outside Delta (commit files, the checkpoint's offset log, the backfill's tick file)."""
+    if not is_remote(location):
+        return pafs.LocalFileSystem(), str(location)
+    settings = (endpoint(), region(), *(os.environ.get(k) for k in _CREDENTIALS))
+    return _s3(*settings), str(location).split("://", 1)[1]
+
+
+@functools.lru_cache(maxsize=4)
+def _s3(
+    url: str | None, region_: str, key: str | None, secret: str | None, token: str | None
+) -> pafs.S3FileSystem:
+    options: dict = {"region": region_, "access_key": key, "secret_key": secret}
+    if token:
+        options["session_token"] = token
+    if url:
+        scheme, _, host = url.partition("://")
+        options.update(endpoint_override=host.rstrip("/"), scheme=scheme)
+    return pafs.S3FileSystem(**options)
+
+
+def is_dir(location: str | Path) -> bool:
+    """A folder, or on object storage a prefix with objects under it (or a bucket)."""
+    if not is_remote(location):
+        return Path(location).is_dir()
+    filesystem_, path = filesystem(location)
+    return filesystem_.get_file_info(path.rstrip("/")).type == pafs.FileType.Directory
+
+
+def exists(location: str | Path) -> bool:
+    if not is_remote(location):
+        return Path(location).exists()
+    filesystem_, path = filesystem(location)
+    return filesystem_.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def read_text(location: str | Path) -> str:
+    """The file's text; FileNotFoundError (an OSError) when there is none."""
+    if not is_remote(location):
+        return Path(location).read_text()
+    filesystem_, path = filesystem(location)
+    if filesystem_.get_file_info(path).type == pafs.FileType.NotFound:
+        raise FileNotFoundError(location)
+    with filesystem_.open_input_stream(path) as stream:
+        return stream.read().decode()
+
+
+def write_text(location: str | Path, text: str) -> None:
+    if not is_remote(location):
+        Path(location).parent.mkdir(parents=True, exist_ok=True)
+        Path(location).write_text(text)
+        return
+    filesystem_, path = filesystem(location)
+    with filesystem_.open_output_stream(path) as stream:
+        stream.write(text.encode())
