@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from routing_lib.config import Config, load_config, project_path
+from routing_lib.config import Config, load_config
 
 Handler = Callable[[argparse.Namespace, Config], int]
 _COMMANDS: dict[str, Handler] = {}
@@ -27,8 +27,16 @@ def command(name: str):
     return register
 
 
+def _resolve(location: str) -> str:
+    """A local folder (relative: from the project root), or s3a:// / s3:// as given
+    (docs/object-storage.md)."""
+    from routing_lib.storage import resolve  # delta-rs, pyarrow: not for every command
+
+    return resolve(location)
+
+
 def _warehouse(args: argparse.Namespace, config: Config) -> str:
-    return str(project_path(args.warehouse or config.paths.warehouse))
+    return _resolve(args.warehouse or config.paths.warehouse)
 
 
 @command("schema")
@@ -182,7 +190,7 @@ def _collect(args: argparse.Namespace, config: Config) -> int:
         collector_id=args.collector_id or config.collector.collector_id or None,
         tick_interval_ms=config.collector.tick_interval_ms,
         publish_timeout_ms=config.collector.publish_timeout_ms,
-        warehouse=str(project_path(warehouse)) if warehouse else None,
+        warehouse=_resolve(warehouse) if warehouse else None,
         admin_allow=config.collector.admin_allow,
         host=config.serve.host,
         http_port=config.collector.http_port or None,

@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deltalake import DeltaTable
-
-from routing_lib.config import load_config, project_path
+from routing_lib import storage
+from routing_lib.config import load_config
 from routing_lib.core.history import HISTORY_PARTITION_COLUMNS, HISTORY_TABLES
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, PROGRESS, ROUTE_TABLES
 
@@ -82,19 +81,20 @@ def partition_filters(
 
 
 def housekeep_table(
-    path: Path,
+    path: str | Path,
     vacuum_hours: int,
     dry_run: bool = False,
     disable_retention_check: bool = False,
     lite: bool = False,
     filters: list[tuple[str, str, str]] | None = None,
 ) -> TableReport:
-    report = TableReport(path.name)
-    if not (path / "_delta_log").is_dir():
+    path = str(path)
+    report = TableReport(path.rstrip("/").rsplit("/", 1)[-1])
+    if not storage.is_dir(storage.join(path, "_delta_log")):
         report.skipped = "no Delta table here (skipped)"
         return report
     try:
-        table = DeltaTable(str(path))
+        table = storage.open_delta(path)
         report.files_before = len(table.file_uris())
         if not dry_run:
             report.compaction = table.optimize.compact(partition_filters=filters)
@@ -109,12 +109,19 @@ def housekeep_table(
             enforce_retention_duration=not disable_retention_check,
         )
         expired = vacuum(dry_run=True)
-        report.vacuumed = [f for f in expired if (path / f.removeprefix("file://")).exists()]
+        report.vacuumed = [f for f in expired if storage.exists(_data_file(path, f))]
         if report.vacuumed and not dry_run:
             vacuum(dry_run=False)
     except Exception as exc:  # one table's failure must not stop the others
         report.error = f"{type(exc).__name__}: {exc}"
     return report
+
+
+def _data_file(table: str, name: str) -> str:
+    """A file VACUUM lists (relative to the table, or a file:// URI) as a location."""
+    if name.startswith("file://"):
+        return name.removeprefix("file://")
+    return name if "://" in name else storage.join(table, name)
 
 
 def housekeep(
@@ -136,12 +143,12 @@ def housekeep(
             "still on older versions (change feed consumers, a restarting job) would lose "
             "files; pass --disable-retention-check if you are sure"
         )
-    root = Path(warehouse)
-    if not root.is_dir():
+    root = str(warehouse)
+    if not storage.is_dir(root):
         raise FileNotFoundError(f"warehouse {root} does not exist")
     return [
         housekeep_table(
-            root / t,
+            storage.join(root, t),
             vacuum_hours,
             dry_run,
             disable_retention_check,
@@ -192,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         help="only this table (repeatable; default: all)",
     )
     args = parser.parse_args(argv)
-    warehouse = project_path(args.warehouse or load_config().paths.warehouse)
+    warehouse = storage.resolve(args.warehouse or load_config().paths.warehouse)
     try:
         reports = housekeep(
             warehouse,

@@ -1,4 +1,5 @@
-"""Load the route tables of a warehouse with delta-rs (no JVM, no Spark)."""
+"""Load the route tables of a warehouse with delta-rs (no JVM, no Spark): a local folder or
+s3:// / s3a:// (routing_lib/storage.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from routing_lib import storage
 from routing_lib.core.dump import canonical_dump
 from routing_lib.core.tables import KV_CONFIG, PROGRESS, ROUTE_TABLES, Row
 
@@ -31,21 +33,22 @@ class RouteSnapshot:
 
 
 def open_table(warehouse: str | Path, table: str) -> DeltaTable:
-    root = Path(warehouse)
-    if not root.is_dir():
+    root = str(warehouse)
+    if not storage.is_dir(root):
         raise WarehouseError(f"warehouse {root} does not exist")
+    path = storage.join(root, table)
     try:
-        return DeltaTable(str(root / table))
+        return storage.open_delta(path)
     except TableNotFoundError:
         raise WarehouseError(
-            f"{root / table} is not a Delta table: is {root} a routelake warehouse "
+            f"{path} is not a Delta table: is {root} a routelake warehouse "
             "(run `routectl backfill` or `routectl run` first)?"
         ) from None
 
 
 def open_optional(warehouse: str | Path, table: str) -> DeltaTable | None:
     """`open_table`, but None when the warehouse predates `table` (an older warehouse)."""
-    if not (Path(warehouse) / table / "_delta_log").is_dir():
+    if not storage.is_dir(storage.join(str(warehouse), table, "_delta_log")):
         open_table(warehouse, PROGRESS)  # still a warehouse at all? (else WarehouseError)
         return None
     return open_table(warehouse, table)

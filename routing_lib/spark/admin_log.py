@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from typing import cast
-from pathlib import Path
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from pyspark import TaskContext
 
+from routing_lib import storage
 from routing_lib.core.admin import ADMIN_EVENTS, ADMIN_KEY, delete_from_row
 from routing_lib.core.clock import Arrival
 from routing_lib.core.history import event_date
@@ -41,7 +41,7 @@ def _batch_id() -> int | None:
 
 def _table(warehouse: str, table: str) -> DeltaTable | None:
     try:
-        return DeltaTable(str(Path(warehouse) / table))
+        return storage.open_delta(storage.join(warehouse, table))
     except TableNotFoundError:
         return None
 

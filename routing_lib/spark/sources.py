@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 
+from routing_lib import storage
 from routing_lib.config import KafkaConfig
 from routing_lib.ingest import CLOCK_KEY, Classified, archive_records, classify
 from routing_lib.spark.admin_log import fan_out_deletes
@@ -66,16 +67,17 @@ def archive_stream(
     streams = []
     for path in paths:
         reader = spark.readStream.format("binaryFile").schema(_BINARY_FILE_SCHEMA)
-        if Path(path).is_dir():
+        path = storage.spark_uri(path if storage.is_remote(path) else Path(path).resolve())
+        if storage.is_dir(path):
             reader = reader.option("recursiveFileLookup", "true")
             reader = reader.option("pathGlobFilter", ARCHIVE_GLOB)
         else:
             # The file source reads folders: read the file's folder, filtered to its name.
-            reader = reader.option("pathGlobFilter", _glob_escape(Path(path).name))
-            path = str(Path(path).resolve().parent)
+            path, name = path.rsplit("/", 1)
+            reader = reader.option("pathGlobFilter", _glob_escape(name))
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
-        streams.append(reader.load(str(Path(path).resolve())).select("path", "content"))
+        streams.append(reader.load(path).select("path", "content"))
     merged = streams[0]
     for other in streams[1:]:
         merged = merged.unionByName(other)
