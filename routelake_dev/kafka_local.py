@@ -13,9 +13,9 @@ outlives the caller. Everything it writes lives under the config's `kafka.data_d
 It listens on loopback only: the client listener on the port of `kafka.bootstrap_servers`,
 the controller listener on the next port (or `--controller-port`).
 
-    python -m routelake_dev.kafka_local start [--topic T] [--partitions N] [--no-topic]
-    python -m routelake_dev.kafka_local stop | status
-    python -m routelake_dev.kafka_local topic [--topic T] [--partitions N]
+    routectl kafka start [--topic T] [--partitions N] [--no-topic]   (or scripts/kafka.sh start)
+    routectl kafka stop | status
+    routectl kafka topic [--topic T] [--partitions N]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from routing_lib.collector.publisher import MAX_MESSAGE_BYTES
-from routing_lib.config import KafkaConfig, load_config, project_path
+from routing_lib.config import Config, KafkaConfig, load_config, project_path
 
 SOCKET_REQUEST_MAX_BYTES = 100 * 1024 * 1024  # must stay above MAX_MESSAGE_BYTES
 NODE_ID = 1
@@ -526,24 +526,23 @@ def _ensure_topic(bootstrap: str, topic: str, partitions: int) -> str:
     return f"topic {topic} exists ({existing} partitions)"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m routelake_dev.kafka_local",
-        description="Local single-node Kafka (KRaft) for routelake.",
-    )
-    parser.add_argument("command", choices=["start", "stop", "status", "topic"])
-    parser.add_argument("--config", help="TOML file overriding conf/routelake.toml")
+def add_kafka_args(parser: argparse.ArgumentParser) -> None:
+    """`routectl kafka`'s arguments."""
+    parser.add_argument("action", choices=["start", "stop", "status", "topic"])
     parser.add_argument("--topic", help="topic to create (default: kafka.topic of the config)")
     parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
     parser.add_argument("--no-topic", action="store_true", help="start: do not create a topic")
     parser.add_argument("--controller-port", type=int, help="default: client port + 1")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds (start/stop)")
     parser.add_argument("--heap", default="1g", help="JVM -Xmx (default 1g)")
-    args = parser.parse_args(argv)
+
+
+def run_kafka(args: argparse.Namespace, full_config: Config) -> int:
+    """`routectl kafka start|stop|status|topic`; status exits 3 when nothing runs."""
+    config = full_config.kafka
+    topic = args.topic or config.topic
     try:
-        config = load_config(args.config).kafka
-        topic = args.topic or config.topic
-        if args.command == "start":
+        if args.action == "start":
             result = start(
                 config, controller_port=args.controller_port, timeout_s=args.timeout, heap=args.heap
             )
@@ -556,11 +555,11 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_topic:
                 print(_ensure_topic(config.bootstrap_servers, topic, args.partitions))
             return 0
-        if args.command == "stop":
+        if args.action == "stop":
             stopped = stop(config, timeout_s=args.timeout)
             print(f"kafka {config.bootstrap_servers}: " + ("stopped" if stopped else "not running"))
             return 0
-        if args.command == "topic":
+        if args.action == "topic":
             print(_ensure_topic(config.bootstrap_servers, topic, args.partitions))
             return 0
         current = status(config)
@@ -569,7 +568,3 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, ValueError, TimeoutError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -240,6 +240,22 @@ def _history(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+@command("housekeeping")
+def _housekeeping(args: argparse.Namespace, config: Config) -> int:
+    from routing_lib.housekeeping import run
+
+    return run(args, config)
+
+
+def _warehouse_table(name: str) -> str:
+    """--table, checked when given (importing the table list costs delta-rs at every start)."""
+    from routing_lib.housekeeping import WAREHOUSE_TABLES
+
+    if name not in WAREHOUSE_TABLES:
+        raise argparse.ArgumentTypeError(f"{name!r} is not one of {', '.join(WAREHOUSE_TABLES)}")
+    return name
+
+
 @command("demo")
 def _demo(args: argparse.Namespace, config: Config) -> int:
     from routelake_dev.demo import run_demo
@@ -249,10 +265,9 @@ def _demo(args: argparse.Namespace, config: Config) -> int:
 
 @command("kafka")
 def _kafka(args: argparse.Namespace, config: Config) -> int:
-    from routelake_dev import kafka_local
+    from routelake_dev.kafka_local import run_kafka
 
-    extra = ["--config", args.config] if args.config else []
-    return kafka_local.main([*args.kafka_args, *extra])
+    return run_kafka(args, config)
 
 
 @command("simulate")
@@ -400,11 +415,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, help="seconds (default: until Ctrl-C)")
     _add_common(p)
 
-    p = sub.add_parser("kafka", help="local Kafka broker (KRaft): start | stop | status | topic")
-    p.add_argument("kafka_args", nargs=argparse.REMAINDER)
+    p = sub.add_parser(
+        "housekeeping", help="OPTIMIZE and VACUUM every warehouse table (docs/housekeeping.md)"
+    )
+    p.add_argument("--warehouse", help="default: [paths] warehouse of the config")
+    p.add_argument(
+        "--vacuum-hours", type=int, help="VACUUM retention in hours (default: a week, as Delta's)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="compact nothing; list the files VACUUM would delete"
+    )
+    p.add_argument(
+        "--disable-retention-check",
+        action="store_true",
+        help="allow a --vacuum-hours below the default (like "
+        "spark.databricks.delta.retentionDurationCheck.enabled=false)",
+    )
+    p.add_argument(
+        "--lite",
+        action="store_true",
+        help="VACUUM only files the log marks as removed (keeps old _change_data/ and orphans)",
+    )
+    p.add_argument(
+        "--since", metavar="YYYY-MM-DD", help="history tables: compact only event_date >= this day"
+    )
+    p.add_argument(
+        "--before", metavar="YYYY-MM-DD", help="history tables: compact only event_date < this day"
+    )
+    p.add_argument(
+        "--table",
+        action="append",
+        type=_warehouse_table,
+        help="only this table (repeatable; default: all)",
+    )
     _add_common(p)
 
+    from routelake_dev.kafka_local import add_kafka_args
     from routelake_dev.simulator.cli import add_produce_args, add_simulate_args
+
+    p = sub.add_parser("kafka", help="local Kafka broker (KRaft): start | stop | status | topic")
+    add_kafka_args(p)
+    _add_common(p)
 
     p = sub.add_parser("simulate", help="simulate a broker fleet into Kafka or archives")
     add_simulate_args(p)

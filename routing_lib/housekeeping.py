@@ -1,7 +1,7 @@
 """Warehouse housekeeping with delta-rs (no JVM): OPTIMIZE (bin-packing compaction) and
 VACUUM of every routelake table.
 
-    python -m routing_lib.housekeeping --warehouse DIR [--vacuum-hours H] [--dry-run]
+    routectl housekeeping [--warehouse DIR] [--vacuum-hours H] [--dry-run]
         [--disable-retention-check] [--lite] [--since YYYY-MM-DD] [--before YYYY-MM-DD]
         [--table T]...
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from routing_lib import storage
-from routing_lib.config import load_config
+from routing_lib.config import Config
 from routing_lib.core.history import HISTORY_PARTITION_COLUMNS, HISTORY_TABLES
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, PROGRESS, ROUTE_TABLES
 
@@ -159,51 +159,14 @@ def housekeep(
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m routing_lib.housekeeping",
-        description="OPTIMIZE and VACUUM every table of a routelake warehouse (delta-rs).",
-    )
-    parser.add_argument("--warehouse", help="default: [paths] warehouse of the config")
-    parser.add_argument(
-        "--vacuum-hours",
-        type=int,
-        default=DEFAULT_VACUUM_HOURS,
-        help=f"VACUUM retention in hours (default {DEFAULT_VACUUM_HOURS})",
-    )
-    parser.add_argument(
-        "--dry-run", action="store_true", help="compact nothing; list the files VACUUM would delete"
-    )
-    parser.add_argument(
-        "--disable-retention-check",
-        action="store_true",
-        help=f"allow --vacuum-hours below {DEFAULT_VACUUM_HOURS} (like "
-        "spark.databricks.delta.retentionDurationCheck.enabled=false)",
-    )
-    parser.add_argument(
-        "--lite",
-        action="store_true",
-        help="VACUUM only files the log marks as removed (keeps old "
-        "_change_data files and orphans)",
-    )
-    parser.add_argument(
-        "--since", metavar="YYYY-MM-DD", help="history tables: compact only event_date >= this day"
-    )
-    parser.add_argument(
-        "--before", metavar="YYYY-MM-DD", help="history tables: compact only event_date < this day"
-    )
-    parser.add_argument(
-        "--table",
-        action="append",
-        choices=WAREHOUSE_TABLES,
-        help="only this table (repeatable; default: all)",
-    )
-    args = parser.parse_args(argv)
-    warehouse = storage.resolve(args.warehouse or load_config().paths.warehouse)
+def run(args: argparse.Namespace, config: Config) -> int:
+    """`routectl housekeeping` (its options: routing_lib/cli.py): a line per table; exit 2
+    when the request is refused, 1 when a table failed."""
+    warehouse = storage.resolve(args.warehouse or config.paths.warehouse)
     try:
         reports = housekeep(
             warehouse,
-            args.vacuum_hours,
+            DEFAULT_VACUUM_HOURS if args.vacuum_hours is None else args.vacuum_hours,
             args.dry_run,
             args.disable_retention_check,
             args.lite,
@@ -217,7 +180,3 @@ def main(argv: list[str] | None = None) -> int:
     for report in reports:
         print(report.line(args.dry_run))
     return 1 if any(r.error for r in reports) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

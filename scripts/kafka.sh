@@ -12,4 +12,4 @@ if [[ ! -x "$python" ]]; then
   exit 1
 fi
 cd "$root"
-exec "$python" -m routelake_dev.kafka_local "$@"
+exec "$python" -m routing_lib.cli kafka "$@"  # routectl kafka

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,17 +13,16 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from routing_lib.cli import main as routectl
 from routing_lib.core.history import TOPIC_ROUTE_HISTORY
 from routing_lib.core.tables import PROGRESS, TOPIC_QUEUE
 from routing_lib.housekeeping import (
     DEFAULT_VACUUM_HOURS,
     WAREHOUSE_TABLES,
     housekeep,
-    main,
     partition_filters,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 CDF = {"delta.enableChangeDataFeed": "true"}  # as the job creates its tables
 DAYS = ("2025-11-24", "2025-11-25")
 
@@ -168,12 +168,13 @@ def test_partition_filter_scopes_history_compaction(warehouse):
 def test_short_retention_needs_the_explicit_flag(warehouse, capsys):
     with pytest.raises(ValueError, match="retention"):
         housekeep(warehouse, vacuum_hours=DEFAULT_VACUUM_HOURS - 1)
-    assert main(["--warehouse", str(warehouse), "--vacuum-hours", "24"]) == 2
+    assert routectl(["housekeeping", "--warehouse", str(warehouse), "--vacuum-hours", "24"]) == 2
     assert "--disable-retention-check" in capsys.readouterr().err
     assert _parquet_on_disk(warehouse / TOPIC_QUEUE) == 5  # nothing touched
     assert (
-        main(
+        routectl(
             [
+                "housekeeping",
                 "--warehouse",
                 str(warehouse),
                 "--vacuum-hours",
@@ -190,9 +191,10 @@ def test_short_retention_needs_the_explicit_flag(warehouse, capsys):
     assert _parquet_on_disk(warehouse / PROGRESS) == 4  # --table: the others untouched
 
 
-def test_script(warehouse):
+def test_routectl_housekeeping_process(warehouse):
     result = subprocess.run(
-        [str(ROOT / "scripts" / "housekeeping.sh"), "--warehouse", str(warehouse), "--dry-run"],
+        [sys.executable, "-m", "routing_lib.cli", "housekeeping", "--warehouse", str(warehouse)]
+        + ["--dry-run"],
         capture_output=True,
         text=True,
         check=False,
@@ -200,3 +202,11 @@ def test_script(warehouse):
     )
     assert result.returncode == 0, result.stderr
     assert f"{TOPIC_QUEUE}: 5 files; vacuum would delete 0" in result.stdout
+
+
+def test_unknown_table_is_refused(warehouse, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        routectl(["housekeeping", "--warehouse", str(warehouse), "--table", "no_such_table"])
+    assert exit_info.value.code == 2
+    assert "'no_such_table' is not one of" in capsys.readouterr().err
+    assert _parquet_on_disk(warehouse / TOPIC_QUEUE) == 5  # nothing touched

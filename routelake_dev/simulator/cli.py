@@ -17,11 +17,11 @@ def _kafka_defaults(args: argparse.Namespace) -> tuple[str, str]:
     from routing_lib.config import load_config
 
     kafka = load_config(getattr(args, "config", None)).kafka
-    return args.bootstrap or kafka.bootstrap_servers, args.topic or kafka.topic
+    return args.kafka or kafka.bootstrap_servers, args.topic or kafka.topic
 
 
 def add_simulate_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap", help="Kafka bootstrap (default: config kafka)")
+    parser.add_argument("--kafka", help="bootstrap servers (default from conf [kafka])")
     parser.add_argument("--topic", help="Kafka topic (default: config kafka.topic)")
     parser.add_argument("--brokers", type=int, default=8, help="broker groups (default 8)")
     parser.add_argument("--topics", type=int, default=20, help="user topics per broker")
@@ -107,7 +107,7 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 def add_produce_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", help=".jsonl or .jsonl.gz files, sent in order")
-    parser.add_argument("--bootstrap", help="Kafka bootstrap (default: config kafka)")
+    parser.add_argument("--kafka", help="bootstrap servers (default from conf [kafka])")
     parser.add_argument("--topic", help="Kafka topic (default: config kafka.topic)")
 
 
