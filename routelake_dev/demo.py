@@ -1,7 +1,8 @@
 """`routectl demo`: the embedded local default, end to end on one machine.
 
 Starts the local Kafka broker, a simulated fleet producing live events, the streaming job and
-the lookup service, then prints the cluster table and one topic's route every few seconds.
+the lookup service, then prints a table every few seconds: watermark lag, clusters, broker
+groups with their live brokers, and one topic's route (`render`).
 Ctrl-C (or --duration) stops everything it started.
 """
 
@@ -15,7 +16,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from routelake_dev import kafka_local
 from routing_lib.config import Config, project_path
@@ -44,33 +47,95 @@ def _get(url: str) -> dict | None:
         return None
 
 
-def _show(http: str, started: float) -> None:
+@dataclass(frozen=True)
+class Refresh:
+    """What one refresh of the demo shows, as read from the lookup service's HTTP API."""
+
+    clock: str  # wall clock, HH:MM:SS
+    elapsed_s: float  # since the demo started
+    now_ms: int  # wall clock: the simulated fleet's eventTime is the wall clock
+    watermark: int | None
+    clusters: dict[str, Any]  # ClusterInfo: brokerAddrTable, clusterAddrTable
+    live: list[dict[str, Any]]  # brokerLiveTable rows: clusterName, brokerAddr, ...
+    topic: str | None = None  # the sample route's topic
+    route: dict[str, Any] | None = None  # its TopicRouteData
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+def render(view: Refresh) -> str:
+    """The refresh as a few aligned lines: a summary (watermark lag, counts), one row per broker
+    group (cluster, master, slaves, live brokers) and a sample route."""
+    lag = "-" if view.watermark is None else f"{(view.now_ms - view.watermark) / 1000:.1f} s"
+    live = {(row["clusterName"], row["brokerAddr"]) for row in view.live}
+    groups = view.clusters.get("brokerAddrTable", {})
+    rows = [["cluster", "group", "master", "slaves", "live"]]
+    listed = 0
+    for cluster, names in sorted(view.clusters.get("clusterAddrTable", {}).items()):
+        for name in sorted(names):
+            addrs = {int(i): a for i, a in groups.get(name, {}).get("brokerAddrs", {}).items()}
+            slaves = [addrs[i] for i in sorted(addrs) if i != 0]
+            up = sum((cluster, a) in live for a in addrs.values())
+            listed += len(addrs)
+            rows.append(
+                [cluster, name, addrs.get(0, "-"), ", ".join(slaves) or "-", f"{up}/{len(addrs)}"]
+            )
+    lines = [
+        f"--- {view.clock} (+{view.elapsed_s:.0f} s)  watermark lag {lag}  "
+        f"clusters {len(view.clusters.get('clusterAddrTable', {}))}  groups {len(rows) - 1}  "
+        f"live brokers {len(live)}/{listed}",
+        *_table(rows),
+    ]
+    if view.topic is not None and view.route is not None:
+        queues = view.route.get("queueDatas", [])
+        lines.append(
+            f"route of {view.topic}: "
+            + ", ".join(
+                f"{q['brokerName']} r{q['readQueueNums']}/w{q['writeQueueNums']} perm {q['perm']}"
+                for q in queues
+            )
+        )
+    return "\n".join(lines)
+
+
+def fetch_refresh(http: str, started: float) -> Refresh | None:
+    """The lookup service's view now; None before it published its first batch."""
     clusters = _get(f"{http}/clusters")
-    print(f"\n--- {time.strftime('%H:%M:%S')} (+{time.monotonic() - started:.0f} s) ---")
     if clusters is None or "data" not in clusters:
-        print("lookup service: waiting for the first published batch...")
-        return
-    info = clusters["data"]
-    print(f"watermark {clusters.get('watermark')}, table versions {clusters.get('versions')}")
-    for cluster, names in info["clusterAddrTable"].items():
-        for name in names:
-            addrs = info["brokerAddrTable"].get(name, {}).get("brokerAddrs", {})
-            print(f"  {cluster:12} {name:12} " + "  ".join(f"{i}={a}" for i, a in addrs.items()))
+        return None
+    live = (_get(f"{http}/brokers/live") or {}).get("data", [])
     topics = [
         t
         for t in (_get(f"{http}/topics") or {}).get("data", {}).get("topicList", [])
         if t.startswith("Topic")
     ]
-    if topics:
-        route = _get(f"{http}/topics/{topics[0]}/route") or {}
-        queues = route.get("data", {}).get("queueDatas", [])
-        print(
-            f"  route of {topics[0]}: "
-            + ", ".join(
-                f"{q['brokerName']}(r{q['readQueueNums']}/w{q['writeQueueNums']} perm {q['perm']})"
-                for q in queues
-            )
-        )
+    topic = min(topics, key=lambda t: (len(t), t)) if topics else None
+    route = (_get(f"{http}/topics/{topic}/route") or {}).get("data") if topic else None
+    return Refresh(
+        clock=time.strftime("%H:%M:%S"),
+        elapsed_s=time.monotonic() - started,
+        now_ms=time.time_ns() // 1_000_000,
+        watermark=clusters.get("watermark"),
+        clusters=clusters["data"],
+        live=live,
+        topic=topic,
+        route=route,
+    )
+
+
+def _show(http: str, started: float) -> None:
+    view = fetch_refresh(http, started)
+    print()
+    if view is None:
+        print(f"--- {time.strftime('%H:%M:%S')}  lookup service: waiting for the first batch...")
+    else:
+        print(render(view))
 
 
 def run_demo(config: Config, brokers: int, topics: int, duration_s: float | None) -> int:
