@@ -5,6 +5,12 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$root/.venv/bin/python}"
+# s3a:// warehouses and checkpoints (docs/object-storage.md): hadoop-aws + the AWS SDK bundle on
+# the launcher's class path (the session builder cannot add to a JVM spark-submit started).
+if compgen -G "$root/.jars/s3/*.jar" >/dev/null; then
+  s3_jars=$(ls "$root"/.jars/s3/*.jar | paste -sd: -)
+  export SPARK_DIST_CLASSPATH="${SPARK_DIST_CLASSPATH:+$SPARK_DIST_CLASSPATH:}$s3_jars"
+fi
 jars=$(ls "$root"/.jars/spark/*.jar | paste -sd, -)
 exec "$root/.venv/bin/spark-submit" --master "${SPARK_MASTER:-local[2]}" --jars "$jars" \
   --conf spark.sql.shuffle.partitions="${SHUFFLE_PARTITIONS:-2}" "$@"

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from routing_lib import storage
 from routing_lib.core.admin import ADMIN_EVENTS
 from routing_lib.core.group_routes import PERM_WRITE
 from routing_lib.core.history import (
@@ -84,7 +85,10 @@ def spark_sql(spark: Any, sql: str, warehouse: str | Path, **params: Any) -> Any
     """Run one recipe's SQL with Spark: `{warehouse}` filled in, `:name` markers bound."""
     # Spark binds plain Python values only: unwrap numpy scalars (values read off pandas).
     args = {name: v.item() if isinstance(v, np.generic) else v for name, v in params.items()}
-    return spark.sql(sql.format(warehouse=Path(warehouse).resolve()), args=args)
+    location = storage.spark_uri(  # s3:// / s3a:// as Spark spells it (docs/object-storage.md)
+        warehouse if storage.is_remote(warehouse) else Path(warehouse).resolve()
+    )
+    return spark.sql(sql.format(warehouse=location), args=args)
 
 
 # ---- (a) routes of a topic at event time T -----------------------------------------------------
