@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from routing_lib.core.admin import group_key
 from routing_lib.core.wire import pack_event
+from routing_lib.known_records import KnownRecords, cut_event_time
 from schemas.route_event import (
     INT64_MAX,
     INT64_MIN,
@@ -28,6 +29,11 @@ log = logging.getLogger("routelake.ingest")
 DEAD_LETTER_KEY = "\x00dead-letter"
 CLOCK_KEY = "\x00clock"  # a backfill's --as-of tick (not an input record)
 TICK_KEY = "\x00tick"  # a collector's TICK events: input records that only move the watermark
+
+
+# Per process (a Spark Python worker lives across micro-batches): re-sent records skip
+# validation (routing_lib/known_records.py).
+KNOWN_RECORDS = KnownRecords()
 
 
 @dataclass(frozen=True)
@@ -50,9 +56,24 @@ def classify(
     poison record cannot stop a backfill or halt the stream at its offset forever.
     """
     try:
+        cut = cut_event_time(raw)
+        if cut is not None:
+            template = KNOWN_RECORDS.lookup(cut)
+            event_time = cut[1]
+            if template is not None and (
+                now_ms is None or event_time <= now_ms + max_future_skew_ms
+            ):
+                packed = template.packed(event_time)
+                return Classified(
+                    template.group_key, event_time, source, position, packed, None, None
+                )
         classified = _classify(raw, source, position, now_ms, max_future_skew_ms)
         if not INT64_MIN <= classified.event_time <= INT64_MAX:  # Arrow would refuse the row
             raise OverflowError(f"eventTime {classified.event_time} does not fit a BIGINT")
+        if cut is not None and classified.payload is not None:
+            KNOWN_RECORDS.remember(
+                cut, classified.group_key, classified.event_time, classified.payload
+            )
         return classified
     except Exception as exc:  # the last line of defence: the schema should have caught it
         log.warning("record %s:%s failed validation unexpectedly: %r", source, position, exc)

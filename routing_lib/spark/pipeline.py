@@ -16,6 +16,7 @@ from routing_lib.core.group_routes import RouteFlags
 from routing_lib.spark.checkpoint import batch_watermark
 from routing_lib.spark.delta_writer import BatchReport, DeltaRouteWriter, ensure_tables
 from routing_lib.spark.stateful import OUTPUT_SCHEMA, STATE_SCHEMA, StepSettings, make_step
+from routing_lib.storage import is_remote
 
 log = logging.getLogger("routelake.pipeline")
 
@@ -67,7 +68,9 @@ def route_changes(classified: DataFrame, settings: JobSettings) -> DataFrame:
 
 def app_id_for(checkpoint: str) -> str:
     """A stable Delta txnAppId per checkpoint: a restarted query keeps it, a new one does not."""
-    digest = hashlib.sha1(str(Path(checkpoint).resolve()).encode()).hexdigest()[:16]
+    # an object-store URI is absolute already (Path would collapse its "//")
+    where = checkpoint.rstrip("/") if is_remote(checkpoint) else str(Path(checkpoint).resolve())
+    digest = hashlib.sha1(where.encode()).hexdigest()[:16]
     return f"routelake-{digest}"
 
 
