@@ -55,14 +55,13 @@ from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, FILTER_SERVER, TOP
 from routing_lib.lookup import jsonbody, mqadmin
 from routing_lib.lookup.processor import NAMESRV_VERSION
 from routing_lib.lookup.remoting import (
-    FrameDecoder,
     RemotingCommand,
     SerializeType,
     encode,
 )
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.read.warehouse import RouteSnapshot
-from tests.lookup_support import Warehouse, fixture_tables
+from tests.lookup_support import RemotingClient, Warehouse, fixture_tables
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -237,42 +236,6 @@ def top_others(before: dict, after: dict, exclude: set[int], seconds: float) -> 
     )
 
 
-# -- a blocking remoting client (set-up and checks, not the load) --
-
-
-class Remoting:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection((LOOPBACK, port), timeout=10)
-        self.decoder = FrameDecoder()
-        self.pending: list[RemotingCommand] = []
-        self.opaque = 0
-
-    def call(self, code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
-        self.opaque += 1
-        self.sock.sendall(
-            encode(
-                RemotingCommand(
-                    code=code,
-                    version=NAMESRV_VERSION,
-                    opaque=self.opaque,
-                    ext_fields=ext,
-                    body=body,
-                )
-            )
-        )
-        while True:
-            for i, command in enumerate(self.pending):
-                if command.opaque == self.opaque:
-                    return self.pending.pop(i)
-            data = self.sock.recv(1 << 16)
-            if not data:
-                raise ConnectionError("connection closed by the server")
-            self.pending += self.decoder.feed(data)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 # -- the Java NameServer, loaded with the warehouse's routes --
 
 
@@ -310,7 +273,7 @@ def topic_config(row: dict) -> dict:
     }
 
 
-def register_brokers(client: Remoting, tables: dict[str, list[dict]]) -> int:
+def register_brokers(client: RemotingClient, tables: dict[str, list[dict]]) -> int:
     """REGISTER_BROKER for every broker of broker_addr_table, so that the Java NameServer's
     RouteInfoManager ends up with the tables' routes.
 
@@ -353,7 +316,7 @@ def register_brokers(client: Remoting, tables: dict[str, list[dict]]) -> int:
                 "topicConfigTable": topic_table,
             },
         }
-        response = client.call(REGISTER_BROKER, ext, json.dumps(body).encode())
+        response = client.call(REGISTER_BROKER, body=json.dumps(body).encode(), **ext)
         if response.code != 0:
             raise RuntimeError(f"REGISTER_BROKER {key} answered {response.code} {response.remark}")
 
@@ -395,11 +358,13 @@ def canonical_cluster_info(info: dict) -> dict:
     }
 
 
-def compare(java: Remoting, ours: Remoting, topics: list[str]) -> tuple[list[str], list[str]]:
+def compare(
+    java: RemotingClient, ours: RemotingClient, topics: list[str]
+) -> tuple[list[str], list[str]]:
     """(topics with identical routes, differences)."""
     same, diffs = [], []
     for topic in topics:
-        answers = [c.call(GET_ROUTEINFO_BY_TOPIC, {"topic": topic}) for c in (java, ours)]
+        answers = [c.call(GET_ROUTEINFO_BY_TOPIC, topic=topic) for c in (java, ours)]
         if answers[0].code != answers[1].code:
             diffs.append(f"{topic}: code java {answers[0].code} ours {answers[1].code}")
             continue
@@ -409,7 +374,7 @@ def compare(java: Remoting, ours: Remoting, topics: list[str]) -> tuple[list[str
         else:
             diffs.append(f"{topic}: java {routes[0]} ours {routes[1]}")
     infos = [
-        canonical_cluster_info(jsonbody.parse_legacy(c.call(GET_BROKER_CLUSTER_INFO, {}).body))
+        canonical_cluster_info(jsonbody.parse_legacy(c.call(GET_BROKER_CLUSTER_INFO).body))
         for c in (java, ours)
     ]
     if infos[0] != infos[1]:
@@ -424,7 +389,7 @@ def compare(java: Remoting, ours: Remoting, topics: list[str]) -> tuple[list[str
     requests.append(("system topics (304)", GET_SYSTEM_TOPIC_LIST, {}))
     addrs = {a for b in infos[0]["brokerAddrTable"].values() for a in b["brokerAddrs"].values()}
     for what, code, ext in requests:
-        answers = [c.call(code, ext) for c in (java, ours)]
+        answers = [c.call(code, SerializeType.JSON, b"", **ext) for c in (java, ours)]
         lists: list[dict[str, Any]] = [
             jsonbody.parse_legacy(a.body) if a.code == 0 else {"code": a.code} for a in answers
         ]
@@ -770,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = tmp / "logs"
     logs.mkdir()
     procs = Processes(logs)
-    clients: list[Remoting] = []
+    clients: list[RemotingClient] = []
     try:
         print(f"machine: {machine()}", flush=True)
         tables, watermark = fixture_tables(GOLDEN / args.fixture)
@@ -815,10 +780,12 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
-        registrar = Remoting(java_port)  # stays open: closing it unregisters the brokers
+        # stays open: closing it unregisters the brokers
+        registrar = RemotingClient(java_port, timeout_s=10)
         clients.append(registrar)
         sent = register_brokers(registrar, tables)
-        java_client, our_client = Remoting(java_port), Remoting(our_port)
+        java_client = RemotingClient(java_port, timeout_s=10)
+        our_client = RemotingClient(our_port, timeout_s=10)
         clients += [java_client, our_client]
         same, diffs = compare(java_client, our_client, topics)
         print(
@@ -851,7 +818,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(result)
             print(f"  {name}: {result.rps:,.0f} req/s", flush=True)
         # The brokers must still be registered: a route still answers after the runs.
-        still = java_client.call(GET_ROUTEINFO_BY_TOPIC, {"topic": same[0]}).code == 0
+        still = java_client.call(GET_ROUTEINFO_BY_TOPIC, topic=same[0]).code == 0
 
         print()
         head = (

@@ -58,10 +58,10 @@ def set_mtimes(paths: list[Path], order) -> None:
         os.utime(paths[index], (1_700_000_000 + rank, 1_700_000_000 + rank))
 
 
-def admin_history(seed: int) -> list[str]:
-    """A random simulated fleet with operators' events interleaved, as JSON lines."""
-    rng = random.Random(seed)
-    history = generate_history(
+def random_history(seed: int, rng: random.Random) -> list[dict]:
+    """A seeded random fleet history (3-7 groups, faults, role switches, disorder < delay);
+    its sizes are drawn from `rng`, which the caller goes on using."""
+    return generate_history(
         seed,
         brokers=rng.randint(3, 7),
         topics=rng.randint(2, 6),
@@ -71,4 +71,10 @@ def admin_history(seed: int) -> list[str]:
         disorder_ms=rng.randint(0, 6000),
         fault_interval_ms=120_000,
     )
+
+
+def admin_history(seed: int) -> list[str]:
+    """random_history with operators' events interleaved, as JSON lines."""
+    rng = random.Random(seed)
+    history = random_history(seed, rng)
     return [json.dumps(e) for e in with_admin_events(history, seed, every=rng.randint(5, 20))]

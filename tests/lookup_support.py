@@ -286,13 +286,17 @@ class ServerThread:
 
 
 class RemotingClient:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    """One request at a time on one connection; the answer must be the next frame."""
+
+    def __init__(self, port: int, timeout_s: float = 5.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
         self.decoder = FrameDecoder()
         self.pending: list[RemotingCommand] = []
         self.opaque = 0
 
-    def call(self, code: int, kind=SerializeType.JSON, **ext) -> RemotingCommand:
+    def call(
+        self, code: int, kind: SerializeType = SerializeType.JSON, body: bytes = b"", **ext: str
+    ) -> RemotingCommand:
         self.opaque += 1
         self.sock.sendall(
             encode(
@@ -301,6 +305,7 @@ class RemotingClient:
                     version=NAMESRV_VERSION,
                     opaque=self.opaque,
                     ext_fields=ext,
+                    body=body,
                     serialize_type=kind,
                 )
             )

@@ -16,6 +16,7 @@ from tests.helpers import (
     GOLDEN,
     expected_dump,
     fixture_lines,
+    random_history,
     reference_dump,
     set_mtimes,
     split_lines,
@@ -102,19 +103,7 @@ def test_tables_have_change_data_feed(backfill):
 def test_random_history_in_random_batches_equals_sequential_replay(seed, backfill, tmp_path):
     """Property: a seeded random fleet history (faults, role switches, disorder < delay), cut
     into random files read one per micro-batch, gives the plain replay's State(W)."""
-    from routelake_dev.simulator import generate_history
-
     rng = random.Random(seed)
-    history = generate_history(
-        seed,
-        brokers=rng.randint(3, 7),
-        topics=rng.randint(2, 6),
-        duration_ms=rng.randint(10, 25) * 60_000,
-        period_ms=30_000,
-        start_ms=1_764_000_000_000,
-        disorder_ms=rng.randint(0, 6000),
-        fault_interval_ms=120_000,
-    )
-    lines = [json.dumps(event) for event in history]
+    lines = [json.dumps(event) for event in random_history(seed, rng)]
     write_files(tmp_path / "in", split_lines(lines, rng.randint(3, 6), rng))
     assert backfill([tmp_path / "in"], max_files_per_trigger=1) == reference_dump(lines)

@@ -571,3 +571,22 @@ def test_serve_stops_cleanly_on_signal(tmp_path, sig):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_request_whose_answer_raises_gets_system_error(tmp_path, monkeypatch):
+    """The listener's last line of defence: an exception while answering is logged and
+    answered with SYSTEM_ERROR; the connection and the server go on."""
+    Warehouse(tmp_path).publish(0, 1000, tables())
+
+    def broken(self, topic):
+        raise RuntimeError("injected failure")
+
+    with ServerThread(tmp_path) as server:
+        wait_until(lambda: server.service.holder.current is not None)
+        client = RemotingClient(server.service.port)
+        monkeypatch.setattr(RouteIndex, "route_body", broken)
+        failed = client.call(105, topic="Orders")
+        assert (failed.code, failed.remark) == (ResponseCode.SYSTEM_ERROR, "internal error")
+        monkeypatch.undo()
+        assert client.call(105, topic="Orders").code == ResponseCode.SUCCESS
+        client.close()

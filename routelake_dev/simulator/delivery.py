@@ -110,9 +110,40 @@ class SimulateStats:
     files: list[Path] = field(default_factory=list)
     seconds: float = 0.0
 
+    def count(self, event_time: int, size: int) -> None:
+        self.events += 1
+        self.bytes += size
+        if self.first_event_time is None:
+            self.first_event_time = event_time
+        self.last_event_time = event_time
+
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _first_event_time(start_ms: int | None, rate_limit: bool, duration_ms: int | None) -> int:
+    """start_ms, else now, or now - duration when the whole history lies in the past."""
+    if start_ms is not None:
+        return start_ms
+    return _now_ms() - (duration_ms if not rate_limit and duration_ms is not None else 0)
+
+
+def _sleep_until(wall_ms: int) -> None:
+    wait_ms = wall_ms - _now_ms()
+    if wait_ms > 0:
+        time.sleep(wait_ms / 1000)
+
+
+def _close(archive: ArchiveWriter | None, sender: _Sender | None, stats: SimulateStats) -> None:
+    if archive is not None:
+        archive.close()
+        stats.files = list(archive.files)
+    if sender is not None:
+        try:
+            sender.finish()
+        finally:
+            sender.producer.close()
 
 
 def simulate(
@@ -149,17 +180,13 @@ def simulate(
         raise ValueError("archiving needs a duration")
     say = log or (lambda text: print(text, file=sys.stderr))
     duration_ms = None if duration_s is None else int(duration_s * 1000)
-    if start_ms is None:
-        start_ms = _now_ms()
-        if not rate_limit and duration_ms is not None:
-            start_ms -= duration_ms
+    start_ms = _first_event_time(start_ms, rate_limit, duration_ms)
     stats = SimulateStats()
     encoder = EventEncoder()
-    producer = sender = None
+    sender = None
     if bootstrap is not None:
         check_topic(bootstrap, topic)
-        producer = make_producer(bootstrap, **(producer_overrides or {}))
-        sender = _Sender(producer, topic)
+        sender = _Sender(make_producer(bootstrap, **(producer_overrides or {})), topic)
     archive = (
         ArchiveWriter(archive_dir, archive_minutes, disorder_ms)
         if archive_dir is not None
@@ -183,19 +210,13 @@ def simulate(
         for event in events:
             event_time = event["eventTime"]
             if rate_limit and sender is not None:
-                wait_ms = (event_time - start_ms) - (_now_ms() - wall_start)
-                if wait_ms > 0:
-                    time.sleep(wait_ms / 1000)
+                _sleep_until(event_time - start_ms + wall_start)
             line = encoder(event)
             if sender is not None:
                 sender.send(event["brokerName"].encode(), line)
             if archive is not None:
                 archive.write(event_time, line)
-            stats.events += 1
-            stats.bytes += len(line)
-            if stats.first_event_time is None:
-                stats.first_event_time = event_time
-            stats.last_event_time = event_time
+            stats.count(event_time, len(line))
             if progress_s and time.monotonic() >= next_report:
                 next_report += progress_s
                 say(
@@ -205,14 +226,7 @@ def simulate(
     except KeyboardInterrupt:
         say("simulate: interrupted, flushing")
     finally:
-        if archive is not None:
-            archive.close()
-            stats.files = list(archive.files)
-        if producer is not None and sender is not None:
-            try:
-                sender.finish()
-            finally:
-                producer.close()
+        _close(archive, sender, stats)
     stats.seconds = time.monotonic() - began
     return stats
 

@@ -304,6 +304,13 @@ class FleetSimulator:
     def _record(self, at: int, kind: str, group: _Group, node: _Node, detail: str = "") -> None:
         self.faults.append(Fault(at, kind, group.name, node.addr, detail))
 
+    def _back_after(self, at: int, g: int, n: int, kind: str, downtime: int) -> None:
+        """After fault `kind`, node n of group g registers again `downtime` ms later."""
+        group = self._groups[g]
+        self._record(at, kind, group, group.nodes[n], f"back after {downtime} ms")
+        self._restart_at(at + downtime, g, n)
+        group.busy_until = at + downtime
+
     def _fault_crash(self, at: int, g: int, live: list[int], slaves: list[int]) -> None:
         group, rng = self._groups[g], self._rng
         n = rng.choice(live)
@@ -313,10 +320,9 @@ class FleetSimulator:
             self._record(at, "crash", group, node, "gone for good")
             return
         margin = self.interval_ms + 1000
-        downtime = node.timeout + rng.randint(margin, max(margin, node.timeout))
-        self._record(at, "crash", group, node, f"back after {downtime} ms")
-        self._restart_at(at + downtime, g, n)
-        group.busy_until = at + downtime
+        self._back_after(
+            at, g, n, "crash", node.timeout + rng.randint(margin, max(margin, node.timeout))
+        )
 
     def _fault_unregister(self, at: int, g: int, live: list[int], slaves: list[int]) -> None:
         group, rng = self._groups[g], self._rng
@@ -327,20 +333,14 @@ class FleetSimulator:
         if rng.random() < 0.2:
             self._record(at, "unregister", group, node, "gone for good")
             return
-        downtime = rng.randint(5_000, 300_000)
-        self._record(at, "unregister", group, node, f"back after {downtime} ms")
-        self._restart_at(at + downtime, g, n)
-        group.busy_until = at + downtime
+        self._back_after(at, g, n, "unregister", rng.randint(5_000, 300_000))
 
     def _fault_restart(self, at: int, g: int, live: list[int], slaves: list[int]) -> None:
         group, rng = self._groups[g], self._rng
         n = rng.choice(live)
         node = group.nodes[n]
         self._down(node)
-        downtime = rng.randint(1_000, max(1_000, node.timeout // 4))
-        self._record(at, "restart", group, node, f"back after {downtime} ms")
-        self._restart_at(at + downtime, g, n)
-        group.busy_until = at + downtime
+        self._back_after(at, g, n, "restart", rng.randint(1_000, max(1_000, node.timeout // 4)))
 
     def _fault_role_switch(self, at: int, g: int, live: list[int], slaves: list[int]) -> None:
         group, rng = self._groups[g], self._rng

@@ -201,18 +201,18 @@ class RemotingListener:
         await self._drain(writer, peer)
         return True
 
+    def _failed(self, command: RemotingCommand) -> Reply:
+        """Answering raised (called from its except block): logged, SYSTEM_ERROR answered."""
+        self._frame_log.log(
+            "answer", logging.ERROR, "answering request code %s failed", command.code, exc_info=True
+        )
+        return _internal_error(command)
+
     def _respond(self, command: RemotingCommand) -> Reply | Awaitable[Reply]:
         try:
             return self.respond(command)
         except Exception:
-            self._frame_log.log(
-                "answer",
-                logging.ERROR,
-                "answering request code %s failed",
-                command.code,
-                exc_info=True,
-            )
-            return _internal_error(command)
+            return self._failed(command)
 
     async def _finish(
         self,
@@ -226,14 +226,7 @@ class RemotingListener:
         except asyncio.CancelledError:
             raise
         except Exception:
-            self._frame_log.log(
-                "answer",
-                logging.ERROR,
-                "answering request code %s failed",
-                command.code,
-                exc_info=True,
-            )
-            response = _internal_error(command)
+            response = self._failed(command)
         if writer.is_closing():
             response = None  # nobody to read it
         self._write(writer, command, response, started)
