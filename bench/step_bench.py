@@ -20,28 +20,8 @@ import pandas as pd
 from bench.backfill_bench import fleet_lines
 from routing_lib.core.group_routes import DEFAULT_FLAGS
 from routing_lib.ingest import classify
-from routing_lib.spark.stateful import STATE_SCHEMA, StepSettings, make_step
-
-
-def _state(values, watermark: int):
-    from pyspark.sql.streaming.state import GroupState
-    from pyspark.sql.types import Row, StringType, StructField, StructType
-
-    names = [column.split()[0] for column in STATE_SCHEMA.split(", ")]
-    return GroupState(
-        optionalValue=Row(*values) if values else Row(),
-        batchProcessingTimeMs=0,
-        eventTimeWatermarkMs=watermark,
-        timeoutConf="EventTimeTimeout",
-        hasTimedOut=False,
-        watermarkPresent=True,
-        defined=values is not None,
-        updated=False,
-        removed=False,
-        timeoutTimestamp=-1,
-        keyAsUnsafe=b"",
-        valueSchema=StructType([StructField(n, StringType()) for n in names]),
-    )
+from routing_lib.spark.stateful import StepSettings, make_step
+from tests.step_support import group_state
 
 
 def main() -> None:
@@ -68,11 +48,11 @@ def main() -> None:
     parked, applied, out_rows = 0.0, 0.0, 0
     for group, events in by_group.items():
         frame = pd.DataFrame(events, columns=columns)
-        state = _state(None, 0)
+        state = group_state(None, 0)
         started = time.process_time()
         list(step((group,), iter([frame]), state))
         parked += time.process_time() - started
-        state = _state(tuple(state.get), last - 10_000)
+        state = group_state(tuple(state.get), last - 10_000)
         started = time.process_time()
         out = list(step((group,), iter([]), state))
         applied += time.process_time() - started

@@ -42,13 +42,13 @@ class PendingEvent:
     @property
     def event(self) -> Event:
         if self._event is None:
-            self._event = unpack_event(self._packed)  # type: ignore[arg-type]
+            self._event = unpack_event(self._packed)  # type: ignore[arg-type]  # one form is set
         return self._event
 
     @property
     def packed(self) -> str:
         if self._packed is None:
-            self._packed = pack_event(self._event)  # type: ignore[arg-type]
+            self._packed = pack_event(self._event)  # type: ignore[arg-type]  # one form is set
         return self._packed
 
     def order_key(self) -> tuple[int, Arrival]:

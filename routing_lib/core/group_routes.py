@@ -8,7 +8,7 @@ which is how RocketMQ fleets are deployed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from routing_lib.core.topic_table import EMPTY_TOPICS, TopicTable
 from routing_lib.core.wire import Event, topic_names
@@ -199,7 +199,9 @@ class GroupRoutes:
         live = self.live.get((cluster, addr))
         if live is None:
             return False
-        self.live[(cluster, addr)] = replace(live, last_update_timestamp=now)
+        self.live[(cluster, addr)] = BrokerLive(  # not dataclasses.replace: the hot path
+            now, live.heartbeat_timeout_millis, live.data_version, live.ha_server_addr
+        )
         return True
 
     # -- UNREGISTER_BROKER ----------------------------------------------------------------

@@ -186,7 +186,7 @@ def packed_event_type(packed: str) -> str:
 def _trusted_constructor(cls: type[BaseModel]) -> Callable[[dict], Any]:
     """`cls.model_construct(**values)` for values that came from a validated model's dump,
     without its per-field bookkeeping (a third of applying a heartbeat). It sets the same
-    attributes model_construct sets; tests/test_incremental_state.py checks the two agree."""
+    attributes model_construct sets; tests/test_packed_pending.py checks the two agree."""
     defaults: dict[str, Any] = {}  # every field, in declaration order (model_dump's order)
     for name, info in cls.model_fields.items():
         if info.default_factory is not None:
@@ -197,8 +197,10 @@ def _trusted_constructor(cls: type[BaseModel]) -> Callable[[dict], Any]:
 
     def construct(values: dict) -> Any:
         model = new(cls)
-        set_attribute(model, "__dict__", {n: values.get(n, d) for n, d in defaults.items()})
-        set_attribute(model, "__pydantic_fields_set__", set(values).intersection(defaults))
+        set_attribute(model, "__pydantic_fields_set__", set(values))  # packed: only fields
+        if len(values) != len(defaults):  # some fields were left out (None): fill them in
+            values = {n: values.get(n, d) for n, d in defaults.items()}
+        set_attribute(model, "__dict__", values)
         set_attribute(model, "__pydantic_extra__", None)
         set_attribute(model, "__pydantic_private__", None)
         return model
