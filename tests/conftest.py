@@ -7,6 +7,13 @@ import pytest
 
 from routing_lib.config import load_config
 
+RUN_LAST = ("s3", "cluster")  # start servers of their own (moto, a Spark cluster) and take minutes
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked s3 or cluster run after all the others, in their collected order."""
+    items.sort(key=lambda item: any(item.get_closest_marker(m) for m in RUN_LAST))
+
 
 @pytest.fixture(scope="session")
 def config():
