@@ -20,6 +20,8 @@ freshness: the job runs live (trigger 1 s); the simulated fleet sends its events
 from __future__ import annotations
 
 import argparse
+import logging
+import re
 import statistics
 import threading
 import time
@@ -85,6 +87,32 @@ def _row_key(row: dict) -> tuple:
     return (row["broker_addr"], version["state_version"], version["timestamp"], version["counter"])
 
 
+class _BatchLog(logging.Handler):
+    """Collects the job's per-batch log line: duration and phases of every published batch."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seconds: list[float] = []
+        self.phases: dict[str, list[float]] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not record.msg.startswith("batch %d published"):
+            return
+        args = record.args if isinstance(record.args, tuple) else ()
+        self.seconds.append(float(args[2]))  # type: ignore[arg-type]  # "%.2fs": a float
+        for name, value in re.findall(r"(\w+) ([\d.]+)s", str(args[3])):
+            self.phases.setdefault(name, []).append(float(value))
+
+    def summary(self) -> str:
+        if not self.seconds:
+            return "batches: none published"
+        parts = [f"{k} {statistics.median(v):.2f} s" for k, v in self.phases.items()]
+        return (
+            f"batches: {len(self.seconds)}, median {statistics.median(self.seconds):.2f} s "
+            f"(median phases: {', '.join(parts)})"
+        )
+
+
 def freshness(args, config) -> None:
     from deltalake import DeltaTable
 
@@ -104,6 +132,9 @@ def freshness(args, config) -> None:
         kwargs={"stop_event": stop, "install_signal_handlers": False},
         daemon=True,
     )
+    batches = _BatchLog()
+    logging.getLogger("routelake.job").addHandler(batches)
+    logging.getLogger("routelake.job").setLevel(logging.INFO)
     job_thread.start()
     producer = make_producer(config.kafka.bootstrap_servers, acks=1, linger_ms=5)
     sent_at: dict[tuple, float] = {}
@@ -160,6 +191,7 @@ def freshness(args, config) -> None:
         print("freshness: no change became visible")
         return
     p95 = delays[min(len(delays) - 1, int(0.95 * len(delays)))]
+    print(batches.summary())
     print(
         f"freshness over {len(delays)} of {len(sent_at)} changes, "
         f"{sent / (time.monotonic() - started):.0f} events/s: "
