@@ -3,11 +3,16 @@ stateful step over one broker group's events, timed with process CPU time.
 
     .venv/bin/python -m bench.step_bench --events 30000 --groups 20 --topics 100
 
-Generates the events of `bench/backfill_bench.py` (REGISTER every 30 s with the full topic
-table, HEARTBEATs every 5 s, a dataVersion bump every 10 min), classifies them as stage one
-does, then runs the real step function (pyspark's own GroupState carrying state) the way an
-AvailableNow backfill runs it: one micro-batch that parks every event (watermark 0), then one
-that applies them all. Prints CPU microseconds per event for each phase.
+Generates the events of `bench/backfill_bench.py` (the fleet simulator: REGISTER every 30 s with
+the full topic table, HEARTBEATs every 5 s, faults), or reads them from `--lines FILE` (one
+record per line; `--save FILE` writes them). Classifies them as stage one does, then runs the
+real step function (pyspark's own GroupState carrying state) the way an AvailableNow backfill
+runs it: one micro-batch that parks every event (watermark 0), then one that applies them all.
+Prints CPU microseconds per event for each phase.
+
+Before/after: save the lines once, then run this file with an older commit's worktree first on
+PYTHONPATH (its routing_lib is measured): `PYTHONPATH=/tmp/before python bench/step_bench.py
+--lines FILE`.
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import time
 
 import pandas as pd
 
-from bench.backfill_bench import fleet_lines
 from routing_lib.core.group_routes import DEFAULT_FLAGS
 from routing_lib.ingest import classify
 from routing_lib.spark.stateful import StepSettings, make_step
@@ -30,8 +34,17 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=20)
     parser.add_argument("--topics", type=int, default=100)
     parser.add_argument("--history", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--lines", help="read the records from this file instead")
+    parser.add_argument("--save", help="write the generated records to this file")
     args = parser.parse_args()
-    lines = list(fleet_lines(args.events, args.groups, args.topics))
+    if args.lines:
+        lines = open(args.lines, "rb").read().splitlines()
+    else:
+        from bench.backfill_bench import fleet_lines  # (an older commit's bench may lack it)
+
+        lines = list(fleet_lines(args.events, args.groups, args.topics))
+    if args.save:
+        open(args.save, "wb").write(b"".join(line + b"\n" for line in lines))
     n = len(lines)
 
     started = time.process_time()
