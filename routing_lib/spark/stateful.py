@@ -12,7 +12,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 from pydantic_core import PydanticSerializationError, to_json
@@ -28,16 +28,17 @@ from routing_lib.core.admin import (
     timeout_at,
     topics_grew,
 )
-from routing_lib.core.clock import GroupClock
+from routing_lib.core.clock import Advance, Arrival, GroupClock
 from routing_lib.core.codec import decode_clock, encode_clock
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags
 from routing_lib.core.history import HistoryTracker, decode_history, encode_history, event_date
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, diff
+from routing_lib.core.topic_table import TopicTable
 from routing_lib.core.wire import RS, event_json, packed_event_type, unpack_event
 from routing_lib.ingest import CLOCK_KEY, DEAD_LETTER_KEY, TICK_KEY, internal_error_reason
 from routing_lib.spark.admin_log import logged_deletes
 from routing_lib.spark.checkpoint import batch_watermark
-from schemas.route_event import ADMIN_EVENT_TYPES, INT64_MAX
+from schemas.route_event import ADMIN_EVENT_TYPES, INT64_MAX, DeleteTopicEvent
 
 log = logging.getLogger("routelake.step")
 
@@ -122,122 +123,174 @@ def make_step(settings: StepSettings):
         key: tuple, frames: Iterator[pd.DataFrame], state: GroupState
     ) -> Iterator[pd.DataFrame]:
         (group,) = key
-        if group == DEAD_LETTER_KEY:
-            yield from _dead_letters(frames)
-            return
-        if group == CLOCK_KEY:  # a backfill's as-of tick: it only moves the watermark
-            for _ in frames:
-                pass
-            return
-        if group == TICK_KEY:  # TICK events: they moved the watermark; nothing else to do
-            ticks = sum(len(pdf) for pdf in frames)
-            yield _frame([_stats(input_rows=ticks, accepted=ticks, ticks=ticks)])
-            return
-        if group == ADMIN_KEY:  # DELETE_TOPIC as it arrives: into the admin log
-            yield _frame(
-                _admin_log_rows(frames, published_watermark(settings.checkpoint), settings.as_of)
-            )
-            return
-        saved = state.get if state.exists else (None, None, None, None)
-        clock = decode_clock(saved[:2]) if saved[0] else GroupClock(GroupRoutes(group))
-        tracker = decode_history(saved[2:]) if saved[2] else HistoryTracker(group)
-        before = RoutesSnapshot.of(clock.routes)
-        watermark = state.getCurrentWatermarkMs()
-        published = published_watermark(settings.checkpoint)
-        target = watermark
-        if settings.as_of is not None:  # the published tables never go past as_of
-            published, target = min(published, settings.as_of), min(watermark, settings.as_of)
-
-        out: list[tuple] = []
-        bundles: dict[tuple[str, str, str], list] = defaultdict(list)
-        before_topics = clock.routes.topics
-        if settings.warehouse is not None and group != KV_KEY:
-            merge_logged_deletes(clock, logged_deletes(settings.warehouse, published))
-        input_rows = late = failed = fanned_out = 0
-        for pdf in frames:
-            for event_time, source, position, payload in zip(
-                pdf["event_time"], pdf["source"], pdf["position"], pdf["payload"], strict=True
-            ):
-                if _is_fan_out_copy(payload):
-                    # a DELETE_TOPIC copy for a holder: counted (and tabled if late) once,
-                    # by the admin group; the log merge above may have added it already
-                    fanned_out += 1
-                    if not clock.is_late(int(event_time), published):
-                        merge_logged_deletes(
-                            clock, [((source, int(position)), unpack_event(payload))]
-                        )
-                    continue
-                input_rows += 1
-                try:
-                    if clock.is_late(int(event_time), published):
-                        out.append(_late_row(payload, source, int(position), published))
-                        late += 1
-                    elif packed_event_type(payload) in ADMIN_EVENT_TYPES:
-                        event = unpack_event(payload)
-                        clock.add(event, (source, int(position)))
-                        bundles["history", ADMIN_EVENTS, "append"].append(
-                            admin_row(event, (source, int(position)), event_date(event.eventTime))
-                        )
-                    else:  # decoded when applied
-                        clock.add_packed(int(event_time), (source, int(position)), payload)
-                except Exception as exc:  # last line of defence: this record only
-                    out.append(_internal_dead_letter(payload, source, int(position), exc))
-                    failed += 1
-        if settings.history:
-            advance, history = tracker.advance(clock, target, settings.flags)
-            for h in history:
-                bundles["history", h.table, h.op].append(h.row)
+        special = _special_group(group, frames, settings)
+        if special is not None:
+            yield from special
         else:
-            advance = clock.advance(target, settings.flags)
-        for item, reason in advance.failed:
-            source, position = item.arrival
-            out.append(_dead_row(item.packed, source, position, reason))
-        failed += len(advance.failed)
-        changes = diff(group, before, RoutesSnapshot.of(clock.routes))
-        for change in changes:
-            payload = (
-                change.row
-                if change.row is not None
-                else dict(zip(TABLE_KEYS[change.table], change.key, strict=True))
-            )
-            op = "upsert" if change.row is not None else "delete"
-            bundles["change", change.table, op].append(payload)
-        out += [
+            yield from _broker_group_step(group, frames, state, settings)
+
+    return step
+
+
+def _special_group(
+    group: str, frames: Iterator[pd.DataFrame], settings: StepSettings
+) -> Iterator[pd.DataFrame] | None:
+    """The rows of a group key that is not a broker group (ingest.py), or None."""
+    if group == DEAD_LETTER_KEY:
+        return _dead_letters(frames)
+    if group == CLOCK_KEY:  # a backfill's as-of tick: it only moves the watermark
+        for _ in frames:
+            pass
+        return iter(())
+    if group == TICK_KEY:  # TICK events: they moved the watermark; nothing else to do
+        ticks = sum(len(pdf) for pdf in frames)
+        return iter([_frame([_stats(input_rows=ticks, accepted=ticks, ticks=ticks)])])
+    if group == ADMIN_KEY:  # DELETE_TOPIC as it arrives: into the admin log
+        published = published_watermark(settings.checkpoint)
+        return iter([_frame(_admin_log_rows(frames, published, settings.as_of))])
+    return None
+
+
+@dataclass
+class _GroupBatch:
+    """What one step call collects for a broker group: output rows and the record counts."""
+
+    published: int  # the watermark the published tables show: older events are late
+    out: list[tuple] = field(default_factory=list)
+    bundles: dict[tuple[str, str, str], list] = field(default_factory=lambda: defaultdict(list))
+    input_rows: int = 0
+    late: int = 0
+    failed: int = 0
+    fanned_out: int = 0
+
+    def rows(self, advance: Advance, changes: int) -> list[tuple]:
+        bundled = [
             (kind, table, op, _json_array(rows), None)
-            for (kind, table, op), rows in bundles.items()
+            for (kind, table, op), rows in self.bundles.items()
         ]
         # An event that failed in the step is counted as accepted when it arrived (it passed
         # validation) and as dead-lettered now, so input = accepted + late + dead still holds
         # once per record: `accepted` excludes the records that failed on arrival.
-        arrived_failed = failed - len(advance.failed)
-        out.append(
-            _stats(
-                input_rows=input_rows,
-                accepted=input_rows - late - arrived_failed,
-                late=late,
-                applied=len(advance.applied),
-                expired=len(advance.expiries),
-                changes=len(changes),
-                dead_lettered=arrived_failed,
-                failed_in_step=len(advance.failed),
-                fanned_out=fanned_out,
-            )
+        arrived_failed = self.failed - len(advance.failed)
+        stats = _stats(
+            input_rows=self.input_rows,
+            accepted=self.input_rows - self.late - arrived_failed,
+            late=self.late,
+            applied=len(advance.applied),
+            expired=len(advance.expiries),
+            changes=changes,
+            dead_lettered=arrived_failed,
+            failed_in_step=len(advance.failed),
+            fanned_out=self.fanned_out,
         )
-        yield _frame(out)
+        return [*self.out, *bundled, stats]
 
-        if clock.is_idle() and tracker.is_idle():
-            state.remove()
-            return
-        history_state = encode_history(tracker) if settings.history else (None, None)
-        state.update((*encode_clock(clock), *history_state))
-        wake_up = timeout_at(clock, watermark, topics_grew(before_topics, clock.routes.topics))
-        # Spark fires an event-time timeout once the watermark is strictly past it.
-        # A deadline past INT64_MAX (a huge heartbeatTimeoutMillis) is never reached by a
-        # watermark, and the timeout must fit a Java long.
-        if wake_up is not None and watermark <= wake_up - 1 <= INT64_MAX:
-            state.setTimeoutTimestamp(wake_up - 1)
 
-    return step
+def _broker_group_step(
+    group: str, frames: Iterator[pd.DataFrame], state: GroupState, settings: StepSettings
+) -> Iterator[pd.DataFrame]:
+    saved = state.get if state.exists else (None, None, None, None)
+    clock = decode_clock(saved[:2]) if saved[0] else GroupClock(GroupRoutes(group))
+    tracker = decode_history(saved[2:]) if saved[2] else HistoryTracker(group)
+    before = RoutesSnapshot.of(clock.routes)
+    before_topics = clock.routes.topics
+    watermark = state.getCurrentWatermarkMs()
+    published = published_watermark(settings.checkpoint)
+    target = watermark
+    if settings.as_of is not None:  # the published tables never go past as_of
+        published, target = min(published, settings.as_of), min(watermark, settings.as_of)
+
+    if settings.warehouse is not None and group != KV_KEY:
+        merge_logged_deletes(clock, logged_deletes(settings.warehouse, published))
+    batch = _GroupBatch(published)
+    for pdf in frames:
+        for event_time, source, position, payload in zip(
+            pdf["event_time"], pdf["source"], pdf["position"], pdf["payload"], strict=True
+        ):
+            _take_row(clock, batch, int(event_time), (source, int(position)), payload)
+    advance = _advance(clock, tracker, target, settings, batch)
+    changes = diff(group, before, RoutesSnapshot.of(clock.routes))
+    for change in changes:
+        if change.row is not None:
+            batch.bundles["change", change.table, "upsert"].append(change.row)
+        else:
+            key = dict(zip(TABLE_KEYS[change.table], change.key, strict=True))
+            batch.bundles["change", change.table, "delete"].append(key)
+    yield _frame(batch.rows(advance, len(changes)))
+    _save_group(state, clock, tracker, settings, watermark, before_topics)
+
+
+def _take_row(
+    clock: GroupClock, batch: _GroupBatch, event_time: int, arrival: Arrival, payload: str
+) -> None:
+    """One arriving record: late-tabled, or pending in the group's clock."""
+    if _is_fan_out_copy(payload):
+        # a DELETE_TOPIC copy for a holder: counted (and tabled if late) once, by the admin
+        # group; the log merge before the rows may have added it already
+        batch.fanned_out += 1
+        event = unpack_event(payload)
+        if isinstance(event, DeleteTopicEvent) and not clock.is_late(event_time, batch.published):
+            merge_logged_deletes(clock, [(arrival, event)])
+        return
+    batch.input_rows += 1
+    try:
+        if clock.is_late(event_time, batch.published):
+            batch.out.append(_late_row(payload, *arrival, batch.published))
+            batch.late += 1
+        elif packed_event_type(payload) in ADMIN_EVENT_TYPES:
+            event = unpack_event(payload)
+            clock.add(event, arrival)
+            batch.bundles["history", ADMIN_EVENTS, "append"].append(
+                admin_row(event, arrival, event_date(event.eventTime))
+            )
+        else:  # decoded when applied
+            clock.add_packed(event_time, arrival, payload)
+    except Exception as exc:  # last line of defence: this record only
+        batch.out.append(_internal_dead_letter(payload, *arrival, exc))
+        batch.failed += 1
+
+
+def _advance(
+    clock: GroupClock,
+    tracker: HistoryTracker,
+    target: int,
+    settings: StepSettings,
+    batch: _GroupBatch,
+) -> Advance:
+    """Move the group's clock to `target`, bundling history rows and dead-lettering the
+    events whose application failed."""
+    if settings.history:
+        advance, history = tracker.advance(clock, target, settings.flags)
+        for h in history:
+            batch.bundles["history", h.table, h.op].append(h.row)
+    else:
+        advance = clock.advance(target, settings.flags)
+    for item, reason in advance.failed:
+        batch.out.append(_dead_row(item.packed, *item.arrival, reason))
+    batch.failed += len(advance.failed)
+    return advance
+
+
+def _save_group(
+    state: GroupState,
+    clock: GroupClock,
+    tracker: HistoryTracker,
+    settings: StepSettings,
+    watermark: int,
+    before_topics: TopicTable,
+) -> None:
+    """Store the group's state (or drop it when idle) and the watermark to wake it up at."""
+    if clock.is_idle() and tracker.is_idle():
+        state.remove()
+        return
+    history_state = encode_history(tracker) if settings.history else (None, None)
+    state.update((*encode_clock(clock), *history_state))
+    wake_up = timeout_at(clock, watermark, topics_grew(before_topics, clock.routes.topics))
+    # Spark fires an event-time timeout once the watermark is strictly past it.
+    # A deadline past INT64_MAX (a huge heartbeatTimeoutMillis) is never reached by a
+    # watermark, and the timeout must fit a Java long.
+    if wake_up is not None and watermark <= wake_up - 1 <= INT64_MAX:
+        state.setTimeoutTimestamp(wake_up - 1)
 
 
 def _dead_row(payload: str, source: str, position: int, reason: str) -> tuple:
