@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from routing_lib.core.group_routes import BrokerKey, Event, GroupRoutes, RouteFlags, apply_event
 from routing_lib.core.wire import pack_event, unpack_event
@@ -55,7 +56,7 @@ class PendingEvent:
         return (self.event_time, self.arrival)
 
     def __lt__(self, other: PendingEvent) -> bool:
-        return (self.event_time, self.arrival) < (other.event_time, other.arrival)
+        return self.order_key() < other.order_key()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PendingEvent) and self.order_key() == other.order_key()
@@ -65,10 +66,6 @@ class PendingEvent:
 
     def __repr__(self) -> str:
         return f"PendingEvent({self.event_time}, {self.arrival})"
-
-
-def _event_time(item: PendingEvent) -> int:
-    return item.event_time
 
 
 @dataclass(frozen=True)
@@ -140,7 +137,7 @@ class GroupClock:
         if not pending or pending[0].event_time > watermark:
             return []
         pending.sort(key=PendingEvent.order_key)
-        cut = bisect.bisect_right(pending, watermark, key=_event_time)
+        cut = bisect.bisect_right(pending, watermark, key=attrgetter("event_time"))
         due = pending[:cut]
         del pending[:cut]
         return due
