@@ -17,7 +17,8 @@ if [ "${1:-}" = "--quick" ]; then
   exec .venv/bin/pytest -q -p no:cacheprovider tests/test_core_golden.py tests/test_schema.py \
     tests/test_history_core.py tests/test_incremental_state.py tests/test_poison_records.py \
     tests/test_lookup_codec.py tests/test_collector_codec.py tests/test_docs_contract.py \
-    tests/test_history_docs.py tests/test_packed_pending.py tests/test_known_records.py "$@"
+    tests/test_history_docs.py tests/test_packed_pending.py tests/test_known_records.py \
+    tests/test_zip_imports.py "$@"
 fi
 
 started_kafka=0
