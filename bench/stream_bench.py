@@ -15,6 +15,10 @@ freshness: the job runs live (trigger 1 s); the simulated fleet sends its events
   time from producing a registration with a dataVersion not seen before for that broker to
   that dataVersion being in broker_live_table (read with delta-rs) is measured; p50/p95 over
   --changes changes.
+realtime: the RIP-29 run: the same live run for --duration seconds of event time, by default
+  300 broker groups x 10 000 topics; also prints the arrival rate, the job's processing rate
+  (input rows of its published batches), how far the published watermark was behind at the
+  end of the run and how long it took to catch up. Lag bounded = it held that fleet.
 """
 
 from __future__ import annotations
@@ -177,6 +181,8 @@ def freshness(args, config) -> None:
         elapsed = time.monotonic() - started
         if len(seen_at) >= args.changes or elapsed >= args.timeout:
             break
+        if args.duration and event["eventTime"] - wall_start_ms >= args.duration * 1000:
+            break
         producer.send(topic, key=event["brokerName"].encode(), value=encode(event))
         sent += 1
         if event["eventType"] == "REGISTER" and _version_key(event) not in known:
@@ -184,6 +190,10 @@ def freshness(args, config) -> None:
             if elapsed >= WARM_UP_S and len(sent_at) < args.changes:
                 sent_at[_version_key(event)] = time.monotonic()
     producer.close()
+    ended = time.monotonic()
+    behind_s = max(0.0, ended - started - (event["eventTime"] - wall_start_ms) / 1000)
+    if args.what == "realtime":
+        _report_lag(work, config, sent, ended - started, event["eventTime"], behind_s)
     stop.set()
     job_thread.join(120)
     delays = sorted(seen_at[k] - sent_at[k] for k in seen_at)
@@ -198,6 +208,41 @@ def freshness(args, config) -> None:
         f"p50 {statistics.median(delays):.1f} s, p95 {p95:.1f} s, max {delays[-1]:.1f} s "
         f"(watermarkDelay {config.routes.watermark_delay_ms / 1000:.0f} s, trigger 1 s, "
         f"history {'on' if config.routes.history else 'off'})"
+    )
+
+
+def _published(work: Path) -> tuple[int, int]:
+    """(watermark, input rows) of the job's published batches so far."""
+    from deltalake import DeltaTable
+
+    try:
+        rows = (
+            DeltaTable(str(work / "warehouse" / "route_progress"))
+            .to_pyarrow_table(columns=["watermark", "input_rows"])
+            .to_pylist()
+        )
+    except Exception:  # not created yet
+        return 0, 0
+    return max((r["watermark"] for r in rows), default=0), sum(r["input_rows"] for r in rows)
+
+
+def _report_lag(work: Path, config, sent: int, seconds: float, last_ms: int, behind_s: float):
+    """Arrival vs processing rate over the run, and the published watermark's lag at its end."""
+    delay = config.routes.watermark_delay_ms
+    watermark, processed = _published(work)
+    print(
+        f"arrival {sent / seconds:,.0f} events/s (producer {behind_s:.1f} s behind the fleet's "
+        f"clock at the end), processed {processed / seconds:,.0f} events/s: ratio "
+        f"{processed / max(sent, 1):.2f}"
+    )
+    lag_s = (last_ms - delay - watermark) / 1000
+    caught_up = time.monotonic()
+    while watermark < last_ms - delay - 5_000 and time.monotonic() - caught_up < 600:
+        time.sleep(1)  # the fleet stopped: wait for the job to publish what it received
+        watermark, _ = _published(work)
+    print(
+        f"end lag: published watermark {lag_s:.1f} s behind (last eventTime - delay) when the "
+        f"run ended; within 5 s of it {time.monotonic() - caught_up:.0f} s later"
     )
 
 
@@ -222,6 +267,14 @@ def main() -> None:
     p.add_argument("--brokers", type=int, default=50)
     p.add_argument("--topics", type=int, default=100)
     p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--duration", type=float, default=0, help="stop after this much event time")
+    p = sub.add_parser("realtime")
+    p.add_argument("--brokers", type=int, default=300)
+    p.add_argument("--topics", type=int, default=10_000)
+    p.add_argument("--duration", type=float, default=300)
+    p.add_argument("--fault-interval-ms", type=int, default=20_000)
+    p.add_argument("--changes", type=int, default=10**9)
+    p.add_argument("--timeout", type=float, default=3600)
     for p in sub.choices.values():
         p.add_argument("--workdir", default=".work/bench-stream")
         p.add_argument("--no-history", action="store_true")
@@ -232,7 +285,7 @@ def main() -> None:
     config = load_config()
     if args.no_history:
         config = config.with_overrides("routes", history=False)
-    (throughput if args.what == "throughput" else freshness)(args, config)
+    (throughput if args.what == "throughput" else freshness)(args, config)  # realtime: live
 
 
 if __name__ == "__main__":
