@@ -1,8 +1,12 @@
 """foreachBatch sink: one idempotent Delta commit per table per micro-batch.
 
-Route tables get a MERGE of the batch's row changes; dead letters, late events and the
-progress row are appended. Every commit carries (txnAppId, txnVersion=batch id), so a batch
-replayed after a crash is skipped by Delta table by table: nothing is written twice.
+Route tables get a MERGE of the batch's row changes; dead letters and late events are
+appended, and the progress row last. Spark computes the batch (the stateful plan, persisted)
+and explodes each table's rows; delta-rs commits them from the driver: a Spark MERGE of a
+small micro-batch took ~0.4 s of job scheduling and log work on 2 cores, a delta-rs one tens
+of ms (issue 8). Every commit carries a txn action (appId, version = batch id), and a table
+that has the batch's version already is skipped: a batch replayed after a crash writes
+nothing twice.
 """
 
 from __future__ import annotations
@@ -10,11 +14,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 
+import pyarrow as pa
+from deltalake import CommitProperties, Transaction, write_deltalake
+from deltalake.table import TableMerger
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -39,8 +46,6 @@ from routing_lib.core.tables import (
 
 log = logging.getLogger("routelake.writer")
 ALL_TABLES = {**TABLE_DDL, **SIDE_TABLE_DDL, **HISTORY_TABLE_DDL}
-_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
 
 def ensure_tables(spark: SparkSession, warehouse: str) -> None:
@@ -67,17 +72,6 @@ class BatchReport:
     phases: dict[str, float] = field(default_factory=dict)
 
 
-@contextmanager
-def _idempotent(spark: SparkSession, app_id: str, batch_id: int):
-    spark.conf.set(_TXN_APP_ID, app_id)
-    spark.conf.set(_TXN_VERSION, str(batch_id))
-    try:
-        yield
-    finally:
-        spark.conf.unset(_TXN_APP_ID)
-        spark.conf.unset(_TXN_VERSION)
-
-
 class DeltaRouteWriter:
     """Call as a foreachBatch function."""
 
@@ -92,7 +86,6 @@ class DeltaRouteWriter:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        spark = batch.sparkSession
         batch = batch.persist()
         try:
             # One Spark action for the plan: rows per (kind, table), and the small stats rows.
@@ -110,29 +103,28 @@ class DeltaRouteWriter:
             per_table = {(r["kind"], r["table"]): r["n"] for r in summary}
             counts = _sum_stats(text for r in summary for text in r["stats"])
             writes = [
-                partial(self._merge, spark, batch, t)
+                partial(self._merge, batch, batch_id, t)
                 for t in ROUTE_TABLES
                 if ("change", t) in per_table
             ]
             writes += [
-                partial(self._merge_history, spark, batch, t)
+                partial(self._merge_history, batch, batch_id, t)
                 for t in HISTORY_TABLES
                 if ("history", t) in per_table
             ]
             writes += [
-                partial(self._append, batch.filter(F.col("kind") == kind), table)
+                partial(self._append, batch.filter(F.col("kind") == kind), batch_id, table)
                 for kind, table in (("dead", DEAD_LETTER), ("late", LATE_EVENT))
                 if (kind, table) in per_table
             ]
             watermark = self.watermark_of_batch(batch_id)
-            with _idempotent(spark, self.app_id, batch_id):
-                # Tables are independent Delta logs: commit them concurrently (Spark runs
-                # jobs from several threads), then publish the batch's progress row last.
-                with ThreadPoolExecutor(max_workers=4) as pool:
-                    for future in [pool.submit(write) for write in writes]:
-                        future.result()
-                written = time.monotonic()
-                self._append_progress(spark, batch_id, watermark, counts)
+            # Tables are independent Delta logs: commit them concurrently (the Arrow collects
+            # are Spark jobs from several threads), then publish the batch's progress row last.
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                for future in [pool.submit(write) for write in writes]:
+                    future.result()
+            written = time.monotonic()
+            self._append_progress(batch_id, watermark, counts)
         finally:
             batch.unpersist()
         finished = time.monotonic()
@@ -150,52 +142,77 @@ class DeltaRouteWriter:
         if self.on_batch:
             self.on_batch(report)
 
-    def _merge(self, spark: SparkSession, batch: DataFrame, table: str) -> None:
-        schema = TABLE_DDL[table]
-        changes = _exploded(
-            batch.filter((F.col("kind") == "change") & (F.col("table") == table)), schema
+    def _merge(self, batch: DataFrame, batch_id: int, table: str) -> None:
+        """The batch's row changes of one route table: upserts and deletes by key."""
+        columns = column_names(TABLE_DDL[table])
+        # null-safe, as a key column may be null
+        on = " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in TABLE_KEYS[table])
+        every = {f'"{c}"': f's."{c}"' for c in columns}
+        self._delta_merge(
+            batch_id,
+            table,
+            _exploded(_rows_of(batch, "change", table), TABLE_DDL[table]),
+            on,
+            lambda merge: (
+                merge.when_matched_delete("s.op = 'delete'")
+                .when_matched_update(every)
+                .when_not_matched_insert(every, "s.op = 'upsert'")
+            ),
         )
-        keys = TABLE_KEYS[table]
-        view = f"routelake_changes_{table}"
-        changes.createOrReplaceTempView(view)
-        columns = column_names(schema)
-        on = " AND ".join(f"t.{k} <=> s.{k}" for k in keys)
-        assign = ", ".join(f"t.{c} = s.{c}" for c in columns)
-        insert_cols = ", ".join(columns)
-        insert_vals = ", ".join(f"s.{c}" for c in columns)
-        spark.sql(f"""
-            MERGE INTO delta.`{self.path(table)}` t USING {view} s ON {on}
-            WHEN MATCHED AND s.op = 'delete' THEN DELETE
-            WHEN MATCHED THEN UPDATE SET {assign}
-            WHEN NOT MATCHED AND s.op = 'upsert' THEN INSERT ({insert_cols}) VALUES ({insert_vals})
-        """)
 
-    def _merge_history(self, spark: SparkSession, batch: DataFrame, table: str) -> None:
+    def _merge_history(self, batch: DataFrame, batch_id: int, table: str) -> None:
         """Insert opened intervals, close them later by identity (valid_from stays fixed)."""
         ddl = HISTORY_TABLE_DDL[table]
-        changes = _exploded(
-            batch.filter((F.col("kind") == "history") & (F.col("table") == table)), ddl
-        )
-        view = f"routelake_changes_{table}"
-        changes.createOrReplaceTempView(view)
-        on = " AND ".join(f"t.{c} = s.{c}" for c in ("event_date", *HISTORY_IDENTITY[table]))
-        columns = column_names(ddl)
-        insert = f"INSERT ({', '.join(columns)}) VALUES ({', '.join(f's.{c}' for c in columns)})"
-        close = ", ".join(f"t.{c} = s.{c}" for c in HISTORY_CLOSE_COLUMNS.get(table, ()))
-        clauses = [f"WHEN NOT MATCHED AND s.op IN ('upsert', 'append') THEN {insert}"]
-        if table in HISTORY_CLOSE_COLUMNS:
-            clauses = [
-                "WHEN MATCHED AND s.op = 'delete' THEN DELETE",
-                f"WHEN MATCHED AND s.op = 'close' THEN UPDATE SET {close}",
-                "WHEN MATCHED AND s.op = 'upsert' THEN UPDATE SET "
-                + ", ".join(f"t.{c} = s.{c}" for c in columns),
-                *clauses,
-            ]
-        spark.sql(
-            f"MERGE INTO delta.`{self.path(table)}` t USING {view} s ON {on} " + " ".join(clauses)
+        identity = ("event_date", *HISTORY_IDENTITY[table])  # event_date first: pruning
+        on = " AND ".join(f't."{c}" = s."{c}"' for c in identity)
+        every = {f'"{c}"': f's."{c}"' for c in column_names(ddl)}
+        close = {f'"{c}"': f's."{c}"' for c in HISTORY_CLOSE_COLUMNS.get(table, ())}
+
+        def clauses(merge: TableMerger) -> TableMerger:
+            if close:  # an interval table
+                merge = (
+                    merge.when_matched_delete("s.op = 'delete'")
+                    .when_matched_update(close, "s.op = 'close'")
+                    .when_matched_update(every, "s.op = 'upsert'")
+                )
+            return merge.when_not_matched_insert(every, "s.op IN ('upsert', 'append')")
+
+        self._delta_merge(
+            batch_id, table, _exploded(_rows_of(batch, "history", table), ddl), on, clauses
         )
 
-    def _append(self, rows: DataFrame, table: str) -> None:
+    def _delta_merge(
+        self,
+        batch_id: int,
+        table: str,
+        changes: DataFrame,
+        on: str,
+        clauses: Callable[[TableMerger], TableMerger],
+    ) -> None:
+        """MERGE `changes` (op + the table's columns) into `table` with delta-rs: the rows come
+        to the driver as Arrow, and a small MERGE costs tens of ms instead of a Spark MERGE's
+        several jobs (~0.4 s; issue 8). Skipped when the table has this batch already."""
+        target = storage.open_delta(self.path(table))
+        if (target.transaction_version(self.app_id) or -1) >= batch_id:
+            return
+        schema = pa.schema(target.schema().to_arrow())
+        source = changes.toArrow()
+        source = source.select(["op", *schema.names]).cast(
+            schema.insert(0, pa.field("op", pa.string()))
+        )
+        merge = target.merge(
+            source,
+            on,
+            source_alias="s",
+            target_alias="t",
+            commit_properties=self._commit(batch_id),
+        )
+        clauses(merge).execute()
+
+    def _commit(self, batch_id: int) -> CommitProperties:
+        return CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)])
+
+    def _append(self, rows: DataFrame, batch_id: int, table: str) -> None:
         ddl = SIDE_TABLE_DDL[table]
         parsed = rows.select(F.from_json("row_json", ddl).alias("r"), F.col("raw").alias("_raw"))
         # Raw bytes travel in their own binary column (JSON cannot carry them).
@@ -205,24 +222,42 @@ class DeltaRouteWriter:
                 for c in column_names(ddl)
             ]
         )
-        out.write.format("delta").mode("append").save(self.path(table))
+        target = storage.open_delta(self.path(table))
+        if (target.transaction_version(self.app_id) or -1) >= batch_id:
+            return  # a replayed batch: this table has it already
+        write_deltalake(
+            target,
+            out.toArrow().cast(pa.schema(target.schema().to_arrow())),
+            mode="append",
+            commit_properties=self._commit(batch_id),
+        )
 
-    def _append_progress(
-        self, spark: SparkSession, batch_id: int, watermark: int, counts: dict[str, int]
-    ) -> None:
-        names = column_names(SIDE_TABLE_DDL[PROGRESS])
+    def _append_progress(self, batch_id: int, watermark: int, counts: dict[str, int]) -> None:
+        """The batch's progress row, committed by delta-rs from the driver: a one-row append
+        costs ~10 ms here against ~0.5 s as a Spark job (issue 8). The same txn action makes
+        it idempotent: a replayed batch whose row is in already writes nothing."""
+        table = storage.open_delta(self.path(PROGRESS))
+        if (table.transaction_version(self.app_id) or -1) >= batch_id:
+            return
         values = {
             "batch_id": batch_id,
             "watermark": watermark,
             "committed_at_ms": int(time.time() * 1000),
         }
-        row = tuple(values.get(n, counts.get(n, 0)) for n in names)
-        (
-            spark.createDataFrame([row], SIDE_TABLE_DDL[PROGRESS])
-            .write.format("delta")
-            .mode("append")
-            .save(self.path(PROGRESS))
+        schema = pa.schema(table.schema().to_arrow())
+        row = pa.Table.from_pylist(
+            [{n: values.get(n, counts.get(n, 0)) for n in schema.names}], schema=schema
         )
+        write_deltalake(
+            table,
+            row,
+            mode="append",
+            commit_properties=self._commit(batch_id),
+        )
+
+
+def _rows_of(batch: DataFrame, kind: str, table: str) -> DataFrame:
+    return batch.filter((F.col("kind") == kind) & (F.col("table") == table))
 
 
 def _exploded(bundles: DataFrame, ddl: str) -> DataFrame:

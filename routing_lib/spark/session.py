@@ -68,10 +68,8 @@ def build_spark(config: Config, app_name: str = "routelake") -> SparkSession:
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         )
         # Per-batch cost (issue 8): a state commit uploads the changes only, not a snapshot of
-        # every group; the MERGE source is the writer's persisted batch, so Delta need not
-        # materialise it again (one Spark job fewer per table).
+        # every group.
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        .config("spark.databricks.delta.merge.materializeSource", "none")
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.driver.memory", os.environ.get("ROUTELAKE_DRIVER_MEMORY", "6g"))
     )
