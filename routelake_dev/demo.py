@@ -173,7 +173,7 @@ def run_demo(config: Config, brokers: int, topics: int, duration_s: float | None
                 "--checkpoint",
                 str(work / "checkpoint"),
                 "--trigger-interval",
-                "2 seconds",
+                "1 second",  # publishes about every second (issue 8)
                 "-v",
             ],
             work / "job.log",
