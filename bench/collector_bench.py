@@ -12,10 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,8 +23,7 @@ from routelake_dev import kafka_local
 from routing_lib.collector import brokerside
 from routing_lib.config import load_config
 from routing_lib.lookup.remoting import FrameDecoder, encode
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.collector_support import start_collector, stop_collector
 
 
 def fleet_frames(brokers: int, topics: int, round_no: int) -> list[bytes]:
@@ -90,35 +86,6 @@ async def drive(
     return latencies, codes, time.monotonic() - started
 
 
-def start_collector(bootstrap: str, topic: str, log: Path) -> tuple[subprocess.Popen, int]:
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "routing_lib.cli",
-                "collect",
-                "--port",
-                "0",
-                "--kafka",
-                bootstrap,
-                "--topic",
-                topic,
-                "-v",
-            ],
-            cwd=REPO,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    deadline = time.monotonic() + 60
-    while not (m := re.search(r"remoting on 127\.0\.0\.1:(\d+)", log.read_text())):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"collector did not start:\n{log.read_text()[-2000:]}")
-        time.sleep(0.1)
-    return proc, int(m[1])
-
-
 def kafka_count(bootstrap: str, topic: str) -> int:
     from kafka import KafkaConsumer, TopicPartition
 
@@ -155,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             latencies, codes, seconds = asyncio.run(drive(port, per_broker, args.max_seconds))
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
+            stop_collector(proc)
     published = kafka_count(args.kafka, topic)  # REGISTERs plus the TICKs
     result = {
         "brokers": args.brokers,

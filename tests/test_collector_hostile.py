@@ -6,11 +6,8 @@ process stays up, logs no traceback, and publishes nothing; a valid request stil
 from __future__ import annotations
 
 import random
-import re
-import signal
 import struct
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,9 +20,9 @@ from routelake_dev import kafka_local
 from routing_lib.collector import brokerside
 from routing_lib.lookup.processor import ResponseCode
 from routing_lib.lookup.remoting import SerializeType, encode
+from tests.collector_support import start_collector, stop_collector
 from tests.rocketmq_support import call, events, exchange, exchange_bytes
 
-REPO = Path(__file__).parent.parent
 TOPICS = {f"T{i}": brokerside.topic_config(f"T{i}", 4) for i in range(20)}
 SMALL_LIMITS = """[serve]
 request_timeout_s = 1.5
@@ -52,41 +49,13 @@ def collect(kafka_bootstrap, tmp_path_factory) -> Iterator[Collect]:
     assert kafka_local.create_topic(kafka_bootstrap, topic, partitions=1)
     (root / "conf.toml").write_text(SMALL_LIMITS)
     log_path = root / "collect.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "routing_lib.cli",
-                "collect",
-                "--port",
-                "0",
-                "--kafka",
-                kafka_bootstrap,
-                "--topic",
-                topic,
-                "--config",
-                str(root / "conf.toml"),
-                "-v",
-            ],
-            stderr=log,
-            stdout=log,
-            cwd=REPO,
-            stdin=subprocess.DEVNULL,
-        )
+    proc, port = start_collector(
+        kafka_bootstrap, topic, log_path, "--config", str(root / "conf.toml")
+    )
     try:
-        deadline = time.monotonic() + 60
-        while not (m := re.search(r"remoting on 127\.0\.0\.1:(\d+)", log_path.read_text())):
-            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.05)
-        yield Collect(proc, int(m[1]), log_path, topic)
+        yield Collect(proc, port, log_path, topic)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_collector(proc)
 
 
 @pytest.fixture(autouse=True)
