@@ -120,7 +120,19 @@ def test_replayed_batch_changes_nothing(spark, backfill, tmp_path):
                 json.dumps({"raw_text": "x", "source": "s", "position": 1, "reason": "r"}),
                 b"x",
             ),
-            ("stats", None, None, json.dumps({"input_rows": 1, "dead_lettered": 1}), None),
+            (
+                "stats",
+                None,
+                None,
+                json.dumps(
+                    {
+                        "input_rows": 1,
+                        "dead_lettered": 1,
+                        "writes": [f"change/{BROKER_LIVE}", f"dead/{DEAD_LETTER}"],
+                    }
+                ),
+                None,
+            ),
         ],
         OUTPUT_SCHEMA,
     )

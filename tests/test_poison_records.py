@@ -180,6 +180,9 @@ def test_stateful_step_failure_dead_letters_one_event_and_applies_the_rest(monke
     )
     assert set(dead.table) == {DEAD_LETTER}
     stats = json.loads(out[out.kind == "stats"].row_json.iloc[0])
+    others = out[out.kind != "stats"]  # the stats row tells the writer where they go
+    writes = {f"{k}/{t}" for k, t in zip(others.kind, others.table, strict=True)}
+    assert stats["writes"] == sorted(writes)
     assert stats["failed_in_step"] == len(poisoned)
     assert stats["applied"] == len(rows) - len(poisoned)
     assert (out.kind == "change").any()  # the master's events still changed the tables

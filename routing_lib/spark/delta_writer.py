@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -43,6 +43,7 @@ from routing_lib.core.tables import (
     TABLE_KEYS,
     ddl_columns,
 )
+from routing_lib.spark.stateful import WRITES
 
 log = logging.getLogger("routelake.writer")
 ALL_TABLES = {**TABLE_DDL, **SIDE_TABLE_DDL, **HISTORY_TABLE_DDL}
@@ -67,7 +68,7 @@ class BatchReport:
     watermark: int
     counts: dict[str, int]
     seconds: float
-    # where the batch's time went: "step" (the stateful plan, run by the summary action),
+    # where the batch's time went: "step" (the stateful plan, run by the stats action),
     # "tables" (route/history/side-table commits), "progress" (the progress row's commit)
     phases: dict[str, float] = field(default_factory=dict)
 
@@ -88,20 +89,11 @@ class DeltaRouteWriter:
         started = time.monotonic()
         batch = batch.persist()
         try:
-            # One Spark action for the plan: rows per (kind, table), and the small stats rows.
-            summary = (
-                batch.groupBy("kind", "table")
-                .agg(
-                    F.count("*").alias("n"),
-                    F.collect_list(F.when(F.col("kind") == "stats", F.col("row_json"))).alias(
-                        "stats"
-                    ),
-                )
-                .collect()
-            )
+            # One Spark action runs the plan: the stats rows (one per step call) say what
+            # each call counted and which tables its other rows go to.
+            stats = batch.filter(F.col("kind") == "stats").select("row_json").collect()
             stepped = time.monotonic()
-            per_table = {(r["kind"], r["table"]): r["n"] for r in summary}
-            counts = _sum_stats(text for r in summary for text in r["stats"])
+            counts, per_table = _read_stats(r["row_json"] for r in stats)
             writes = [
                 partial(self._merge, batch, batch_id, t)
                 for t in ROUTE_TABLES
@@ -268,12 +260,19 @@ def _exploded(bundles: DataFrame, ddl: str) -> DataFrame:
     )
 
 
-def _sum_stats(stats_json) -> dict[str, int]:
+def _read_stats(stats_json: Iterable[str]) -> tuple[dict[str, int], set[tuple[str, str]]]:
+    """Summed counts of the stats rows, and the (kind, table) pairs they list."""
     totals: dict[str, int] = {}
+    writes: set[tuple[str, str]] = set()
     for text in stats_json:
         for name, value in json.loads(text).items():
-            totals[name] = totals.get(name, 0) + int(value)
-    return totals
+            if name == WRITES:
+                for write in value:
+                    kind, _, table = write.partition("/")
+                    writes.add((kind, table))
+            else:
+                totals[name] = totals.get(name, 0) + int(value)
+    return totals, writes
 
 
 def column_names(ddl: str) -> list[str]:

@@ -49,6 +49,7 @@ STATE_SCHEMA = "clock STRING, topics STRING, history STRING, topic_history STRIN
 # per-row Python and Arrow work out of a 10 000-topic registration; else one row as JSON.
 OUTPUT_SCHEMA = "kind STRING, table STRING, op STRING, row_json STRING, raw BINARY"
 OUTPUT_COLUMNS = ["kind", "table", "op", "row_json", "raw"]
+WRITES = "writes"  # the stats key listing "kind/table" of the call's other rows
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,11 @@ def _frame(rows: list[tuple]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 
 
-def _stats(**counts: int) -> tuple:
-    return ("stats", None, None, json.dumps(counts), None)
+def _stats(rows: list[tuple], **counts: int) -> tuple:
+    """The stats row of one step call: its counts, and which (kind, table) its other `rows`
+    write to, so the writer learns what to commit from the stats rows alone (no shuffle)."""
+    writes = sorted({f"{kind}/{table}" for kind, table, *_ in rows})
+    return ("stats", None, None, json.dumps({**counts, WRITES: writes}), None)
 
 
 def _dead_letters(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
@@ -114,7 +118,7 @@ def _dead_letters(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
                 "batch_id": batch_id,
             }
             rows.append(("dead", DEAD_LETTER, "append", json.dumps(row), raw))
-        rows.append(_stats(input_rows=len(pdf), dead_lettered=len(pdf)))
+        rows.append(_stats(rows, input_rows=len(pdf), dead_lettered=len(pdf)))
         yield _frame(rows)
 
 
@@ -144,7 +148,7 @@ def _special_group(
         return iter(())
     if group == TICK_KEY:  # TICK events: they moved the watermark; nothing else to do
         ticks = sum(len(pdf) for pdf in frames)
-        return iter([_frame([_stats(input_rows=ticks, accepted=ticks, ticks=ticks)])])
+        return iter([_frame([_stats([], input_rows=ticks, accepted=ticks, ticks=ticks)])])
     if group == ADMIN_KEY:  # DELETE_TOPIC as it arrives: into the admin log
         published = published_watermark(settings.checkpoint)
         return iter([_frame(_admin_log_rows(frames, published, settings.as_of))])
@@ -173,6 +177,7 @@ class _GroupBatch:
         # once per record: `accepted` excludes the records that failed on arrival.
         arrived_failed = self.failed - len(advance.failed)
         stats = _stats(
+            [*self.out, *bundled],
             input_rows=self.input_rows,
             accepted=self.input_rows - self.late - arrived_failed,
             late=self.late,
@@ -345,7 +350,7 @@ def _admin_log_rows(
                 )
     if logged:
         out.append(("history", ADMIN_EVENTS, "append", _json_array(logged), None))
-    out.append(_stats(input_rows=total, accepted=total - late, late=late))
+    out.append(_stats(out, input_rows=total, accepted=total - late, late=late))
     return out
 
 
