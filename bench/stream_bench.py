@@ -2,8 +2,9 @@
 
     .venv/bin/python -m bench.stream_bench throughput --events 300000 --topics 100
     .venv/bin/python -m bench.stream_bench freshness --changes 120
+    .venv/bin/python -m bench.stream_bench realtime --brokers 100 --topics 10000 --duration 300
 
-Both feed the job with the fleet simulator (routelake_dev.simulator).
+All feed the job with the fleet simulator (routelake_dev.simulator).
 
 throughput: a backlog of a simulated fleet (REGISTER with T topics every 30 s per broker,
   HEARTBEATs every 5 s between) is produced to a fresh topic, then `routectl run
@@ -226,7 +227,9 @@ def _published(work: Path) -> tuple[int, int]:
     return max((r["watermark"] for r in rows), default=0), sum(r["input_rows"] for r in rows)
 
 
-def _report_lag(work: Path, config, sent: int, seconds: float, last_ms: int, behind_s: float):
+def _report_lag(
+    work: Path, config, sent: int, seconds: float, last_ms: int, behind_s: float
+) -> None:
     """Arrival vs processing rate over the run, and the published watermark's lag at its end."""
     delay = config.routes.watermark_delay_ms
     watermark, processed = _published(work)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import pyarrow as pa
-from deltalake import CommitProperties, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.table import TableMerger
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -184,8 +184,8 @@ class DeltaRouteWriter:
         """MERGE `changes` (op + the table's columns) into `table` with delta-rs: the rows come
         to the driver as Arrow, and a small MERGE costs tens of ms instead of a Spark MERGE's
         several jobs (~0.4 s; issue 8). Skipped when the table has this batch already."""
-        target = storage.open_delta(self.path(table))
-        if (target.transaction_version(self.app_id) or -1) >= batch_id:
+        target = self._unless_written(table, batch_id)
+        if target is None:
             return
         schema = pa.schema(target.schema().to_arrow())
         source = changes.toArrow()
@@ -201,7 +201,16 @@ class DeltaRouteWriter:
         )
         clauses(merge).execute()
 
+    def _unless_written(self, table: str, batch_id: int) -> DeltaTable | None:
+        """The table to commit the batch to, or None when a commit of this batch (a replay
+        after a crash) is in already."""
+        target = storage.open_delta(self.path(table))
+        if (target.transaction_version(self.app_id) or -1) >= batch_id:
+            return None
+        return target
+
     def _commit(self, batch_id: int) -> CommitProperties:
+        """The txn action (appId, batch id) that marks a commit as this batch's."""
         return CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)])
 
     def _append(self, rows: DataFrame, batch_id: int, table: str) -> None:
@@ -214,9 +223,9 @@ class DeltaRouteWriter:
                 for c in column_names(ddl)
             ]
         )
-        target = storage.open_delta(self.path(table))
-        if (target.transaction_version(self.app_id) or -1) >= batch_id:
-            return  # a replayed batch: this table has it already
+        target = self._unless_written(table, batch_id)
+        if target is None:
+            return
         write_deltalake(
             target,
             out.toArrow().cast(pa.schema(target.schema().to_arrow())),
@@ -228,8 +237,8 @@ class DeltaRouteWriter:
         """The batch's progress row, committed by delta-rs from the driver: a one-row append
         costs ~10 ms here against ~0.5 s as a Spark job (issue 8). The same txn action makes
         it idempotent: a replayed batch whose row is in already writes nothing."""
-        table = storage.open_delta(self.path(PROGRESS))
-        if (table.transaction_version(self.app_id) or -1) >= batch_id:
+        table = self._unless_written(PROGRESS, batch_id)
+        if table is None:
             return
         values = {
             "batch_id": batch_id,
