@@ -19,7 +19,7 @@ def archive_on_path(tmp_path, monkeypatch):
         zf.writestr("zipfix_first.py", "VALUE = 1\n")
     monkeypatch.syspath_prepend(str(archive))
     reads: list[str] = []
-    read_directory = zipimport._read_directory  # type: ignore[attr-defined]
+    read_directory = zipimport._read_directory
 
     def counting_read(path):
         reads.append(path)
