@@ -197,6 +197,9 @@ class DeltaRouteWriter:
             on,
             source_alias="s",
             target_alias="t",
+            # the source is in memory already: let delta-rs use its min/max to skip target
+            # files (one run each, 10 000-topic backfill: 36.0 -> 33.3 s)
+            streamed_exec=False,
             commit_properties=self._commit(batch_id),
         )
         clauses(merge).execute()
