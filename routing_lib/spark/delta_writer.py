@@ -136,10 +136,9 @@ class DeltaRouteWriter:
 
     def _merge(self, batch: DataFrame, batch_id: int, table: str) -> None:
         """The batch's row changes of one route table: upserts and deletes by key."""
-        columns = column_names(TABLE_DDL[table])
         # null-safe, as a key column may be null
         on = " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in TABLE_KEYS[table])
-        every = {f'"{c}"': f's."{c}"' for c in columns}
+        every = _from_source(column_names(TABLE_DDL[table]))
         self._delta_merge(
             batch_id,
             table,
@@ -157,8 +156,8 @@ class DeltaRouteWriter:
         ddl = HISTORY_TABLE_DDL[table]
         identity = ("event_date", *HISTORY_IDENTITY[table])  # event_date first: pruning
         on = " AND ".join(f't."{c}" = s."{c}"' for c in identity)
-        every = {f'"{c}"': f's."{c}"' for c in column_names(ddl)}
-        close = {f'"{c}"': f's."{c}"' for c in HISTORY_CLOSE_COLUMNS.get(table, ())}
+        every = _from_source(column_names(ddl))
+        close = _from_source(HISTORY_CLOSE_COLUMNS.get(table, ()))
 
         def clauses(merge: TableMerger) -> TableMerger:
             if close:  # an interval table
@@ -258,6 +257,11 @@ class DeltaRouteWriter:
             mode="append",
             commit_properties=self._commit(batch_id),
         )
+
+
+def _from_source(columns: Iterable[str]) -> dict[str, str]:
+    """delta-rs MERGE assignments: each target column set to the source's (quoted names)."""
+    return {f'"{c}"': f's."{c}"' for c in columns}
 
 
 def _rows_of(batch: DataFrame, kind: str, table: str) -> DataFrame:
