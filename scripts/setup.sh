@@ -6,6 +6,16 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 
+# The console's browser tests drive Debian's chromium (browser downloads by other tools cannot
+# reach their hosts here). Installed as root (CI is); otherwise say how.
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -q && apt-get install -y -q chromium
+  else
+    echo "note: no chromium; the browser tests skip. As root: apt-get install -y chromium" >&2
+  fi
+fi
+
 stamp=.venv/.routelake-setup
 want=$(cat pyproject.toml deploy/maven/pom.xml deploy/maven/rocketmq-tools/pom.xml | sha1sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d .jars/spark ] && [ -d .jars/kafka ] \

@@ -1,0 +1,106 @@
+"""The fleet view's data: clusters -> broker groups -> brokers, from a RouteIndex (the live
+tables, or State(T) rebuilt from the history) plus what is known of each broker's liveness."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from routing_lib.core.group_routes import MASTER_ID, PERM_WRITE
+from routing_lib.core.history import REGISTERED
+from routing_lib.core.tables import Row
+from routing_lib.lookup.routes import RouteIndex
+
+BrokerKey = tuple[str, str]  # (cluster name, broker address), brokerLiveTable's key
+JsonObj = dict[str, Any]
+
+
+def alive_since(events: Iterable[Row], at: int) -> dict[BrokerKey, int]:
+    """When each broker live at `at` entered brokerLiveTable: its latest liveness event with
+    event_time <= at, by (event_time, seq), is a REGISTERED one at that time."""
+    latest: dict[BrokerKey, tuple[int, int, str]] = {}
+    for e in events:
+        if e["event_time"] > at:
+            continue
+        key = (e["cluster_name"], e["broker_addr"])
+        order = (e["event_time"], e["seq"], e["event_type"])
+        if key not in latest or order[:2] > latest[key][:2]:
+            latest[key] = order
+    return {key: t for key, (t, _, kind) in latest.items() if kind == REGISTERED}
+
+
+def write_counts(index: RouteIndex) -> dict[str, tuple[int, int]]:
+    """broker group -> (topics it carries, of which writable), from the routes clients get."""
+    counts: dict[str, list[int]] = {}
+    for topic in index.topics:
+        route = index.route(topic)
+        for queue in route["queueDatas"] if route else ():
+            entry = counts.setdefault(queue["brokerName"], [0, 0])
+            entry[0] += 1
+            entry[1] += bool(queue["perm"] & PERM_WRITE)
+    return {name: (n, w) for name, (n, w) in counts.items()}
+
+
+def fleet(
+    index: RouteIndex,
+    live: Mapping[BrokerKey, JsonObj],
+    since: Mapping[BrokerKey, int],
+) -> JsonObj:
+    """`live`: brokerLiveTable entries by key (an empty dict where only liveness is known)."""
+    info = index.cluster_info
+    groups: Mapping[str, JsonObj] = info["brokerAddrTable"]
+    listed: dict[str, list[str]] = {c: list(names) for c, names in info["clusterAddrTable"].items()}
+    unlisted = set(groups) - {n for names in listed.values() for n in names}
+    for name in unlisted:  # a group no cluster lists still shows, under its own cluster
+        listed.setdefault(groups[name]["cluster"], []).append(name)
+    perms = write_counts(index)
+    clusters, broker_total, live_total = [], 0, 0
+    for cluster in sorted(listed):
+        rows = []
+        for name in sorted(listed[cluster]):
+            group: JsonObj = groups.get(name) or {}
+            addrs = group.get("brokerAddrs", {})
+            brokers = []
+            for broker_id, addr in sorted(addrs.items()):
+                key = (group.get("cluster", cluster), addr)
+                entry = live.get(key)
+                brokers.append(
+                    {
+                        "id": int(broker_id),
+                        "role": "master" if int(broker_id) == MASTER_ID else "slave",
+                        "addr": addr,
+                        "live": entry is not None,
+                        "aliveSince": since.get(key),
+                        "lastHeartbeat": entry.get("lastUpdateTimestamp") if entry else None,
+                        "heartbeatTimeoutMs": entry.get("heartbeatTimeoutMillis")
+                        if entry
+                        else None,
+                        "dataVersion": entry.get("dataVersion") if entry else None,
+                        "haServerAddr": entry.get("haServerAddr") if entry else None,
+                    }
+                )
+            broker_total += len(brokers)
+            live_total += sum(b["live"] for b in brokers)
+            topics, writable = perms.get(name, (0, 0))
+            rows.append(
+                {
+                    "name": name,
+                    "zone": group.get("zoneName"),
+                    "actingMaster": bool(group.get("enableActingMaster")),
+                    "topics": topics,
+                    "writableTopics": writable,
+                    "brokers": brokers,
+                }
+            )
+        clusters.append({"name": cluster, "groups": rows})
+    return {
+        "clusters": clusters,
+        "counts": {
+            "clusters": len(listed),
+            "groups": len(groups),
+            "brokers": broker_total,
+            "liveBrokers": live_total,
+            "liveTable": len(live),
+            "topics": len(index.topics),
+        },
+    }

@@ -1,0 +1,94 @@
+"""Which version of each history and side table belongs to one published batch.
+
+The lookup serves a settled snapshot of the route tables (lookup/consistency.py): every table
+up to the batch its route_progress version shows, none of a later batch. The console reads
+the history, audit and health tables next to it, so it pins each of them to the newest
+version whose commit that progress commit covers (same rule as `uncovered_tables`): a table
+the writer has already moved on by a batch is read one version (or a few) back. A page then
+shows one batch everywhere, never half of the next one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake.exceptions import TableNotFoundError
+
+from routing_lib import storage
+from routing_lib.core.admin import ADMIN_EVENTS
+from routing_lib.core.history import HISTORY_TABLES
+from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, PROGRESS
+from routing_lib.lookup.consistency import CommitMark, commit_mark
+
+PINNED_TABLES = (*HISTORY_TABLES, DEAD_LETTER, LATE_EVENT)
+# Tables an older warehouse may lack: read as empty.
+OPTIONAL = frozenset({ADMIN_EVENTS, DEAD_LETTER, LATE_EVENT})
+
+
+def covered(mark: CommitMark | None, progress: CommitMark) -> bool:
+    """Does the progress commit include the batch that wrote this commit?"""
+    if mark is None or not mark.txns:  # gone from the log, or maintenance: nothing to compare
+        return True
+    return all(
+        batch <= progress.txns[app]
+        if app in progress.txns
+        else mark.timestamp <= progress.timestamp
+        for app, batch in mark.txns.items()
+    )
+
+
+def latest_version(warehouse: str | Path, table: str) -> int | None:
+    """The table's current version, None when the warehouse has no such table."""
+    if not storage.is_dir(storage.join(str(warehouse), table, "_delta_log")):
+        return None
+    try:
+        return storage.open_delta(storage.join(str(warehouse), table)).version()
+    except TableNotFoundError:
+        return None
+
+
+def pin_versions(warehouse: str | Path, progress_version: int) -> dict[str, int | None]:
+    """table -> the version to read with route_progress at `progress_version` (None: absent)."""
+    progress = commit_mark(warehouse, PROGRESS, progress_version)
+    pins: dict[str, int | None] = {}
+    for table in PINNED_TABLES:
+        version = latest_version(warehouse, table)
+        if version is not None and progress is not None:
+            while version > 0 and not covered(commit_mark(warehouse, table, version), progress):
+                version -= 1
+        pins[table] = version
+    return pins
+
+
+class TableCache:
+    """Arrow tables by (table, version): a version of a Delta table never changes, so a
+    cached one stays right; the least recently used are dropped beyond `capacity`."""
+
+    def __init__(self, warehouse: str | Path, capacity: int = 16) -> None:
+        self.warehouse = warehouse
+        self.capacity = capacity
+        self._tables: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+        self._lock = threading.Lock()
+        self.reads = 0  # delta-rs reads done (the bench reports it)
+
+    def get(self, table: str, version: int | None) -> pa.Table | None:
+        """The table at `version`; None when the warehouse does not have it."""
+        if version is None:
+            return None
+        key = (table, version)
+        with self._lock:  # one reader at a time: two pages never read the same table twice
+            cached = self._tables.get(key)
+            if cached is not None:
+                self._tables.move_to_end(key)
+                return cached
+            delta = storage.open_delta(storage.join(str(self.warehouse), table))
+            delta.load_as_version(version)
+            data = delta.to_pyarrow_table()
+            self.reads += 1
+            self._tables[key] = data
+            while len(self._tables) > self.capacity:
+                self._tables.popitem(last=False)
+            return data

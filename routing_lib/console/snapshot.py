@@ -1,0 +1,197 @@
+"""What the console shows of one served snapshot, computed on first use and kept until the
+lookup serves a newer one: the live fleet, the topic name index, and State(T) for the last
+few times asked. Everything comes from the snapshot's settled route tables and the history
+tables pinned to the same batch (pins.py), so one answer never mixes two batches."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from routing_lib.console import fleet as fleet_view
+from routing_lib.console.pins import TableCache, pin_versions
+from routing_lib.console.search import TopicNames
+from routing_lib.core.as_of import as_of, route_rows_as_of
+from routing_lib.core.history import (
+    BROKER_LIVENESS_EVENTS,
+    BROKER_MEMBERSHIP_HISTORY,
+    CLUSTER_MEMBERSHIP_HISTORY,
+    INTERVAL_TABLES,
+    TOPIC_ROUTE_HISTORY,
+)
+from routing_lib.core.tables import PROGRESS, Row
+from routing_lib.lookup.refresher import Served, SnapshotHolder
+from routing_lib.lookup.routes import RouteIndex
+from routing_lib.read.warehouse import RouteSnapshot
+
+JsonObj = dict[str, Any]
+AT_CACHE = 8  # State(T) kept per snapshot: a person going back and forth between times
+
+
+class TimeOutOfRange(ValueError):
+    """T is past the published watermark: the history is not final there yet."""
+
+
+class AtState:
+    """State(T) rebuilt from the history tables: what `routectl as-of --at T` prints
+    (`dump`), and the same rows as a RouteIndex, so routes at T are built by the lookup's code."""
+
+    def __init__(self, history: dict[str, list[Row]], at: int) -> None:
+        self.at = at
+        self.dump = as_of(history, at)
+        rows = route_rows_as_of(history, at)
+        self.index = RouteIndex(RouteSnapshot(rows, {}, at))
+        self.live: dict[tuple[str, str], JsonObj] = {
+            (b["clusterName"], b["brokerAddr"]): {} for b in self.dump["liveBrokers"]
+        }
+        self.since = fleet_view.alive_since(history[BROKER_LIVENESS_EVENTS], at)
+        self.names = TopicNames(self.dump["topicQueueTable"])
+        self.fleet = fleet_view.fleet(self.index, self.live, self.since)
+
+
+class Snapshot:
+    def __init__(self, served: Served, cache: TableCache) -> None:
+        self.served = served
+        self.index = served.index
+        self.cache = cache
+        self._lock = threading.RLock()  # lazily built parts are built once
+        self._pins: dict[str, int | None] | None = None
+        self._fleet: JsonObj | None = None
+        self._names: TopicNames | None = None
+        self._at: OrderedDict[int, AtState] = OrderedDict()
+
+    @property
+    def version(self) -> int:
+        return self.index.versions[PROGRESS]
+
+    @property
+    def watermark(self) -> int:
+        assert self.index.watermark is not None  # Console.snapshot() hands out no empty one
+        return self.index.watermark
+
+    def info(self) -> JsonObj:
+        """The header every answer carries: which snapshot it shows."""
+        now = int(time.time() * 1000)
+        return {
+            "version": self.version,
+            "versions": dict(sorted(self.index.versions.items())),
+            "watermark": self.watermark,
+            "lagMs": now - self.watermark,
+            "loadedAt": int(self.served.loaded_at * 1000),
+            "span": {"from": self.history_start(), "to": self.watermark},
+        }
+
+    # -- tables --
+
+    def pins(self) -> dict[str, int | None]:
+        with self._lock:
+            if self._pins is None:
+                self._pins = pin_versions(self.cache.warehouse, self.version)
+            return self._pins
+
+    def table(self, name: str) -> pa.Table | None:
+        return self.cache.get(name, self.pins()[name])
+
+    def rows(self, name: str, mask: Any = None) -> list[Row]:
+        """A pinned table's rows (where `mask(table)` is true); [] for an absent table."""
+        data = self.table(name)
+        if data is None:
+            return []
+        return (data.filter(mask(data)) if mask is not None else data).to_pylist()
+
+    def history_start(self) -> int:
+        """The earliest time the history knows: the start of the time control."""
+        starts = []
+        for name, column in (
+            (BROKER_MEMBERSHIP_HISTORY, "valid_from"),
+            (BROKER_LIVENESS_EVENTS, "event_time"),
+        ):
+            data = self.table(name)
+            if data is not None and data.num_rows:
+                starts.append(pc.min(data[column]).as_py())
+        return min(starts, default=self.watermark)
+
+    # -- live --
+
+    def fleet(self) -> JsonObj:
+        with self._lock:
+            if self._fleet is None:
+                live = {(b["clusterName"], b["brokerAddr"]): b for b in self.index.live_brokers}
+                since = fleet_view.alive_since(self.rows(BROKER_LIVENESS_EVENTS), self.watermark)
+                self._fleet = fleet_view.fleet(self.index, live, since)
+            return self._fleet
+
+    def names(self) -> TopicNames:
+        with self._lock:
+            if self._names is None:
+                self._names = TopicNames(self.index.topics)
+            return self._names
+
+    # -- State(T) --
+
+    def at(self, t: int) -> AtState:
+        if t > self.watermark:
+            raise TimeOutOfRange(
+                f"{t} is after the published watermark {self.watermark}: "
+                "the history is not final there yet"
+            )
+        with self._lock:
+            state = self._at.get(t)
+            if state is None:
+                state = AtState(self._history_at(t), t)
+                self._at[t] = state
+                while len(self._at) > AT_CACHE:
+                    self._at.popitem(last=False)
+            self._at.move_to_end(t)
+            return state
+
+    def _history_at(self, t: int) -> dict[str, list[Row]]:
+        """The history rows as_of(t) needs. Arrow narrows them first (rows that started after
+        t cannot be in State(t)); as_of itself decides which of the rest are."""
+        history = {
+            name: self.rows(name, lambda d: pc.less_equal(d["valid_from"], t))
+            for name in INTERVAL_TABLES
+        }
+        history[BROKER_LIVENESS_EVENTS] = self.rows(
+            BROKER_LIVENESS_EVENTS, lambda d: pc.less_equal(d["event_time"], t)
+        )
+        return history
+
+    # -- timelines --
+
+    def topic_rows(self, topic: str) -> list[Row]:
+        return self.rows(TOPIC_ROUTE_HISTORY, lambda d: pc.equal(d["topic"], topic))
+
+    def broker_rows(self, name: str) -> tuple[list[Row], list[Row]]:
+        """(membership rows, liveness events) of one broker group."""
+        same = lambda d: pc.equal(d["broker_name"], name)  # noqa: E731
+        return self.rows(BROKER_MEMBERSHIP_HISTORY, same), self.rows(BROKER_LIVENESS_EVENTS, same)
+
+    def cluster_rows(self) -> list[Row]:
+        return self.rows(CLUSTER_MEMBERSHIP_HISTORY)
+
+
+class Console:
+    """The console's view of the lookup's current snapshot."""
+
+    def __init__(self, holder: SnapshotHolder, warehouse: str | Path) -> None:
+        self.holder = holder
+        self.cache = TableCache(warehouse)
+        self._current: Snapshot | None = None
+        self._lock = threading.Lock()
+
+    def snapshot(self) -> Snapshot | None:
+        """None until the lookup serves a snapshot with a published batch."""
+        served = self.holder.current  # read once: every part of an answer uses this one
+        if served is None or served.index.watermark is None:
+            return None
+        with self._lock:
+            if self._current is None or self._current.served is not served:
+                self._current = Snapshot(served, self.cache)
+            return self._current
