@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 from pyspark.sql.streaming.state import GroupState
 
+from routing_lib.content_files import ContentSettings
 from routing_lib.core.group_routes import DEFAULT_FLAGS
 from routing_lib.spark.stateful import STATE_SCHEMA, StepSettings, make_step
 
@@ -32,9 +33,13 @@ def group_state(values: tuple | None = None, watermark: int = 0) -> GroupState:
 
 
 def run_step(
-    events: list[tuple], state: GroupState, watermark: int, group: str = "edge"
+    events: list[tuple],
+    state: GroupState,
+    watermark: int,
+    group: str = "edge",
+    content: ContentSettings | None = None,
 ) -> pd.DataFrame:
     state._event_time_watermark_ms = watermark
-    step = make_step(StepSettings("/nonexistent-checkpoint", DEFAULT_FLAGS, history=True))
+    settings = StepSettings("/nonexistent-checkpoint", DEFAULT_FLAGS, history=True, content=content)
     frame = pd.DataFrame(events, columns=["event_time", "source", "position", "payload"])
-    return pd.concat(list(step((group,), iter([frame]), state)))
+    return pd.concat(list(make_step(settings)((group,), iter([frame]), state)))

@@ -1,87 +1,110 @@
-"""The streaming job's group logic without Spark: micro-batches, per-group steps that run only
-when Spark would call them (rows, or a passed timeout), the published tables lagging one batch,
-the admin log and the DELETE_TOPIC fan-out (routing_lib/core/admin.py)."""
+"""The streaming job without Spark: micro-batches, and per-group calls of the shipped step
+(routing_lib/core/step.py) only when Spark would make them (rows, or a passed timeout), the
+published tables lagging one batch, the admin log and the DELETE_TOPIC fan-out
+(routing_lib/core/admin.py). State travels between calls in its saved form, as in Spark."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections import defaultdict
 
-from routing_lib.core.admin import (
-    ADMIN_KEY,
-    group_key,
-    merge_logged_deletes,
-    timeout_at,
-    topics_grew,
-)
-from routing_lib.core.clock import Arrival, GroupClock
-from routing_lib.core.codec import decode_clock, encode_clock
+from routing_lib.core.admin import ADMIN_KEY, group_key
+from routing_lib.core.clock import Arrival
+from routing_lib.core.codec import decode_clock
+from routing_lib.core.content import CONTENT
 from routing_lib.core.dump import canonical_dump, project
-from routing_lib.core.group_routes import DEFAULT_FLAGS, GroupRoutes, RouteFlags
+from routing_lib.core.group_routes import DEFAULT_FLAGS, RouteFlags
 from routing_lib.core.replay import fleet_rows
-from routing_lib.core.wire import Event, pack_event, unpack_event
+from routing_lib.core.rows import RowKind
+from routing_lib.core.step import (
+    BatchContext,
+    InputRow,
+    SavedGroup,
+    StepConfig,
+    admin_log_rows,
+    step_group,
+)
+from routing_lib.core.topic_table import TopicTable
+from routing_lib.core.wire import Event, externalize, pack_event
 from schemas import DeleteTopicEvent, TickEvent
+
+NO_CONTENT_REFS = 1 << 62  # a min_chars no value reaches: everything stays inline
 
 
 class StreamModel:
-    def __init__(self, delay_ms: int, round_trip: bool, flags: RouteFlags = DEFAULT_FLAGS):
-        self.delay_ms, self.round_trip, self.flags = delay_ms, round_trip, flags
-        self.clocks: dict[str, GroupClock] = {}
-        self.timeouts: dict[str, int] = {}  # group -> the watermark that wakes it
+    """`content_refs`: registrations' topic tables and large state values travel as content
+    references (every one, whatever its size), as stage one and the step store them."""
+
+    def __init__(self, delay_ms: int, content_refs: bool, flags: RouteFlags = DEFAULT_FLAGS):
+        self.delay_ms = delay_ms
+        self.config = StepConfig(flags)
+        self.min_chars = 0 if content_refs else NO_CONTENT_REFS
+        self.states: dict[str, SavedGroup] = {}
+        self.timeouts: dict[str, int] = {}  # group -> Spark's timeout (fires once passed)
         self.log: list[tuple[Arrival, DeleteTopicEvent]] = []
         self.max_seen = 0
         self.published = 0
         self.late = 0
 
+    def _topic_names(self, saved: SavedGroup) -> list[str]:
+        return TopicTable.from_blob(CONTENT.resolve(saved.topics)).names()
+
     def holders(self, topic: str) -> list[str]:
         """Groups holding the topic in the published topicQueueTable."""
-        return [k for k, c in self.clocks.items() if topic in c.routes.topics.names()]
+        return [k for k, s in self.states.items() if topic in self._topic_names(s)]
 
     def batch(self, items: list[tuple[Event | TickEvent, Arrival]]) -> None:
         watermark = max(self.max_seen - self.delay_ms, 0)  # Spark's watermark lags one batch
-        rows: dict[str, list[tuple[Event, Arrival, bool]]] = defaultdict(list)
+        rows: dict[str, list[InputRow]] = defaultdict(list)
         for event, arrival in items:
             self.max_seen = max(self.max_seen, event.eventTime)
             if isinstance(event, TickEvent):
                 continue
-            rows[group_key(event)].append((event, arrival, False))
+            payload = externalize(pack_event(event), None, self.min_chars)
+            rows[group_key(event)].append(InputRow(event.eventTime, arrival, payload))
             if isinstance(event, DeleteTopicEvent):
                 for holder in self.holders(event.topic):
-                    rows[holder].append((event, arrival, True))
-        due = {k for k, wake in self.timeouts.items() if wake <= watermark}
+                    rows[holder].append(InputRow(event.eventTime, arrival, payload))
+        due = {k for k, timeout in self.timeouts.items() if timeout < watermark}
+        context = BatchContext(watermark, self.published)
         logged: list[tuple[Arrival, DeleteTopicEvent]] = []
         for key in sorted(rows.keys() | due):
-            self._step(key, rows.get(key, []), watermark, logged)
+            self.timeouts.pop(key, None)
+            if key == ADMIN_KEY:  # the admin group's step; its log rows become the log
+                out = admin_log_rows(rows[key], context, None)
+                logged += [
+                    (r.arrival, e)
+                    for r in rows[key]
+                    if r.event_time > self.published
+                    for e in [_delete(r.payload)]
+                ]
+            else:
+                out = self._step(key, rows.get(key, []), context)
+            self.late += sum(
+                json.loads(r.row_json).get("late", 0) for r in out if r.kind == RowKind.STATS
+            )
         self.log += logged
         self.published = watermark
 
-    def _step(self, key: str, rows: list, watermark: int, logged: list) -> None:
-        self.timeouts.pop(key, None)
-        if key == ADMIN_KEY:  # record in the admin log, as the job's foreachBatch does
-            for event, arrival, _ in rows:
-                if event.eventTime <= self.published:
-                    self.late += 1
-                else:
-                    logged.append((arrival, event))
-            return
-        clock = self.clocks.get(key) or GroupClock(GroupRoutes(key))
-        before = clock.routes.topics
-        merge_logged_deletes(clock, [e for e in self.log if e[1].eventTime > self.published])
-        for event, arrival, fanned_out in rows:
-            if clock.is_late(event.eventTime, self.published):
-                self.late += not fanned_out
-            else:
-                clock.add(unpack_event(pack_event(event)) if self.round_trip else event, arrival)
-        clock.advance(watermark, self.flags)
-        if clock.is_idle():
-            self.clocks.pop(key, None)
-            return
-        if self.round_trip:
-            clock = decode_clock(encode_clock(clock))
-        self.clocks[key] = clock
-        wake = timeout_at(clock, watermark, topics_grew(before, clock.routes.topics))
-        if wake is not None:
-            self.timeouts[key] = wake
+    def _step(self, key: str, rows: list[InputRow], context: BatchContext) -> list:
+        deletes = [e for e in self.log if e[1].eventTime > self.published]
+        result = step_group(
+            key,
+            self.states.get(key),
+            rows,
+            context,
+            self.config,
+            deletes,
+            (None, self.min_chars),
+        )
+        if result.state is None:
+            self.states.pop(key, None)
+        else:
+            self.states[key] = result.state
+        if result.timeout is not None:
+            self.timeouts[key] = result.timeout
+        return result.rows
 
     def finish(self, final: int) -> None:
         """No-data batches until the watermark reaches `final` (Spark's last batches)."""
@@ -90,18 +113,28 @@ class StreamModel:
         self.batch([])
 
     def dump(self) -> dict:
-        groups = (c.routes for c in self.clocks.values())
+        groups = (
+            decode_clock((s.clock, CONTENT.resolve(s.topics))).routes for s in self.states.values()
+        )
         return project(canonical_dump(fleet_rows(groups), self.published))
+
+
+def _delete(payload: str) -> DeleteTopicEvent:
+    from routing_lib.core.wire import unpack_event
+
+    event = unpack_event(payload)
+    assert isinstance(event, DeleteTopicEvent)
+    return event
 
 
 def run_model_in_batches(
     events: list[Event | TickEvent],
     rng: random.Random,
     delay_ms: int,
-    round_trip: bool,
+    content_refs: bool,
     max_batch: int = 40,
 ) -> StreamModel:
-    model = StreamModel(delay_ms, round_trip)
+    model = StreamModel(delay_ms, content_refs)
     i = 0
     while i < len(events):
         size = rng.randint(1, max_batch)

@@ -22,7 +22,7 @@ def test_random_admin_history_in_random_batches_equals_replay(seed):
     expected = project(replay_dump(events, final))
     rng = random.Random(seed)
     model = run_model_in_batches(
-        events, rng, DELAY_MS, round_trip=seed % 2 == 0, max_batch=rng.choice([3, 10, 40])
+        events, rng, DELAY_MS, content_refs=seed % 2 == 0, max_batch=rng.choice([3, 10, 40])
     )
     assert model.late == 0
     assert model.dump() == expected

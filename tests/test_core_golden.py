@@ -19,13 +19,14 @@ def test_reference_replay_matches_expected(name):
     assert reference_dump(fixture_lines(name)) == expected_dump(name)
 
 
-def run_clocks_in_batches(lines: list[str], rng: random.Random, round_trip: bool) -> dict:
+def run_clocks_in_batches(lines: list[str], rng: random.Random, content_refs: bool) -> dict:
     """Feed events in arrival order, cut into random micro-batches, like the Spark step does
     (tests/stream_model.py: a group runs only on rows or a passed timeout; admin events go
-    through the admin log and the DELETE_TOPIC fan-out). With round_trip, events travel
-    packed and clocks are saved and restored between batches."""
+    through the admin log and the DELETE_TOPIC fan-out). The shipped step runs every call,
+    saving and restoring the state between batches; with content_refs, topic tables and large
+    state values travel as content references."""
     events = [parse_event(line) for line in lines]
-    model = run_model_in_batches(events, rng, DELAY_MS, round_trip)
+    model = run_model_in_batches(events, rng, DELAY_MS, content_refs)
     assert model.late == 0
     assert model.published == default_watermark(events, DELAY_MS)
     return model.dump()
@@ -35,7 +36,7 @@ def run_clocks_in_batches(lines: list[str], rng: random.Random, round_trip: bool
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_clock_in_random_batches_matches_expected(name, seed):
     rng = random.Random(seed)
-    result = run_clocks_in_batches(fixture_lines(name), rng, round_trip=seed != 3)
+    result = run_clocks_in_batches(fixture_lines(name), rng, content_refs=seed != 3)
     assert result == expected_dump(name)
 
 

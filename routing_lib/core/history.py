@@ -43,6 +43,7 @@ from typing import Any
 from routing_lib.core.admin import ADMIN_EVENTS, ADMIN_EVENTS_DDL, ADMIN_EVENTS_IDENTITY
 from routing_lib.core.clock import Advance, Expiry, GroupClock, apply_guarded
 from routing_lib.core.group_routes import BrokerKey, GroupRoutes, RouteFlags
+from routing_lib.core.rows import RowOp
 from routing_lib.core.tables import RoutesSnapshot, Row
 
 TOPIC_ROUTE_HISTORY = "topic_route_history"
@@ -110,7 +111,7 @@ REGISTER, HEARTBEAT, UNREGISTER, EXPIRE = "REGISTER", "HEARTBEAT", "UNREGISTER",
 REGISTERED, UNREGISTERED, EXPIRED, REJECTED = "REGISTERED", "UNREGISTERED", "EXPIRED", "REJECTED"
 
 # Change ops, as the Delta writer applies them (see merge_history_batch).
-UPSERT, CLOSE, DELETE, APPEND = "upsert", "close", "delete", "append"
+UPSERT, CLOSE, DELETE, APPEND = RowOp.UPSERT, RowOp.CLOSE, RowOp.DELETE, RowOp.APPEND
 
 
 def event_date(ms: int) -> str:
@@ -529,7 +530,7 @@ class HistoryChange:
     event_date; `upsert`/`append`: the whole row; `close`: + HISTORY_CLOSE_COLUMNS."""
 
     table: str
-    op: str  # upsert | close | delete | append
+    op: RowOp  # UPSERT | CLOSE | DELETE | APPEND
     row: Row
 
     @property

@@ -7,7 +7,9 @@ machine needs them; their names travel separately so the common "nothing changed
 string compare, not a JSON parse.
 
 Layout: head JSON, RS, topic keys joined by US, RS, rows JSON ([readQueueNums, writeQueueNums,
-perm, topicSysFlag, order] per key; a valid table's keys are its topicNames).
+perm, topicSysFlag, order] per key; a valid table's keys are its topicNames). A large topic
+table may instead be a content reference (routing_lib/core/content.py) to the text
+"keys RS rows": `externalize` makes that form, `inline` undoes it.
 JSON text never holds a raw control character and topic names are [%|a-zA-Z0-9_-], so the
 separators cannot clash.
 """
@@ -22,6 +24,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
+from routing_lib.core.content import CONTENT, ContentBackend, is_ref
 from schemas.route_event import (
     DEFAULT_PERM,
     DEFAULT_QUEUE_NUMS,
@@ -63,19 +66,33 @@ class TopicRow(NamedTuple):
 
 
 class LazyTopicTable(Mapping[str, TopicRow]):
-    """topicConfigTable of a packed registration, decoded on first use."""
+    """topicConfigTable of a packed registration, decoded on first use. It may hold a content
+    reference instead of its text, read only when a key or row is needed."""
 
-    __slots__ = ("_keys", "_rows_json", "_decoded")
+    __slots__ = ("_keys", "_rows_json", "_decoded", "ref")
 
-    def __init__(self, keys: str, rows_json: str):
-        self._keys, self._rows_json = keys, rows_json
+    def __init__(self, keys: str, rows_json: str | None = None):
+        self.ref: str | None = None
+        if rows_json is None:  # one part: a content reference
+            if not is_ref(keys):
+                raise ValueError("a packed topic table is keys and rows, or a reference")
+            self.ref = keys
+            self._keys, self._rows_json = "", ""
+        else:
+            self._keys, self._rows_json = keys, rows_json
         self._decoded: dict[str, TopicRow] | None = None
 
+    def _resolve(self) -> None:
+        if self.ref is not None and not self._keys and not self._rows_json:
+            self._keys, _, self._rows_json = CONTENT.get(self.ref).partition(RS)
+
     def topic_keys(self) -> list[str]:
+        self._resolve()
         return self._keys.split(US) if self._keys else []
 
     def _table(self) -> dict[str, TopicRow]:
         if self._decoded is None:
+            self._resolve()
             rows = json.loads(self._rows_json)
             self._decoded = {
                 k: TopicRow(k, *r) for k, r in zip(self.topic_keys(), rows, strict=True)
@@ -92,6 +109,9 @@ class LazyTopicTable(Mapping[str, TopicRow]):
         return len(self.topic_keys())
 
     def packed(self) -> str:
+        """The packed form it came in: the reference, or keys RS rows."""
+        if self.ref is not None:
+            return self.ref
         return f"{self._keys}{RS}{self._rows_json}"
 
 
@@ -210,6 +230,36 @@ def _trusted_constructor(cls: type[BaseModel]) -> Callable[[dict], Any]:
 
 _CONSTRUCTORS = {name: _trusted_constructor(cls) for name, cls in _TYPES.items()}
 _data_version = _trusted_constructor(DataVersion)
+
+
+def externalize(packed: str, backend: ContentBackend | None, min_chars: int) -> str:
+    """A packed registration whose topic table text has `min_chars` or more, with the table
+    replaced by its content reference (stored in `backend` first); anything else unchanged."""
+    head_end = packed.find(RS)
+    if head_end < 0 or len(packed) - head_end - 1 < min_chars:
+        return packed
+    topics = packed[head_end + 1 :]
+    if is_ref(topics):
+        CONTENT.ensure(topics, backend)
+        return packed
+    return f"{packed[:head_end]}{RS}{CONTENT.put(topics, backend)}"
+
+
+def inline(packed: str) -> str:
+    """A packed event with its topic table as text (for people: dead letters, late events)."""
+    head_end = packed.find(RS)
+    if head_end < 0 or not is_ref(packed[head_end + 1 :]):
+        return packed
+    return f"{packed[:head_end]}{RS}{CONTENT.get(packed[head_end + 1 :])}"
+
+
+def topics_ref(packed: str) -> str | None:
+    """The content reference of a packed registration's topic table, if it has one."""
+    head_end = packed.find(RS)
+    if head_end < 0:
+        return None
+    tail = packed[head_end + 1 :]
+    return tail if is_ref(tail) else None
 
 
 def unpack_event(packed: str) -> Event:

@@ -33,6 +33,7 @@ from routing_lib.core.history import (
     HISTORY_TABLE_DDL,
     HISTORY_TABLES,
 )
+from routing_lib.core.rows import WRITES
 from routing_lib.core.tables import (
     DEAD_LETTER,
     LATE_EVENT,
@@ -43,7 +44,6 @@ from routing_lib.core.tables import (
     TABLE_KEYS,
     ddl_columns,
 )
-from routing_lib.spark.stateful import WRITES
 
 log = logging.getLogger("routelake.writer")
 ALL_TABLES = {**TABLE_DDL, **SIDE_TABLE_DDL, **HISTORY_TABLE_DDL}

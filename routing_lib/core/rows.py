@@ -1,0 +1,37 @@
+"""The rows a group's step hands the Delta writer: one typed vocabulary for both sides."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import NamedTuple
+
+
+class RowKind(StrEnum):
+    """What an output row of a step is; the writer commits each kind its own way."""
+
+    CHANGE = "change"  # a route table row change (bundled)
+    HISTORY = "history"  # a history or admin_events change (bundled)
+    DEAD = "dead"  # one dead letter
+    LATE = "late"  # one late event
+    STATS = "stats"  # the step call's counts and the tables its rows write
+
+
+class RowOp(StrEnum):
+    UPSERT = "upsert"
+    DELETE = "delete"
+    CLOSE = "close"
+    APPEND = "append"
+
+
+class StepRow(NamedTuple):
+    """One output row: for CHANGE and HISTORY a JSON array of rows (or keys, for a delete)
+    sharing kind, table and op, so a 10 000-topic registration is one row, not 10 000."""
+
+    kind: RowKind
+    table: str | None
+    op: RowOp | None
+    row_json: str
+    raw: bytes | None
+
+
+WRITES = "writes"  # the stats key listing "kind/table" of the call's other rows

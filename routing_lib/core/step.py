@@ -1,0 +1,339 @@
+"""One broker group's step: its saved state and new rows in, output rows and new state out.
+
+The streaming job (routing_lib/spark/stateful.py) calls `step_group` for every group with new
+rows or a passed timeout and only converts Spark's GroupState and pandas frames to and from
+it; the tests' stream model calls the same function. What a step does, in order:
+
+1. decode the saved state (content references resolved: routing_lib/core/content.py);
+2. merge the logged DELETE_TOPIC events the group may need (core/admin.py);
+3. sort each row: a fan-out copy, late (tabled), an administrative event, or pending;
+4. advance the clock to the watermark, recording history;
+5. diff the group's route rows, bundle every output row by (kind, table, op);
+6. save the state (large values as content references) and the wake-up watermark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from pydantic_core import PydanticSerializationError, to_json
+
+from routing_lib.core.admin import (
+    ADMIN_EVENTS,
+    KV_KEY,
+    admin_row,
+    merge_logged_deletes,
+    timeout_at,
+    topics_grew,
+)
+from routing_lib.core.clock import Advance, Arrival, GroupClock
+from routing_lib.core.codec import decode_clock, encode_clock
+from routing_lib.core.content import CONTENT, ContentBackend
+from routing_lib.core.group_routes import GroupRoutes, RouteFlags
+from routing_lib.core.history import HistoryTracker, decode_history, encode_history, event_date
+from routing_lib.core.rows import WRITES, RowKind, RowOp, StepRow
+from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, diff
+from routing_lib.core.wire import RS, event_json, inline, packed_event_type, unpack_event
+from schemas.route_event import ADMIN_EVENT_TYPES, INT64_MAX, DeleteTopicEvent
+
+log = logging.getLogger("routelake.step")
+
+
+STEP_ROW_FIELDS = list(StepRow._fields)
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """The step's switches, fixed for a query."""
+
+    flags: RouteFlags
+    as_of: int | None = None  # backfill --as-of: never move a group's clock past this
+    history: bool = True  # also emit event-time history changes
+
+
+@dataclass(frozen=True)
+class SavedGroup:
+    """A group's state between steps: four texts, any of them a content reference."""
+
+    clock: str
+    topics: str
+    history: str | None
+    topic_history: str | None
+
+
+class InputRow(NamedTuple):
+    event_time: int
+    arrival: Arrival
+    payload: str
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What a step knows of its micro-batch."""
+
+    watermark: int  # Spark's current watermark
+    published: int  # the watermark the published tables show: older events are late
+    batch_id: int | None = None
+    now_ms: int = 0  # wall clock, for the seen_at_ms columns only
+
+
+@dataclass(frozen=True)
+class StepResult:
+    rows: list[StepRow]
+    state: SavedGroup | None  # None: remove the group's state
+    timeout: int | None  # Spark's event-time timeout (fires once the watermark passes it)
+
+
+def json_array(rows: list) -> str:
+    try:
+        return to_json(rows).decode()  # pydantic-core: several times faster than json.dumps
+    except PydanticSerializationError:  # e.g. a lone surrogate, which json.dumps escapes
+        return json.dumps(rows)
+
+
+def stats_row(rows: Iterable[StepRow], **counts: int) -> StepRow:
+    """The stats row of one step call: its counts, and which (kind, table) its other `rows`
+    write to, so the writer learns what to commit from the stats rows alone (no shuffle)."""
+    writes = sorted({f"{r.kind}/{r.table}" for r in rows})
+    return StepRow(RowKind.STATS, None, None, json.dumps({**counts, WRITES: writes}), None)
+
+
+@dataclass
+class _GroupBatch:
+    """What one step call collects for a broker group: output rows and the record counts."""
+
+    context: BatchContext
+    published: int
+    out: list[StepRow] = field(default_factory=list)
+    bundles: dict[tuple[RowKind, str, RowOp], list] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    input_rows: int = 0
+    late: int = 0
+    failed: int = 0
+    fanned_out: int = 0
+
+    def rows(self, advance: Advance, changes: int) -> list[StepRow]:
+        bundled = [
+            StepRow(kind, table, op, json_array(rows), None)
+            for (kind, table, op), rows in self.bundles.items()
+        ]
+        # An event that failed in the step is counted as accepted when it arrived (it passed
+        # validation) and as dead-lettered now, so input = accepted + late + dead still holds
+        # once per record: `accepted` excludes the records that failed on arrival.
+        arrived_failed = self.failed - len(advance.failed)
+        stats = stats_row(
+            [*self.out, *bundled],
+            input_rows=self.input_rows,
+            accepted=self.input_rows - self.late - arrived_failed,
+            late=self.late,
+            applied=len(advance.applied),
+            expired=len(advance.expiries),
+            changes=changes,
+            dead_lettered=arrived_failed,
+            failed_in_step=len(advance.failed),
+            fanned_out=self.fanned_out,
+        )
+        return [*self.out, *bundled, stats]
+
+
+def step_group(
+    group: str,
+    saved: SavedGroup | None,
+    rows: Iterable[InputRow],
+    context: BatchContext,
+    config: StepConfig,
+    logged_deletes: Iterable[tuple[Arrival, DeleteTopicEvent]] = (),
+    content: tuple[ContentBackend | None, int] | None = None,
+) -> StepResult:
+    """One call of the per-group step. `logged_deletes`: the admin log's DELETE_TOPIC events
+    after the published watermark; `content`: where large state values go (a backend, or None
+    for this process's memory only) and from which size; None: every value stays inline."""
+    clock, tracker = _load(group, saved)
+    before = RoutesSnapshot.of(clock.routes)
+    before_topics = clock.routes.topics
+    published, target = context.published, context.watermark
+    if config.as_of is not None:  # the published tables never go past as_of
+        published, target = min(published, config.as_of), min(target, config.as_of)
+
+    if group != KV_KEY:
+        merge_logged_deletes(clock, logged_deletes)
+    batch = _GroupBatch(context, published)
+    for row in rows:
+        _take_row(clock, batch, row)
+    advance = _advance(clock, tracker, target, config, batch)
+    changes = diff(group, before, RoutesSnapshot.of(clock.routes))
+    for change in changes:
+        if change.row is not None:
+            batch.bundles[RowKind.CHANGE, change.table, RowOp.UPSERT].append(change.row)
+        else:
+            key = dict(zip(TABLE_KEYS[change.table], change.key, strict=True))
+            batch.bundles[RowKind.CHANGE, change.table, RowOp.DELETE].append(key)
+    out = batch.rows(advance, len(changes))
+    if clock.is_idle() and tracker.is_idle():
+        return StepResult(out, None, None)
+    state = _save(clock, tracker, config, content)
+    wake_up = timeout_at(clock, context.watermark, topics_grew(before_topics, clock.routes.topics))
+    # Spark fires an event-time timeout once the watermark is strictly past it. A deadline
+    # past INT64_MAX (a huge heartbeatTimeoutMillis) is never reached by a watermark, and the
+    # timeout must fit a Java long.
+    timeout = None
+    if wake_up is not None and context.watermark <= wake_up - 1 <= INT64_MAX:
+        timeout = wake_up - 1
+    return StepResult(out, state, timeout)
+
+
+def _load(group: str, saved: SavedGroup | None) -> tuple[GroupClock, HistoryTracker]:
+    if saved is None or not saved.clock:
+        return GroupClock(GroupRoutes(group)), HistoryTracker(group)
+    clock = decode_clock((saved.clock, CONTENT.resolve(saved.topics)))
+    if saved.history:
+        tracker = decode_history((saved.history, CONTENT.resolve(saved.topic_history or "")))
+    else:
+        tracker = HistoryTracker(group)
+    return clock, tracker
+
+
+def _save(
+    clock: GroupClock,
+    tracker: HistoryTracker,
+    config: StepConfig,
+    content: tuple[ContentBackend | None, int] | None,
+) -> SavedGroup:
+    def stored(text: str) -> str:
+        if content is None or not text or len(text) < content[1]:
+            return text
+        return CONTENT.put(text, content[0])
+
+    clock_json, topics = encode_clock(clock)
+    if not config.history:
+        return SavedGroup(clock_json, stored(topics), None, None)
+    history_json, topic_history = encode_history(tracker)
+    return SavedGroup(clock_json, stored(topics), history_json, stored(topic_history))
+
+
+def _take_row(clock: GroupClock, batch: _GroupBatch, row: InputRow) -> None:
+    """One arriving record: late-tabled, or pending in the group's clock."""
+    event_time, arrival, payload = row
+    if is_fan_out_copy(payload):
+        # a DELETE_TOPIC copy for a holder: counted (and tabled if late) once, by the admin
+        # group; the log merge before the rows may have added it already
+        batch.fanned_out += 1
+        event = unpack_event(payload)
+        if isinstance(event, DeleteTopicEvent) and not clock.is_late(event_time, batch.published):
+            merge_logged_deletes(clock, [(arrival, event)])
+        return
+    batch.input_rows += 1
+    try:
+        if clock.is_late(event_time, batch.published):
+            batch.out.append(late_row(payload, arrival, batch.published, batch.context))
+            batch.late += 1
+        elif packed_event_type(payload) in ADMIN_EVENT_TYPES:
+            event = unpack_event(payload)
+            clock.add(event, arrival)
+            batch.bundles[RowKind.HISTORY, ADMIN_EVENTS, RowOp.APPEND].append(
+                admin_row(event, arrival, event_date(event.eventTime))
+            )
+        else:  # decoded when applied
+            clock.add_packed(event_time, arrival, payload)
+    except Exception as exc:  # last line of defence: this record only
+        log.warning("event %s:%s failed in the stateful step: %r", *arrival, exc)
+        batch.out.append(dead_row(payload, arrival, internal_reason(exc), batch.context))
+        batch.failed += 1
+
+
+def _advance(
+    clock: GroupClock,
+    tracker: HistoryTracker,
+    target: int,
+    config: StepConfig,
+    batch: _GroupBatch,
+) -> Advance:
+    """Move the group's clock to `target`, bundling history rows and dead-lettering the
+    events whose application failed."""
+    if config.history:
+        advance, history = tracker.advance(clock, target, config.flags)
+        for h in history:
+            batch.bundles[RowKind.HISTORY, h.table, h.op].append(h.row)
+    else:
+        advance = clock.advance(target, config.flags)
+    for item, reason in advance.failed:
+        batch.out.append(dead_row(item.packed, item.arrival, reason, batch.context))
+    batch.failed += len(advance.failed)
+    return advance
+
+
+def internal_reason(exc: BaseException) -> str:
+    return f"internal error: {type(exc).__name__}: {str(exc)[:500]}"
+
+
+def dead_row(payload: str, arrival: Arrival, reason: str, context: BatchContext) -> StepRow:
+    text = _readable(payload)
+    row = {
+        "raw_text": text,
+        "source": arrival[0],
+        "position": arrival[1],
+        "reason": reason,
+        "seen_at_ms": context.now_ms,
+        "batch_id": context.batch_id,
+    }
+    return StepRow(RowKind.DEAD, DEAD_LETTER, RowOp.APPEND, json.dumps(row), text.encode())
+
+
+def _readable(payload: str) -> str:
+    try:
+        return inline(payload)
+    except LookupError:  # the content is gone: the reference is all there is to show
+        return payload
+
+
+def late_row(payload: str, arrival: Arrival, published: int, context: BatchContext) -> StepRow:
+    event = unpack_event(payload)
+    row = {
+        "event_time": event.eventTime,
+        "broker_name": getattr(event, "brokerName", None),
+        "event_type": event.eventType,
+        "source": arrival[0],
+        "position": arrival[1],
+        "payload": event_json(event),
+        "published_watermark": published,
+        "seen_at_ms": context.now_ms,
+        "batch_id": context.batch_id,
+    }
+    return StepRow(RowKind.LATE, LATE_EVENT, RowOp.APPEND, json.dumps(row), None)
+
+
+_DELETE_TOPIC_TYPE = '"eventType":"DELETE_TOPIC"'  # JSON text: only a key can hold it
+
+
+def is_fan_out_copy(payload: str | None) -> bool:
+    """A DELETE_TOPIC outside the admin group is a fan-out copy (routing_lib/core/admin.py)."""
+    if payload is None:
+        return False
+    head_end = payload.find(RS)  # a registration's topics follow its head: skip them
+    return payload.find(_DELETE_TOPIC_TYPE, 0, head_end if head_end >= 0 else len(payload)) >= 0
+
+
+def admin_log_rows(
+    rows: Iterable[InputRow], context: BatchContext, as_of: int | None
+) -> list[StepRow]:
+    """The admin group's step: DELETE_TOPIC events into admin_events (the log), or late."""
+    published = context.published if as_of is None else min(context.published, as_of)
+    out: list[StepRow] = []
+    logged, late, total = [], 0, 0
+    for event_time, arrival, payload in rows:
+        total += 1
+        if event_time <= published:
+            out.append(late_row(payload, arrival, published, context))
+            late += 1
+        else:
+            logged.append(admin_row(unpack_event(payload), arrival, event_date(event_time)))
+    if logged:
+        out.append(StepRow(RowKind.HISTORY, ADMIN_EVENTS, RowOp.APPEND, json_array(logged), None))
+    out.append(stats_row(out, input_rows=total, accepted=total - late, late=late))
+    return out
