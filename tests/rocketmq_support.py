@@ -32,6 +32,7 @@ from routing_lib.lookup.remoting import (
     RemotingCommand,
     encode,
 )
+from routing_lib.lookup.tls import PLAIN, ListenerTls
 
 
 class CollectorThread:
@@ -46,12 +47,14 @@ class CollectorThread:
         publish_timeout_ms: int = 10_000,
         limits: Limits | None = None,
         collector_id: str = "test-collector",
+        tls: ListenerTls = PLAIN,
     ) -> None:
         self.publisher = KafkaPublisher(bootstrap, topic, delivery_timeout_ms=publish_timeout_ms)
         self.collector = Collector(
             self.publisher, collector_id=collector_id, tick_interval_ms=tick_interval_ms
         )
         self.limits = limits or Limits()
+        self.tls = tls
         self.started = threading.Event()
         self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
         self.server: CollectorServer
@@ -59,7 +62,7 @@ class CollectorThread:
     async def _main(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.stop_event = asyncio.Event()
-        self.server = CollectorServer(self.collector, self.limits)
+        self.server = CollectorServer(self.collector, self.limits, tls=self.tls)
         try:
             await self.server.start()
         finally:
@@ -165,16 +168,23 @@ def _batch_classes() -> Path:
 
 
 def run_mqadmin_batch(
-    commands: Sequence[Sequence[str]], *, namesrv: str, home: Path, timeout: float = 90.0
+    commands: Sequence[Sequence[str]],
+    *,
+    namesrv: str,
+    home: Path,
+    timeout: float = 90.0,
+    jvm_opts: Sequence[str] = (),
 ) -> list[mqadmin.MQAdminResult]:
     """Run `commands` (each: mqadmin's arguments without -n) concurrently in one JVM
     (tests/java/MQAdminBatch.java), one result each: the JVM start-up and the client's ~3 s
-    shutdown wait are paid once."""
+    shutdown wait are paid once. `jvm_opts` are added (e.g. -Dtls.enable=true)."""
     args: list[str] = []
     for i, command in enumerate(commands):
         args += [*(["--next"] if i else []), *command, "-n", namesrv]
     home.mkdir(parents=True, exist_ok=True)
-    argv = mqadmin.java_command("MQAdminBatch", args, home=home, jvm_opts=mqadmin.MQADMIN_JVM_OPTS)
+    argv = mqadmin.java_command(
+        "MQAdminBatch", args, home=home, jvm_opts=[*mqadmin.MQADMIN_JVM_OPTS, *jvm_opts]
+    )
     cp = argv.index("-cp") + 1
     argv[cp] += os.pathsep + str(_batch_classes())
     proc = subprocess.run(
@@ -290,7 +300,13 @@ def namesrv(home: Path, port: int) -> JavaProcess:
 
 
 def broker(
-    home: Path, port: int, namesrv_addrs: list[str], *, cluster: str, name: str
+    home: Path,
+    port: int,
+    namesrv_addrs: list[str],
+    *,
+    cluster: str,
+    name: str,
+    jvm_opts: tuple[str, ...] = (),
 ) -> JavaProcess:
     store = home / "store"
     conf = {
@@ -317,7 +333,9 @@ def broker(
         "brokerNotActiveTimeoutMillis": 10000,
         "skipPreOnline": "true",
     }
-    return JavaProcess("broker", BROKER_MAIN, conf, home, BROKER_JVM, "rmq.broker.logback.xml")
+    return JavaProcess(
+        "broker", BROKER_MAIN, conf, home, (*BROKER_JVM, *jvm_opts), "rmq.broker.logback.xml"
+    )
 
 
 # -- a recording TCP proxy between a broker and the collector --

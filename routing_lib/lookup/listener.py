@@ -14,6 +14,7 @@ import contextlib
 import inspect
 import logging
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -28,6 +29,7 @@ from routing_lib.lookup.remoting import (
     RemotingCommand,
     encode_head,
 )
+from routing_lib.lookup.tls import PLAIN, TLS_HANDSHAKE_RECORD, ListenerTls, TlsAcceptor
 
 READ_CHUNK = 64 * 1024
 # A batch of pipelined requests is answered into the socket buffer; past this much unsent,
@@ -57,9 +59,11 @@ class RemotingListener:
         max_frame_bytes: int | None = None,
         large_frame_codes: frozenset[int] = frozenset(),
         pending_timeout_s: float = 30.0,
+        tls: ListenerTls = PLAIN,
     ) -> None:
         """`max_frame_bytes` (default limits.max_frame_bytes) bounds every frame; a request
-        whose code is not in `large_frame_codes` must also fit limits.max_frame_bytes."""
+        whose code is not in `large_frame_codes` must also fit limits.max_frame_bytes.
+        `tls`: its mode (tls.py) and certificate."""
         self.name = name
         self.respond = respond
         self.limits = limits
@@ -70,14 +74,33 @@ class RemotingListener:
         self.max_frame_bytes = max_frame_bytes or limits.max_frame_bytes
         self.large_frame_codes = large_frame_codes
         self.pending_timeout_s = pending_timeout_s
+        self.tls = tls
         self.port = 0
         self._frame_log = ThrottledLog(log)
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | TlsAcceptor | None = None
         self._stopping = False
         self.connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
 
     async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._connection, host, port, limit=READ_CHUNK)
+        if not self.tls.enabled:
+            self._server = await asyncio.start_server(
+                self._connection, host, port, limit=READ_CHUNK
+            )
+        else:  # the same connection handler, behind the TLS/plain sorting
+            loop = asyncio.get_running_loop()
+
+            def stream_protocol() -> asyncio.StreamReaderProtocol:
+                reader = asyncio.StreamReader(limit=READ_CHUNK, loop=loop)
+                return asyncio.StreamReaderProtocol(reader, self._connection, loop=loop)
+
+            self._server = TlsAcceptor(
+                socket.create_server((host, port)),
+                stream_protocol,
+                self.tls,
+                self.limits,
+                self.rejections,
+                "remoting",
+            ).start()
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
@@ -137,6 +160,7 @@ class RemotingListener:
         loop = asyncio.get_running_loop()
         decoder = FrameDecoder(self.max_frame_bytes)
         frame_deadline: float | None = None
+        first_read = True
         while not self._stopping:
             if frame_deadline is None:
                 reason, timeout = "idle_timeout", self.limits.idle_timeout_s
@@ -149,6 +173,13 @@ class RemotingListener:
                 return
             if not data:
                 return
+            if first_read and data[0] == TLS_HANDSHAKE_RECORD and not self.tls.enabled:
+                # As a frame length this byte means over 350 MB: a TLS client on a plain port.
+                self.rejections(
+                    "remoting", "tls_not_enabled", peer, "a TLS client; [tls] mode is disabled"
+                )
+                return
+            first_read = False
             try:
                 commands = decoder.feed(data)
             except RemotingCodecError as exc:
