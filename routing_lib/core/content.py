@@ -117,6 +117,10 @@ class ContentStore:
                 return text
         raise MissingContentError(f"no content for reference {ref[1:]}")
 
+    def ref_of(self, text: str) -> str | None:
+        """The reference of `text` if this store handed it out or took it (no hashing)."""
+        return self._known_ref(text)
+
     def resolve(self, value: str) -> str:
         """`value` itself, or the content it references."""
         return self.get(value) if is_ref(value) else value

@@ -18,6 +18,8 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, ClassVar
 
+from routing_lib.core.content import CONTENT
+
 if TYPE_CHECKING:
     from routing_lib.core.group_routes import QueueData
 
@@ -106,11 +108,20 @@ class TopicTable(Mapping[str, "QueueData"]):
             )
         return self._blob
 
+    def content_ref(self) -> str | None:
+        """The content reference of this table's blob, when the content store knows it."""
+        return CONTENT.ref_of(self._blob) if self._blob is not None else None
+
     # -- copy on write -----------------------------------------------------------------------
     def updated(self, changes: Mapping[str, QueueData]) -> TopicTable:
+        """The table with `changes` applied; itself when they change nothing (a re-sent
+        registration chunk), so an unchanged table keeps its identity and its blob."""
         if not changes:
             return self
-        return TopicTable({**self._table(), **changes})
+        table = self._table()
+        if all(table.get(topic) == queue for topic, queue in changes.items()):
+            return self
+        return TopicTable({**table, **changes})
 
     def without(self, topics: Iterable[str]) -> TopicTable:
         drop = set(topics)
