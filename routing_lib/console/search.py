@@ -40,18 +40,16 @@ class TopicNames:
         key = query.replace(_SEP, "").casefold()
         lo = bisect_left(self.folded, key)
         hi = bisect_right(self.folded, key + "\U0010ffff") if key else len(self.folded)
-        found = self.names[lo : min(hi, lo + limit)]
-        more = hi - lo > limit
-        if key and len(found) < limit:
-            found += self._containing(key, limit - len(found), exclude=range(lo, hi))
-            more = more or len(found) > limit
-        return SearchResult(found[:limit], hi - lo, more)
+        found = self.names[lo : min(hi, lo + limit + 1)]  # one more: are there more?
+        if key and len(found) <= limit:
+            found += self._containing(key, limit + 1 - len(found), exclude=range(lo, hi))
+        return SearchResult(found[:limit], hi - lo, len(found) > limit)
 
     def _containing(self, key: str, wanted: int, exclude: range) -> list[str]:
-        """Up to wanted + 1 names containing `key` (not at their start), in order."""
+        """Up to `wanted` names containing `key` (not at their start), in order."""
         out: list[str] = []
         position = self._blob.find(key)
-        while position >= 0 and len(out) <= wanted:
+        while position >= 0 and len(out) < wanted:
             index = bisect_right(self._starts, position) - 1
             if index not in exclude and position > self._starts[index]:
                 out.append(self.names[index])

@@ -1,0 +1,90 @@
+"""The console's pure parts: topic search, liveness intervals, buckets, batch pinning."""
+
+from __future__ import annotations
+
+import random
+
+from routing_lib.console.pins import covered
+from routing_lib.console.search import TopicNames
+from routing_lib.console.timelines import buckets, liveness_intervals
+from routing_lib.lookup.consistency import CommitMark
+
+
+def _expected(names: list[str], query: str, limit: int) -> list[str]:
+    key = query.casefold()
+    ordered = sorted(names, key=lambda n: (n.casefold(), n))
+    prefix = [n for n in ordered if n.casefold().startswith(key)]
+    inner = [n for n in ordered if key in n.casefold() and not n.casefold().startswith(key)]
+    return (prefix + inner)[:limit]
+
+
+def test_search_prefix_first_then_substring_in_order():
+    names = ["Orders", "orders-eu", "EUorders", "Billing", "rmq_sys_orders", "ORD", "x"]
+    result = TopicNames(names).search("ord", limit=10)
+    assert result.names == ["ORD", "Orders", "orders-eu", "EUorders", "rmq_sys_orders"]
+    assert result.prefix_count == 3 and not result.more
+
+
+def test_search_matches_a_plain_scan_on_random_names():
+    rng = random.Random(7)
+    alphabet = "abAB_-%|1ü"
+    names = list({"".join(rng.choices(alphabet, k=rng.randint(1, 8))) for _ in range(3000)})
+    index = TopicNames(names)
+    for query in ["", "a", "Ab", "b_", "ü1", "zz", "%|", "-"] + rng.sample(names, 20):
+        for limit in (1, 5, 100):
+            result = index.search(query, limit)
+            expected = _expected(names, query, limit + 1)
+            assert result.names == expected[:limit], (query, limit)
+            assert result.more == (len(expected) > limit), (query, limit)
+
+
+def test_search_never_matches_across_two_names():
+    index = TopicNames(["ab", "cd"])
+    assert index.search("bc").names == [] and index.search("b\nc").names == []
+
+
+def _event(t: int, kind: str, addr: str = "a:1", seq: int = 0) -> dict:
+    return {
+        "cluster_name": "C",
+        "broker_addr": addr,
+        "event_time": t,
+        "seq": seq,
+        "event_type": kind,
+        "broker_id": 0,
+    }
+
+
+def test_liveness_intervals_end_with_their_cause():
+    events = [
+        _event(30, "EXPIRED"),
+        _event(10, "REGISTERED"),
+        _event(40, "REGISTERED"),
+        _event(50, "UNREGISTERED"),
+        _event(60, "REGISTERED"),
+        _event(15, "REGISTERED", addr="b:1"),
+    ]
+    spans = [(i["addr"], i["from"], i["to"], i["end"]) for i in liveness_intervals(events)]
+    assert spans == [
+        ("a:1", 10, 30, "EXPIRED"),
+        ("a:1", 40, 50, "UNREGISTERED"),
+        ("a:1", 60, None, None),
+        ("b:1", 15, None, None),
+    ]
+
+
+def test_buckets_count_every_time_once():
+    times = [0, 1, 50, 99, 100]
+    slots = buckets(times, 0, 100, count=4)
+    assert sum(b["n"] for b in slots) == len(times) and len(slots) == 4
+    assert slots[0]["from"] == 0 and slots[-1]["to"] >= 100
+
+
+def test_a_table_commit_of_a_later_batch_is_not_covered():
+    progress = CommitMark(1000, {"job": 5})
+    assert covered(CommitMark(900, {"job": 5}), progress)
+    assert not covered(CommitMark(1100, {"job": 6}), progress)
+    assert covered(CommitMark(2000, {}), progress)  # maintenance (OPTIMIZE): no batch
+    assert covered(None, progress)  # cleaned from the log
+    # another writer (a backfill before the stream): by commit time
+    assert covered(CommitMark(999, {"backfill": 40}), progress)
+    assert not covered(CommitMark(1001, {"backfill": 40}), progress)
