@@ -18,7 +18,7 @@ from pathlib import Path
 
 from routing_lib import storage
 from routing_lib.core.tables import PROGRESS, ROUTE_TABLES
-from routing_lib.read.warehouse import RouteSnapshot, load_snapshot, table_versions
+from routing_lib.read.warehouse import RouteSnapshot, load_snapshot, open_table, table_versions
 
 
 class SnapshotNotSettledError(Exception):
@@ -63,16 +63,58 @@ def uncovered_tables(warehouse: str | Path, versions: dict[str, int]) -> list[st
         mark = commit_mark(warehouse, table, versions[table])
         if mark is None or not mark.txns:
             continue
-        for app, batch in mark.txns.items():
-            covered = (
-                batch <= progress.txns[app]
-                if app in progress.txns
-                else mark.timestamp <= progress.timestamp
-            )
-            if not covered:
-                ahead.append(table)
-                break
+        if not _covered(mark, progress):
+            ahead.append(table)
     return ahead
+
+
+def _covered(mark: CommitMark, progress: CommitMark) -> bool:
+    """Every batch commit of `mark` is one the progress commit has published already."""
+    return all(
+        batch <= progress.txns[app]
+        if app in progress.txns
+        else mark.timestamp <= progress.timestamp
+        for app, batch in mark.txns.items()
+    )
+
+
+# How far back a table may be ahead of route_progress: one batch in flight is normal.
+MAX_WALK_BACK = 1000
+
+
+def settled_versions(warehouse: str | Path) -> tuple[dict[str, int], dict[str, int]]:
+    """(pinned, latest): table versions that show exactly the batches route_progress has
+    published, and the tables' latest versions. Unlike `load_settled` this never waits for
+    the writer: route_progress's version is read first, and a route table that already shows
+    a later batch is pinned to its version before that batch (a commit without `txn`, e.g.
+    OPTIMIZE, changes no data and is stepped over). Reads pinned this way cannot mix two
+    batches however long they take, so a large warehouse settles while the job publishes."""
+    progress_version = open_table(warehouse, PROGRESS).version()
+    latest = table_versions(warehouse)  # route tables after progress: never behind it
+    pinned = {**latest, PROGRESS: progress_version}
+    progress = commit_mark(warehouse, PROGRESS, progress_version)
+    if progress is None:
+        return pinned, latest  # its commit is cleaned up: nothing to compare, trust them
+    for table in ROUTE_TABLES:
+        if table in latest:
+            pinned[table] = _settled_version(warehouse, table, latest[table], progress)
+    return pinned, latest
+
+
+def _settled_version(warehouse: str | Path, table: str, version: int, progress: CommitMark) -> int:
+    candidate = version
+    for step in range(MAX_WALK_BACK):
+        at = version - step
+        if at <= 0:
+            return candidate  # the table's creation: nothing earlier
+        mark = commit_mark(warehouse, table, at)
+        if mark is None:
+            return candidate  # cleaned up by log retention: trust what is left
+        if mark.txns:
+            if _covered(mark, progress):
+                return candidate
+            candidate = at - 1  # a batch route_progress does not show yet
+    raise SnapshotNotSettledError(f"{table} is more than {MAX_WALK_BACK} commits ahead")
 
 
 def load_settled(warehouse: str | Path) -> RouteSnapshot:

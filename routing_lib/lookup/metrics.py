@@ -74,6 +74,8 @@ class Metrics:
         self.rejections: Counter[tuple[str, str]] = Counter()  # (listener, reason)
         self.connections = 0
         self.last_refresh_error: str | None = None
+        self.builds: Counter[str] = Counter()  # snapshot builds: "full" / "incremental"
+        self.last_build_seconds: float | None = None
 
     def stale_watermark_age(self, watermark: int | None, now: float | None = None) -> float | None:
         """Wall clock minus the watermark, if that exceeds the bound (or there is none)."""
@@ -81,6 +83,10 @@ class Metrics:
             return None
         age = (time.time() if now is None else now) - (watermark or 0) / 1000
         return age if age > self.max_watermark_age_s else None
+
+    def observe_build(self, how: str, seconds: float) -> None:
+        self.builds[how] += 1
+        self.last_build_seconds = seconds
 
     def observe(self, protocol: str, request: str, code: str, seconds: float) -> None:
         self.requests[(protocol, request, code)] += 1
@@ -106,6 +112,14 @@ class Metrics:
         name = family("refresh_total", "counter", "Snapshot refresh attempts by result.")
         for result, n in sorted(self.refreshes.items()):
             out.append(f"{name}{_labels(result=result)} {n}")
+        name = family("snapshot_builds_total", "counter", "Snapshots built, by kind.")
+        for how, n in sorted(self.builds.items()):
+            out.append(f"{name}{_labels(kind=how)} {n}")
+        if self.last_build_seconds is not None:
+            name = family(
+                "snapshot_build_seconds", "gauge", "Time to build the last snapshot served."
+            )
+            out.append(f"{name} {self.last_build_seconds:.3f}")
         name = family("frame_errors_total", "counter", "Connections closed on a bad frame.")
         for reason, n in sorted(self.frame_errors.items()):
             out.append(f"{name}{_labels(reason=reason)} {n}")

@@ -1,8 +1,11 @@
-"""Keeps the served RouteIndex current: poll the Delta versions, load, build, swap.
+"""Keeps the served RouteIndex current: poll the Delta versions, build, swap.
 
-Readers take `holder.current` once per request and use only that object, so a request never
-mixes two snapshots; the refresher replaces it with one assignment on the event loop.
-Blocking work (delta-rs reads, index build) runs in a worker thread.
+Each poll pins the versions that show exactly the batches route_progress has published
+(consistency.settled_versions) and builds the index of those versions from the served one,
+reading only what changed (snapshots.next_index; a full read on the first load and when the
+change feed cannot answer). Readers take `holder.current` once per request and use only that
+object, so a request never mixes two snapshots; the refresher replaces it with one assignment
+on the event loop. Blocking work (delta-rs reads, the build) runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routing_lib.lookup.consistency import SnapshotNotSettledError, load_settled
+from routing_lib.lookup.consistency import SnapshotNotSettledError, settled_versions
 from routing_lib.lookup.metrics import Metrics
 from routing_lib.lookup.routes import RouteIndex
+from routing_lib.lookup.snapshots import next_index
 from routing_lib.read.warehouse import RouteSnapshot, table_versions
 
 log = logging.getLogger("routelake.lookup")
@@ -61,9 +65,10 @@ class Refresher:
         holder: SnapshotHolder,
         metrics: Metrics,
         support_acting_master: bool = False,
-        loader: Callable[[str | Path], RouteSnapshot] = load_settled,
+        loader: Callable[[str | Path], RouteSnapshot] | None = None,
         order_message_enable: bool = False,
     ) -> None:
+        """`loader`: read whole snapshots with it instead (tests inject failures this way)."""
         self.warehouse = warehouse
         self.holder = holder
         self.metrics = metrics
@@ -73,12 +78,37 @@ class Refresher:
         self._last_error: str | None = None
 
     def _load(self) -> tuple[str, Served | None]:
+        if self.loader is not None:
+            return self._load_whole(self.loader)
+        current = self.holder.current
+        pinned, latest = settled_versions(self.warehouse)
+        if current is not None and pinned == dict(current.index.versions):
+            if pinned != latest:
+                # Normal while a micro-batch commits table by table: served at the next poll.
+                raise SnapshotNotSettledError("a batch is committed in part; serving the last")
+            return "unchanged", None
+        started = time.perf_counter()
+        built = next_index(
+            self.warehouse,
+            current.index if current else None,
+            pinned,
+            support_acting_master=self.support_acting_master,
+            order_message_enable=self.order_message_enable,
+        )
+        built.index.route_count  # noqa: B018  computed here, off the event loop
+        self.metrics.observe_build(built.how, time.perf_counter() - started)
+        if built.reason and current is not None:
+            log.info("full snapshot load: %s", built.reason)
+        return "swapped", Served.of(built.index)
+
+    def _load_whole(
+        self, loader: Callable[[str | Path], RouteSnapshot]
+    ) -> tuple[str, Served | None]:
         current = self.holder.current
         if current is not None and table_versions(self.warehouse) == dict(current.index.versions):
             return "unchanged", None
-        snapshot = self.loader(self.warehouse)
         index = RouteIndex(
-            snapshot,
+            loader(self.warehouse),
             support_acting_master=self.support_acting_master,
             order_message_enable=self.order_message_enable,
         )
@@ -105,7 +135,9 @@ class Refresher:
         if served is not None:
             previous = self.holder.current
             self.holder.current = served  # the swap: one reference assignment
-            log.info(
+            # debug once serving: a live job publishes a snapshot every second or so
+            log.log(
+                logging.DEBUG if previous else logging.INFO,
                 "serving snapshot versions=%s watermark=%s (%d routes)%s",
                 dict(served.index.versions),
                 served.index.watermark,

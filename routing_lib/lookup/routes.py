@@ -1,17 +1,25 @@
-"""An immutable, pre-encoded index of one RouteSnapshot: what the NameServer would answer.
+"""An immutable index of one snapshot of the route tables: what the NameServer would answer.
 
 Mirrors RocketMQ 5.x RouteInfoManager: pickupTopicRouteData (with the supportActingMaster
 rewrite, and orderTopicConf from the KV table with orderMessageEnable), getAllClusterInfo,
 getAllTopicList, getTopicsByCluster and getSystemTopicList; and KVConfigManager's reads
 (getKVConfig, getKVListByNamespace).
-Every answer is rendered to bytes at build time, so serving a request is a dict lookup.
 Java's HashMap/HashSet orders are unspecified; here lists and maps are sorted so that the
 bytes are deterministic (fastjson's MapSortField order for maps).
+
+Scale: topicQueueTable lives in a TopicStore (compact tuples, copy-on-write shards). A route
+body is rendered per request by joining pre-rendered per-broker and per-queue fragments
+(tens of microseconds for a topic on 100 brokers), so no body per topic is held in memory and
+a new snapshot needs no rebuild of unchanged topics. Everything sized by brokers (cluster
+info, live brokers, KV) is rendered when its table changes; what is sized by topics (the
+topic lists, per-cluster lists, counts) is computed on first use and carried over to the next
+snapshot while the tables it depends on did not change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -20,6 +28,7 @@ from routing_lib.core.dump import canonical_dump, kv_config_table
 from routing_lib.core.group_routes import MASTER_ID, PERM_WRITE
 from routing_lib.core.tables import (
     BROKER_ADDR,
+    BROKER_LIVE,
     CLUSTER_ADDR,
     FILTER_SERVER,
     KV_CONFIG,
@@ -27,10 +36,13 @@ from routing_lib.core.tables import (
     Row,
 )
 from routing_lib.lookup import jsonbody
+from routing_lib.lookup.topic_store import Entry, Queue, TopicStore, queues_of
 from routing_lib.lookup.topics import SYNC_BROKER_MEMBER_GROUP_PREFIX, is_system_topic
 from routing_lib.read.warehouse import RouteSnapshot
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG
+# The tables sized by brokers (not topics): held as rows, re-read whole when they change.
+SMALL_TABLES = (BROKER_ADDR, CLUSTER_ADDR, BROKER_LIVE, FILTER_SERVER, KV_CONFIG)
 
 JsonObj = dict[str, Any]
 
@@ -46,6 +58,30 @@ class Body:
     @staticmethod
     def of(obj: Any) -> Body:
         return Body(jsonbody.legacy(obj), jsonbody.standard(obj))
+
+
+class RouteBody:
+    """A topic's route in both wire forms, each rendered when first read."""
+
+    __slots__ = ("_index", "_topic", "_legacy", "_standard")
+
+    def __init__(self, index: RouteIndex, topic: str) -> None:
+        self._index = index
+        self._topic = topic
+        self._legacy: bytes | None = None
+        self._standard: bytes | None = None
+
+    @property
+    def standard(self) -> bytes:
+        if self._standard is None:
+            self._standard = self._index._render(self._topic, standard=True) or b""
+        return self._standard
+
+    @property
+    def legacy(self) -> bytes:
+        if self._legacy is None:
+            self._legacy = self._index._render(self._topic, standard=False) or b""
+        return self._legacy
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +105,32 @@ class _Broker:
         return out
 
 
-def _queue_json(row: Row) -> JsonObj:
+def _queue_json(name: str, queue: Queue) -> JsonObj:
+    read, write, perm, sys_flag = queue
     return {
-        "brokerName": row["broker_name"],
-        "perm": int(row["perm"]),
-        "readQueueNums": int(row["read_queue_nums"]),
-        "topicSysFlag": int(row["topic_sys_flag"]),
-        "writeQueueNums": int(row["write_queue_nums"]),
+        "brokerName": name,
+        "perm": perm,
+        "readQueueNums": read,
+        "topicSysFlag": sys_flag,
+        "writeQueueNums": write,
     }
+
+
+# (broker name, queue, standard?) -> its QueueData bytes: few distinct, shared by all indexes.
+_QUEUE_FRAGMENTS: dict[tuple[str, Queue, bool], bytes] = {}
+_MAX_QUEUE_FRAGMENTS = 200_000
+
+
+def _queue_fragment(name: str, queue: Queue, standard: bool) -> bytes:
+    key = (name, queue, standard)
+    fragment = _QUEUE_FRAGMENTS.get(key)
+    if fragment is None:
+        obj = _queue_json(name, queue)
+        fragment = jsonbody.standard(obj) if standard else jsonbody.legacy(obj)
+        if len(_QUEUE_FRAGMENTS) >= _MAX_QUEUE_FRAGMENTS:
+            _QUEUE_FRAGMENTS.clear()  # a bound, not a policy: rebuilt on demand
+        _QUEUE_FRAGMENTS[key] = fragment
+    return fragment
 
 
 def _brokers(rows: list[Row]) -> dict[str, _Broker]:
@@ -113,34 +167,126 @@ def _acting_master(broker_datas: list[JsonObj], queue_datas: list[JsonObj]) -> N
             broker["brokerAddrs"] = {MASTER_ID: acting, **addrs}
 
 
+class _BrokerPart:
+    """What brokerAddrTable and clusterAddrTable give: per-broker fragments, cluster info."""
+
+    def __init__(self, broker_rows: list[Row], cluster_rows: list[Row]) -> None:
+        self.brokers = _brokers(broker_rows)
+        self.standard = {n: jsonbody.standard(b.to_json()) for n, b in self.brokers.items()}
+        self.legacy = {n: jsonbody.legacy(b.to_json()) for n, b in self.brokers.items()}
+        self.masterless = frozenset(
+            n for n, b in self.brokers.items() if all(i != MASTER_ID for i, _ in b.addrs)
+        )
+        clusters: dict[str, set[str]] = {}
+        for row in cluster_rows:
+            clusters.setdefault(row["cluster_name"], set()).add(row["broker_name"])
+        self.clusters = clusters
+        self.cluster_info: JsonObj = {
+            "brokerAddrTable": {n: self.brokers[n].to_json() for n in sorted(self.brokers)},
+            "clusterAddrTable": {c: sorted(names) for c, names in sorted(clusters.items())},
+        }
+        self.cluster_info_body = Body.of(self.cluster_info)
+        # getSystemTopicList: cluster names and broker names are topics too (brokers create
+        # them), plus the address of one broker so that tools can ask it for the rest.
+        self.names = sorted(set(clusters) | {n for ns in clusters.values() for n in ns})
+        self.system_topic_list: JsonObj = {"topicList": self.names}
+        any_addr = next((b.addrs[0][1] for _, b in sorted(self.brokers.items()) if b.addrs), None)
+        if any_addr is not None:
+            self.system_topic_list = {"brokerAddr": any_addr, "topicList": self.names}
+        self.system_topic_list_body = Body.of(self.system_topic_list)
+
+
+class _KvPart:
+    def __init__(self, rows: list[Row]) -> None:
+        # KVConfigManager: namespace -> {key: value}; an emptied namespace stays, empty.
+        kv = kv_config_table(rows)
+        self.kv: Mapping[str, Mapping[str, str]] = MappingProxyType(
+            {ns: MappingProxyType(entries) for ns, entries in kv.items()}
+        )
+        # KVTable as RemotingSerializable encodes it: {"table": {key: value}}.
+        self.bodies: Mapping[str, Body] = MappingProxyType(
+            {ns: Body.of({"table": entries}) for ns, entries in kv.items()}
+        )
+
+
+class _LivePart:
+    def __init__(self, rows: list[Row], watermark: int | None) -> None:
+        dump = canonical_dump({BROKER_LIVE: rows}, watermark)
+        self.live_brokers: tuple[JsonObj, ...] = tuple(dump["brokerLiveTable"])
+        self.body = Body.of(list(self.live_brokers))
+
+
+class _FilterPart:
+    def __init__(self, rows: list[Row]) -> None:
+        self.filters: dict[tuple[str, str], list[str]] = {
+            (r["cluster_name"], r["broker_addr"]): list(r["filter_server_list"])
+            for r in rows
+            if r["filter_server_list"]
+        }
+
+
+class _TopicViews:
+    """What is sized by topics, computed on first use (one index's; carried over while the
+    tables it depends on stay)."""
+
+    __slots__ = (
+        "topics",
+        "topic_list",
+        "system_topics",
+        "cluster_topics",
+        "cluster_bodies",
+        "broker_counts",
+        "route_count",
+    )
+
+    def __init__(self) -> None:
+        self.topics: tuple[str, ...] | None = None
+        self.topic_list: Body | None = None
+        self.system_topics: tuple[tuple[str, ...], Body] | None = None
+        self.cluster_topics: dict[str, tuple[str, ...]] = {}
+        self.cluster_bodies: dict[str, Body] = {}
+        self.broker_counts: Mapping[str, int] | None = None
+        self.route_count: int | None = None
+
+
+class _ClusterTopics(Mapping[str, tuple[str, ...]]):
+    """getTopicsByCluster per cluster, each list computed when first asked for."""
+
+    def __init__(self, index: RouteIndex) -> None:
+        self._index = index
+
+    def __getitem__(self, cluster: str) -> tuple[str, ...]:
+        return self._index._cluster_topic_list(cluster)
+
+    def __contains__(self, cluster: object) -> bool:
+        return cluster in self._index._broker_part.clusters
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index._broker_part.clusters)
+
+    def __len__(self) -> int:
+        return len(self._index._broker_part.clusters)
+
+
+EMPTY_TOPIC_LIST = Body.of({"topicList": []})
+
+
 class RouteIndex:
-    """Read-only after build: attributes are tuples, bytes and mapping proxies. The JSON
-    objects behind them (route(), cluster_info) are shared and must not be mutated."""
+    """Read-only after build. The JSON objects it hands out (route(), cluster_info) are
+    shared and must not be mutated."""
 
     __slots__ = (
         "versions",
         "watermark",
         "support_acting_master",
-        "topics",
-        "_routes",
-        "_route_bodies",
-        "cluster_info",
-        "cluster_info_body",
-        "topic_list_body",
-        "cluster_topics",
-        "_cluster_topic_bodies",
-        "empty_topic_list_body",
-        "system_topic_list",
-        "system_topic_list_body",
-        "system_topics",
-        "system_topics_body",
-        "live_brokers",
-        "live_brokers_body",
-        "broker_count",
         "order_message_enable",
-        "kv",
-        "_kv_list_bodies",
-        "broker_topic_counts",
+        "store",
+        "rows",
+        "_broker_part",
+        "_kv_part",
+        "_live_part",
+        "_filter_part",
+        "_views",
     )
 
     def __init__(
@@ -150,105 +296,131 @@ class RouteIndex:
         order_message_enable: bool = False,
     ) -> None:
         tables = snapshot.tables
-        self.versions: Mapping[str, int] = MappingProxyType(dict(snapshot.versions))
-        self.watermark = snapshot.watermark
+        self._assemble(
+            TopicStore.of_rows(tables.get(TOPIC_QUEUE, ())),
+            {t: list(tables.get(t, ())) for t in SMALL_TABLES},
+            snapshot.versions,
+            snapshot.watermark,
+            support_acting_master,
+            order_message_enable,
+        )
+
+    @classmethod
+    def assemble(
+        cls,
+        store: TopicStore,
+        rows: Mapping[str, list[Row]],
+        versions: Mapping[str, int],
+        watermark: int | None,
+        *,
+        support_acting_master: bool = False,
+        order_message_enable: bool = False,
+        previous: RouteIndex | None = None,
+        changed_topics: frozenset[str] | None = None,
+    ) -> RouteIndex:
+        """An index of `store` and the small tables' `rows`; a table missing from `rows` is
+        the one of `previous`, and so are the parts built from it. `changed_topics`: the
+        topics whose entries differ from `previous.store` (None: any may differ)."""
+        index = object.__new__(cls)
+        index._assemble(
+            store,
+            rows,
+            versions,
+            watermark,
+            support_acting_master,
+            order_message_enable,
+            previous,
+            changed_topics,
+        )
+        return index
+
+    def _assemble(
+        self,
+        store: TopicStore,
+        rows: Mapping[str, list[Row]],
+        versions: Mapping[str, int],
+        watermark: int | None,
+        support_acting_master: bool,
+        order_message_enable: bool,
+        previous: RouteIndex | None = None,
+        changed_topics: frozenset[str] | None = None,
+    ) -> None:
+        self.versions: Mapping[str, int] = MappingProxyType(dict(versions))
+        self.watermark = watermark
         self.support_acting_master = support_acting_master
         self.order_message_enable = order_message_enable
-
-        # KVConfigManager: namespace -> {key: value}; an emptied namespace stays, empty.
-        kv = kv_config_table(tables.get(KV_CONFIG, ()))
-        self.kv: Mapping[str, Mapping[str, str]] = MappingProxyType(
-            {ns: MappingProxyType(entries) for ns, entries in kv.items()}
-        )
-        # KVTable as RemotingSerializable encodes it: {"table": {key: value}}.
-        self._kv_list_bodies: Mapping[str, Body] = MappingProxyType(
-            {ns: Body.of({"table": entries}) for ns, entries in kv.items()}
+        self.store = store
+        old = previous.rows if previous is not None else {}
+        self.rows: Mapping[str, list[Row]] = MappingProxyType(
+            {t: rows[t] if t in rows else old.get(t, []) for t in SMALL_TABLES}
         )
 
-        brokers = _brokers(list(tables.get(BROKER_ADDR, ())))
-        self.broker_count = len(brokers)
-        queues: dict[str, dict[str, Row]] = {}
-        topic_counts: dict[str, int] = {}
-        for row in tables.get(TOPIC_QUEUE, ()):
-            queues.setdefault(row["topic"], {})[row["broker_name"]] = row
-            topic_counts[row["broker_name"]] = topic_counts.get(row["broker_name"], 0) + 1
-        # What operateWritePermOfBroker would count for a brokerName (topics with its queues).
-        self.broker_topic_counts: Mapping[str, int] = MappingProxyType(topic_counts)
-        clusters: dict[str, set[str]] = {}
-        for row in tables.get(CLUSTER_ADDR, ()):
-            clusters.setdefault(row["cluster_name"], set()).add(row["broker_name"])
-        filters = {
-            (r["cluster_name"], r["broker_addr"]): list(r["filter_server_list"])
-            for r in tables.get(FILTER_SERVER, ())
-            if r["filter_server_list"]
-        }
-
-        routes: dict[str, JsonObj] = {}
-        for topic in sorted(queues):
-            route = self._pickup(topic, queues[topic], brokers, filters)
-            if route is not None:
-                routes[topic] = route
-        self._routes: Mapping[str, JsonObj] = MappingProxyType(routes)
-        self._route_bodies: Mapping[str, Body] = MappingProxyType(
-            {topic: Body.of(route) for topic, route in routes.items()}
+        self._broker_part: _BrokerPart = (
+            previous._broker_part
+            if previous is not None and BROKER_ADDR not in rows and CLUSTER_ADDR not in rows
+            else _BrokerPart(self.rows[BROKER_ADDR], self.rows[CLUSTER_ADDR])
         )
-
-        # getAllTopicList lists every topic of topicQueueTable, routable or not.
-        self.topics: tuple[str, ...] = tuple(sorted(queues))
-        self.topic_list_body = Body.of({"topicList": list(self.topics)})
-        self.empty_topic_list_body = Body.of({"topicList": []})
-
-        self.cluster_info: JsonObj = {
-            "brokerAddrTable": {name: brokers[name].to_json() for name in sorted(brokers)},
-            "clusterAddrTable": {c: sorted(names) for c, names in sorted(clusters.items())},
-        }
-        self.cluster_info_body = Body.of(self.cluster_info)
-
-        by_cluster = {
-            c: tuple(sorted(t for t, q in queues.items() if names & q.keys()))
-            for c, names in clusters.items()
-        }
-        self.cluster_topics: Mapping[str, tuple[str, ...]] = MappingProxyType(by_cluster)
-        self._cluster_topic_bodies: Mapping[str, Body] = MappingProxyType(
-            {c: Body.of({"topicList": list(t)}) for c, t in by_cluster.items()}
+        self._kv_part: _KvPart = (
+            previous._kv_part
+            if previous is not None and KV_CONFIG not in rows
+            else _KvPart(self.rows[KV_CONFIG])
         )
-
-        # getSystemTopicList: cluster names and broker names are topics too (brokers create
-        # them), plus the address of one broker so that tools can ask it for the rest.
-        names = sorted(set(clusters) | {n for ns in clusters.values() for n in ns})
-        self.system_topic_list: JsonObj = {"topicList": names}
-        any_addr = next((b.addrs[0][1] for _, b in sorted(brokers.items()) if b.addrs), None)
-        if any_addr is not None:
-            self.system_topic_list = {"brokerAddr": any_addr, "topicList": names}
-        self.system_topic_list_body = Body.of(self.system_topic_list)
-        # What the broker side calls system topics (TopicValidator) joined with the above.
-        self.system_topics: tuple[str, ...] = tuple(
-            sorted({t for t in queues if is_system_topic(t)} | set(names))
+        self._live_part: _LivePart = (
+            previous._live_part
+            if previous is not None and BROKER_LIVE not in rows
+            else _LivePart(self.rows[BROKER_LIVE], watermark)
         )
-        self.system_topics_body = Body.of({"topicList": list(self.system_topics)})
+        self._filter_part: _FilterPart = (
+            previous._filter_part
+            if previous is not None and FILTER_SERVER not in rows
+            else _FilterPart(self.rows[FILTER_SERVER])
+        )
+        self._views = _TopicViews()
+        if previous is not None:
+            self._carry_views(previous, changed_topics)
 
-        dump = canonical_dump(tables, snapshot.watermark)
-        self.live_brokers: tuple[JsonObj, ...] = tuple(dump["brokerLiveTable"])
-        self.live_brokers_body = Body.of(list(self.live_brokers))
+    def _carry_views(self, previous: RouteIndex, changed: frozenset[str] | None) -> None:
+        """Reuse what `previous` computed from topics, where still true."""
+        old, new = previous._views, self._views
+        same_topics = changed is not None and not changed
+        same_names = changed is not None and all(
+            (t in previous.store) == (t in self.store) for t in changed
+        )
+        same_brokers = self._broker_part is previous._broker_part
+        if same_names:
+            new.topics, new.topic_list = old.topics, old.topic_list
+            if same_brokers:
+                new.system_topics = old.system_topics
+        if same_topics:
+            new.broker_counts = old.broker_counts
+            if same_brokers:
+                new.cluster_topics, new.cluster_bodies = old.cluster_topics, old.cluster_bodies
+        if (
+            old.route_count is not None
+            and changed is not None
+            and self._broker_part.brokers.keys() == previous._broker_part.brokers.keys()
+        ):  # routable = has a known broker: only the changed topics can have moved
+            new.route_count = (
+                old.route_count
+                - sum(previous._routable(t) for t in changed)
+                + sum(self._routable(t) for t in changed)
+            )
 
-    def _pickup(
-        self,
-        topic: str,
-        queue_map: dict[str, Row],
-        brokers: dict[str, _Broker],
-        filters: dict[tuple[str, str], list[str]],
-    ) -> JsonObj | None:
-        queue_datas = [_queue_json(queue_map[name]) for name in sorted(queue_map)]
+    # -- routes --
+
+    def _routable(self, topic: str) -> bool:
+        entry = self.store.get(topic)
+        brokers = self._broker_part.brokers
+        return entry is not None and any(n in brokers for n in entry[0::2])
+
+    def route(self, topic: str) -> JsonObj | None:
+        """TopicRouteData as a JSON object (brokerAddrs keyed by int id), or None: no route."""
+        queue_map = queues_of(self.store.get(topic))
+        brokers = self._broker_part.brokers
         found = [brokers[name] for name in sorted(queue_map) if name in brokers]
         if not found:
             return None  # Java: no broker data found -> no route
-        filter_map: dict[str, list[str]] = {}
-        if filters:
-            for broker in found:
-                for _, addr in broker.addrs:
-                    servers = filters.get((broker.cluster, addr))
-                    if servers:  # Java puts null for the others; fastjson drops null values
-                        filter_map[addr] = servers
+        queue_datas = [_queue_json(name, queue_map[name]) for name in sorted(queue_map)]
         broker_datas = [b.to_json() for b in found]
         if self.support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):
             _acting_master(broker_datas, queue_datas)
@@ -257,37 +429,207 @@ class RouteIndex:
         # (ClientRequestProcessor.getRouteInfoByTopic).
         route: JsonObj = {
             "brokerDatas": broker_datas,
-            "filterServerTable": dict(sorted(filter_map.items())),
+            "filterServerTable": self._filter_map([b.name for b in found]),
         }
-        if self.order_message_enable:
-            conf = self.kv.get(ORDER_TOPIC_CONFIG, {}).get(topic)
-            if conf is not None:
-                route["orderTopicConf"] = conf
+        conf = self._order_conf(topic)
+        if conf is not None:
+            route["orderTopicConf"] = conf
         route["queueDatas"] = queue_datas
         return route
 
-    # -- lookups (no work beyond a dict access) --
+    def _filter_map(self, found: list[str]) -> dict[str, list[str]]:
+        filters = self._filter_part.filters
+        filter_map: dict[str, list[str]] = {}
+        if filters:
+            brokers = self._broker_part.brokers
+            for name in found:
+                broker = brokers[name]
+                for _, addr in broker.addrs:
+                    servers = filters.get((broker.cluster, addr))
+                    if servers:  # Java puts null for the others; fastjson drops null values
+                        filter_map[addr] = servers
+        return dict(sorted(filter_map.items()))
 
-    def route(self, topic: str) -> JsonObj | None:
-        """TopicRouteData as a JSON object (brokerAddrs keyed by int id), or None: no route."""
-        return self._routes.get(topic)
+    def _order_conf(self, topic: str) -> str | None:
+        if not self.order_message_enable:
+            return None
+        return self._kv_part.kv.get(ORDER_TOPIC_CONFIG, {}).get(topic)
 
-    def route_body(self, topic: str) -> Body | None:
-        return self._route_bodies.get(topic)
+    def _render(self, topic: str, standard: bool) -> bytes | None:
+        """The route's bytes, joined from the brokers' and queues' fragments; the same bytes
+        as jsonbody.standard/legacy(self.route(topic)) (the tests hold it to that)."""
+        entry: Entry | None = self.store.get(topic)
+        if entry is None:
+            return None
+        part = self._broker_part
+        names = entry[0::2]
+        found = [n for n in names if n in part.brokers]
+        if not found:
+            return None
+        if (
+            self.support_acting_master
+            and not part.masterless.isdisjoint(found)
+            and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX)
+        ):  # the rewrite may apply: the object path decides
+            route = self.route(topic)
+            return jsonbody.standard(route) if standard else jsonbody.legacy(route)
+        fragments = part.standard if standard else part.legacy
+        filters = self._filter_map(found) if self._filter_part.filters else None
+        out = [
+            b'{"brokerDatas":[',
+            b",".join([fragments[n] for n in found]),
+            b'],"filterServerTable":',
+            b"{}"
+            if not filters
+            else (jsonbody.standard(filters) if standard else jsonbody.legacy(filters)),
+        ]
+        conf = self._order_conf(topic)
+        if conf is not None:
+            out += [b',"orderTopicConf":', json.dumps(conf, ensure_ascii=standard).encode()]
+        out += [
+            b',"queueDatas":[',
+            b",".join(
+                [_queue_fragment(n, q, standard) for n, q in zip(names, entry[1::2], strict=True)]
+            ),
+            b"]}",
+        ]
+        return b"".join(out)
+
+    def route_body(self, topic: str) -> RouteBody | None:
+        if not self._routable(topic):
+            return None
+        return RouteBody(self, topic)
+
+    # -- brokers, KV --
+
+    @property
+    def cluster_info(self) -> JsonObj:
+        return self._broker_part.cluster_info
+
+    @property
+    def cluster_info_body(self) -> Body:
+        return self._broker_part.cluster_info_body
+
+    @property
+    def system_topic_list(self) -> JsonObj:
+        return self._broker_part.system_topic_list
+
+    @property
+    def system_topic_list_body(self) -> Body:
+        return self._broker_part.system_topic_list_body
+
+    @property
+    def broker_count(self) -> int:
+        return len(self._broker_part.brokers)
+
+    @property
+    def live_brokers(self) -> tuple[JsonObj, ...]:
+        return self._live_part.live_brokers
+
+    @property
+    def live_brokers_body(self) -> Body:
+        return self._live_part.body
+
+    @property
+    def kv(self) -> Mapping[str, Mapping[str, str]]:
+        return self._kv_part.kv
 
     def kv_value(self, namespace: str, key: str) -> str | None:
         """KVConfigManager.getKVConfig: the value, or None (no such namespace or key)."""
-        return self.kv.get(namespace, {}).get(key)
+        return self._kv_part.kv.get(namespace, {}).get(key)
 
     def kv_list_body(self, namespace: str) -> Body | None:
         """getKVListByNamespace: the KVTable body, or None for an unknown namespace (an
         emptied one answers an empty table)."""
-        return self._kv_list_bodies.get(namespace)
+        return self._kv_part.bodies.get(namespace)
+
+    # -- sized by topics: computed on first use --
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """getAllTopicList lists every topic of topicQueueTable, routable or not."""
+        views = self._views
+        if views.topics is None:
+            views.topics = tuple(sorted(self.store))
+        return views.topics
+
+    @property
+    def topic_list_body(self) -> Body:
+        views = self._views
+        if views.topic_list is None:
+            views.topic_list = Body.of({"topicList": list(self.topics)})
+        return views.topic_list
+
+    @property
+    def empty_topic_list_body(self) -> Body:
+        return EMPTY_TOPIC_LIST
+
+    @property
+    def cluster_topics(self) -> Mapping[str, tuple[str, ...]]:
+        return _ClusterTopics(self)
+
+    def _cluster_topic_list(self, cluster: str) -> tuple[str, ...]:
+        views = self._views
+        found = views.cluster_topics.get(cluster)
+        if found is None:
+            names = self._broker_part.clusters[cluster]  # KeyError: no such cluster
+            found = tuple(sorted(t for t, e in self.store.items() if not names.isdisjoint(e[0::2])))
+            views.cluster_topics[cluster] = found
+        return found
 
     def topics_by_cluster_body(self, cluster: str) -> Body:
         # getTopicsByCluster on an unknown cluster answers an empty list (NPE caught in Java).
-        return self._cluster_topic_bodies.get(cluster, self.empty_topic_list_body)
+        if cluster not in self._broker_part.clusters:
+            return EMPTY_TOPIC_LIST
+        views = self._views
+        body = views.cluster_bodies.get(cluster)
+        if body is None:
+            body = Body.of({"topicList": list(self._cluster_topic_list(cluster))})
+            views.cluster_bodies[cluster] = body
+        return body
+
+    def _system_topics(self) -> tuple[tuple[str, ...], Body]:
+        views = self._views
+        if views.system_topics is None:
+            # What the broker side calls system topics (TopicValidator) joined with the names.
+            topics = tuple(
+                sorted({t for t in self.store if is_system_topic(t)} | set(self._broker_part.names))
+            )
+            views.system_topics = (topics, Body.of({"topicList": list(topics)}))
+        return views.system_topics
+
+    @property
+    def system_topics(self) -> tuple[str, ...]:
+        return self._system_topics()[0]
+
+    @property
+    def system_topics_body(self) -> Body:
+        return self._system_topics()[1]
+
+    @property
+    def broker_topic_counts(self) -> Mapping[str, int]:
+        """What operateWritePermOfBroker would count for a brokerName (topics with its
+        queues)."""
+        views = self._views
+        if views.broker_counts is None:
+            counts: dict[str, int] = {}
+            for entry in self.store.values():
+                for name in entry[0::2]:
+                    counts[name] = counts.get(name, 0) + 1
+            views.broker_counts = MappingProxyType(counts)
+        return views.broker_counts
 
     @property
     def route_count(self) -> int:
-        return len(self._routes)
+        """Topics with a route (a queue on a known broker)."""
+        views = self._views
+        if views.route_count is None:
+            brokers = self._broker_part.brokers
+            views.route_count = sum(
+                1 for e in self.store.values() if any(n in brokers for n in e[0::2])
+            )
+        return views.route_count
+
+    @property
+    def topic_count(self) -> int:
+        return len(self.store)

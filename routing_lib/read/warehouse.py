@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
@@ -86,3 +87,44 @@ def load_snapshot(warehouse: str | Path) -> RouteSnapshot:
     rows = progress.to_pyarrow_table(columns=["batch_id", "watermark"]).to_pylist()
     watermark = max(rows, key=lambda r: r["batch_id"])["watermark"] if rows else None
     return RouteSnapshot(tables, versions, watermark)
+
+
+# -- reads pinned to one version (the lookup's snapshots) --
+
+
+class ChangesUnavailableError(Exception):
+    """The change feed cannot say what changed between two versions (not enabled for one of
+    them, its files or commits cleaned up): read the table whole instead."""
+
+
+def open_version(warehouse: str | Path, table: str, version: int) -> DeltaTable:
+    path = storage.join(str(warehouse), table)
+    return DeltaTable(
+        storage.delta_uri(path),
+        version=version,
+        storage_options=storage.delta_storage_options(path),
+    )
+
+
+def read_version(
+    warehouse: str | Path, table: str, version: int, columns: list[str] | None = None
+) -> pa.Table:
+    return open_version(warehouse, table, version).to_pyarrow_table(columns=columns)
+
+
+def read_changes(warehouse: str | Path, table: str, first: int, last: int) -> pa.Table:
+    """The change-feed rows of versions first..last (`_change_type`: insert, delete,
+    update_preimage, update_postimage; `_commit_version`). Commits without the feed (a
+    delta-rs append or overwrite) come from their add/remove actions: whole files in or out."""
+    try:
+        delta = open_version(warehouse, table, last)
+        reader = delta.load_cdf(starting_version=first, ending_version=last)
+        return pa.table(reader.read_all())
+    except Exception as exc:  # delta-rs raises several types for "not there": all mean the same
+        raise ChangesUnavailableError(f"{table} {first}..{last}: {exc}") from exc
+
+
+def read_watermark(warehouse: str | Path, version: int) -> int | None:
+    """The watermark of the last batch route_progress shows at `version`."""
+    rows = read_version(warehouse, PROGRESS, version, ["batch_id", "watermark"]).to_pylist()
+    return max(rows, key=lambda r: r["batch_id"])["watermark"] if rows else None
