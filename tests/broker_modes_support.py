@@ -1,0 +1,393 @@
+"""Support for the registration-mode tests (tests/test_real_broker_modes.py): a tap address for
+real brokers, free ports, broker configurations, and both NameServers' answers side by side.
+
+routelake's side is what its pipeline computes from what its collector published: the events
+in Kafka, replayed by the reference replay (routing_lib/core/replay.py, which the streaming job
+is tested to equal) up to the latest event time the collector stamped, then answered by the
+lookup's RouteIndex. The Java NameServer's side is its own GET_BROKER_CLUSTER_INFO,
+GET_ALL_TOPIC_LIST and GET_ROUTEINFO_BY_TOPIC answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from routing_lib.collector.codec import BROKER_CODES
+from routing_lib.core.replay import fleet_rows, replay
+from routing_lib.lookup import jsonbody
+from routing_lib.lookup.remoting import (
+    FrameDecoder,
+    RemotingCodecError,
+    RemotingCommand,
+    decode_frame,
+    encode,
+)
+from routing_lib.lookup.routes import RouteIndex
+from routing_lib.read.warehouse import RouteSnapshot
+from schemas import parse_event
+from schemas.route_event import TickEvent
+from tests.rocketmq_support import BROKER_JVM, BROKER_MAIN, JavaProcess
+
+# -- free ports --
+
+# Below the kernel's ephemeral range (32768-60999), where client sockets of the same machine
+# come and go, and away from tests/test_real_broker.py's fixed 29xxx ports.
+PORT_RANGE = (21000, 28800)
+
+
+def _bindable(port: int, host: str) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(*, offsets: Iterable[int] = (0,), rng: random.Random | None = None) -> int:
+    """A port p with every p+offset free now (a broker needs p-2, p and p+1; its HA port p+1
+    binds every interface). Random, so that tests running beside each other do not meet."""
+    rng = rng or random.Random()
+    offsets = tuple(offsets)
+    for _ in range(200):
+        port = rng.randrange(*PORT_RANGE)
+        if all(_bindable(port + o, "0.0.0.0" if o == 1 else "127.0.0.1") for o in offsets):
+            return port
+    raise RuntimeError(f"no free port in {PORT_RANGE}")
+
+
+def free_broker_port() -> int:
+    return free_port(offsets=(-2, 0, 1))
+
+
+# -- a broker's configuration --
+
+
+def broker_process(
+    home: Path,
+    port: int,
+    namesrv_addrs: list[str],
+    *,
+    cluster: str,
+    name: str,
+    broker_id: int = 0,
+    **settings: object,
+) -> JavaProcess:
+    """A 5.3.3 broker on 127.0.0.1 (../shared/notes/real-rocketmq-broker.md) registering every
+    10 s (the minimum period); `settings` add or override broker.conf keys."""
+    store = home / "store"
+    conf: dict[str, object] = {
+        "brokerClusterName": cluster,
+        "brokerName": name,
+        "brokerId": broker_id,
+        "listenPort": port,
+        "bindAddress": "127.0.0.1",
+        "brokerIP1": "127.0.0.1",
+        "brokerIP2": "127.0.0.1",
+        "namesrvAddr": ";".join(namesrv_addrs),
+        "storePathRootDir": store,
+        "storePathCommitLog": store / "commitlog",
+        "autoCreateTopicEnable": "false",
+        "mappedFileSizeCommitLog": 67108864,
+        "mappedFileSizeConsumeQueue": 60000,
+        "maxHashSlotNum": 50000,
+        "maxIndexNum": 200000,
+        "diskMaxUsedSpaceRatio": 95,
+        "registerNameServerPeriod": 10000,
+        "skipPreOnline": "true",
+        **settings,
+    }
+    return JavaProcess("broker", BROKER_MAIN, conf, home, BROKER_JVM, "rmq.broker.logback.xml")
+
+
+def topic_config(name: str, read: int, write: int, perm: int = 6, order: bool = False) -> dict:
+    """One entry of topics.json as TopicConfig's fastjson form."""
+    return {
+        "attributes": {},
+        "order": order,
+        "perm": perm,
+        "readQueueNums": read,
+        "topicFilterType": "SINGLE_TAG",
+        "topicName": name,
+        "topicSysFlag": 0,
+        "writeQueueNums": write,
+    }
+
+
+def write_topics_json(home: Path, topics: list[dict]) -> None:
+    """Topics a broker loads at start-up: ${storePathRootDir}/config/topics.json (5.3.3's
+    TopicConfigManager file, merged over the system topics it creates itself). Much faster
+    than one updateTopic per topic."""
+    path = home / "store" / "config" / "topics.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "dataVersion": {"counter": 1, "stateVersion": 0, "timestamp": int(time.time() * 1000)},
+        "topicConfigTable": {t["topicName"]: t for t in topics},
+    }
+    path.write_text(json.dumps(doc))
+
+
+# -- the tap: what brokers list as routelake's address --
+
+_LENGTH = struct.Struct(">i")
+
+
+@dataclass
+class TapExchange:
+    code: int
+    broker_addr: str | None
+    sent_ms: int
+    answered_ms: int | None = None
+    answer_code: int | None = None
+    answer_ext: dict[str, str] = field(default_factory=dict)
+
+
+class RegistrationTap:
+    """A NameServer address for real brokers: their registration requests (REGISTER_BROKER,
+    UNREGISTER_BROKER, QUERY_DATA_VERSION, BROKER_HEARTBEAT) go to the collector, everything
+    else (the broker's own route and member-group lookups) to `lookup_port`, frame by frame.
+
+    `routectl serve --collect` answers those lookups from the warehouse; here the Java
+    NameServer, fed the same registrations, answers them, so that what a broker does (a slave
+    deciding to act as master) does not depend on which NameServer its client picked at random.
+    Every request sent to the collector is recorded with its answer (matched by opaque)."""
+
+    def __init__(self, collector_port: int, lookup_port: int) -> None:
+        self.collector_port, self.lookup_port = collector_port, lookup_port
+        self.exchanges: list[TapExchange] = []
+        self.port = 0
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        server = await asyncio.start_server(self._client, "127.0.0.1", 0)
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        await self._stop.wait()
+        server.close()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            collector = await asyncio.open_connection("127.0.0.1", self.collector_port)
+            lookup = await asyncio.open_connection("127.0.0.1", self.lookup_port)
+        except OSError:
+            writer.close()  # a NameServer that is away: the broker's connection fails
+            return
+        pending: dict[int, TapExchange] = {}
+
+        def to_upstream(cmd: RemotingCommand, frame: bytes) -> None:
+            if cmd.is_response or cmd.code not in BROKER_CODES:
+                lookup[1].write(frame)
+                return
+            exchange = TapExchange(cmd.code, cmd.ext_fields.get("brokerAddr"), _now_ms())
+            self.exchanges.append(exchange)
+            pending[cmd.opaque] = exchange
+            collector[1].write(frame)
+
+        def from_collector(cmd: RemotingCommand, frame: bytes) -> None:
+            if cmd.is_response and (exchange := pending.pop(cmd.opaque, None)) is not None:
+                exchange.answered_ms, exchange.answer_code = _now_ms(), cmd.code
+                exchange.answer_ext = dict(cmd.ext_fields)
+            writer.write(frame)
+
+        def from_lookup(cmd: RemotingCommand, frame: bytes) -> None:
+            writer.write(frame)
+
+        pumps = (
+            _pump(reader, to_upstream, (collector[1], lookup[1])),
+            _pump(collector[0], from_collector, (writer,)),
+            _pump(lookup[0], from_lookup, (writer,)),
+        )
+        try:
+            await asyncio.gather(*pumps)
+        except asyncio.CancelledError:
+            pass  # the tap stops: end quietly (a cancelled handler task is logged as an error)
+
+    def __enter__(self) -> RegistrationTap:
+        self.thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self._stop.set)
+        self.thread.join(10)
+
+    def of(self, broker_addr: str, code: int | None = None) -> list[TapExchange]:
+        return [
+            x
+            for x in list(self.exchanges)
+            if x.broker_addr == broker_addr and (code is None or x.code == code)
+        ]
+
+
+async def _pump(
+    src: asyncio.StreamReader,
+    forward: Callable[[RemotingCommand, bytes], None],
+    close: tuple[asyncio.StreamWriter, ...],
+) -> None:
+    """Whole frames only (two upstreams answer on one connection: chunks must not mix)."""
+    buffer = bytearray()
+    try:
+        while data := await src.read(65536):
+            buffer += data
+            while len(buffer) >= 4 and len(buffer) >= 4 + _LENGTH.unpack_from(buffer)[0]:
+                end = 4 + _LENGTH.unpack_from(buffer)[0]
+                frame = bytes(buffer[:end])
+                del buffer[:end]
+                forward(decode_frame(frame[4:]), frame)
+    except (OSError, RemotingCodecError):
+        pass
+    finally:
+        for writer in close:  # one side gone: the connection is gone, as with a NameServer
+            writer.close()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# -- what each NameServer answers, for one cluster --
+
+ROUTE_FIELDS = ("brokerDatas", "queueDatas", "filterServerTable")
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """The answers about one cluster's broker groups: its clusterAddrTable entry, its groups'
+    BrokerData, and every topic's route cut down to those groups. Java's lists come from
+    HashMaps and HashSets, so lists are sorted (the documented ordering difference)."""
+
+    cluster: list[str]
+    brokers: dict[str, Any]
+    routes: dict[str, Any]
+
+
+def cluster_view(
+    cluster: str, info: dict, routes: dict[str, dict], *, extra_groups: Iterable[str] = ()
+) -> ClusterView:
+    names = set(info["clusterAddrTable"].get(cluster, ())) | set(extra_groups)
+    names |= {n for n, b in info["brokerAddrTable"].items() if b.get("cluster") == cluster}
+    addrs = {
+        a for n in names for a in info["brokerAddrTable"].get(n, {}).get("brokerAddrs", {}).values()
+    }
+    cut = {}
+    for topic, route in routes.items():
+        brokers = sorted(
+            (b for b in route["brokerDatas"] if b["brokerName"] in names),
+            key=lambda b: b["brokerName"],
+        )
+        queues = sorted(
+            (q for q in route["queueDatas"] if q["brokerName"] in names),
+            key=lambda q: q["brokerName"],
+        )
+        filters = {a: s for a, s in (route.get("filterServerTable") or {}).items() if a in addrs}
+        if brokers or queues:
+            cut[topic] = {
+                "brokerDatas": brokers,
+                "queueDatas": queues,
+                "filterServerTable": filters,
+            }
+    return ClusterView(
+        sorted(info["clusterAddrTable"].get(cluster, ())),
+        {n: info["brokerAddrTable"][n] for n in sorted(names) if n in info["brokerAddrTable"]},
+        cut,
+    )
+
+
+class NameServerClient:
+    """Requests to one NameServer over one connection, one at a time."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._opaque = 0
+
+    def ask_many(self, requests: list[tuple[int, dict[str, str]]]) -> list[RemotingCommand]:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as sock:
+            decoder, answers = FrameDecoder(), []
+            for code, ext in requests:
+                self._opaque += 1
+                sock.sendall(
+                    encode(
+                        RemotingCommand(code=code, version=479, opaque=self._opaque, ext_fields=ext)
+                    )
+                )
+                got: list[RemotingCommand] = []
+                while not got:
+                    data = sock.recv(1 << 20)
+                    assert data, "the NameServer closed the connection without an answer"
+                    got = decoder.feed(data)
+                answers.extend(got)
+        return answers
+
+    def view(self, cluster: str) -> ClusterView:
+        info_answer, topics_answer = self.ask_many([(106, {}), (206, {})])
+        assert info_answer.code == 0 and topics_answer.code == 0, (info_answer, topics_answer)
+        info = jsonbody.parse_legacy(info_answer.body)
+        topics = sorted(json.loads(topics_answer.body)["topicList"])
+        routes = {}
+        for topic, answer in zip(
+            topics, self.ask_many([(105, {"topic": t}) for t in topics]), strict=True
+        ):
+            if answer.code == 17:  # TOPIC_NOT_EXIST: listed, but no broker data
+                continue
+            assert answer.code == 0, (topic, answer.code, answer.remark)
+            doc = jsonbody.parse_legacy(answer.body)
+            routes[topic] = {k: doc.get(k) or {} for k in ROUTE_FIELDS}
+        return cluster_view(cluster, info, routes)
+
+
+class EventLog:
+    """The collector's events in Kafka, read on as they come (one partition)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from kafka import KafkaConsumer, TopicPartition
+
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None
+        )
+        self.tp = TopicPartition(topic, 0)
+        self.consumer.assign([self.tp])
+        self.consumer.seek_to_beginning(self.tp)
+        self.raw: list[dict[str, Any]] = []
+        self.events: list[Any] = []
+
+    def read(self) -> list[dict[str, Any]]:
+        end = self.consumer.end_offsets([self.tp])[self.tp]
+        while self.consumer.position(self.tp) < end:
+            for batch in self.consumer.poll(timeout_ms=2000).values():
+                for record in batch:
+                    self.raw.append(json.loads(record.value))
+                    self.events.append(parse_event(record.value))
+        return self.raw
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def routelake_view(self, cluster: str) -> tuple[ClusterView, int]:
+        """routelake's answers at the latest event time in Kafka (TICKs included), and that
+        time."""
+        self.read()
+        until = max(e.eventTime for e in self.events)
+        groups = replay([e for e in self.events if not isinstance(e, TickEvent)], until)
+        index = RouteIndex(RouteSnapshot(fleet_rows(groups.values()), {}, until))
+        info = jsonbody.parse_legacy(index.cluster_info_body.legacy)
+        routes = {}
+        for topic in index.topics:
+            body = index.route_body(topic)
+            if body is not None:
+                doc = jsonbody.parse_legacy(body.legacy)
+                routes[topic] = {k: doc.get(k) or {} for k in ROUTE_FIELDS}
+        return cluster_view(cluster, info, routes), until

@@ -1,0 +1,435 @@
+"""Every registration mode of a real RocketMQ 5.3.3 broker, in tap mode: each broker lists the
+Java NameServer and routelake (a tap in front of routelake's collector), and routelake's routes
+(collector -> Kafka -> the reference replay -> the lookup's RouteIndex) must equal the Java
+NameServer's answers (GET_BROKER_CLUSTER_INFO, GET_ROUTEINFO_BY_TOPIC for every topic), cut
+down to the case's cluster:
+
+- forceRegister=false: the broker asks QUERY_DATA_VERSION and skips unchanged registrations;
+- enableSplitRegistration with splitRegistrationSize=3 and 300 topics;
+- a master and a slave of one group (enableSlaveActingMaster), then the master killed;
+- a broker whose topics change while another NameServer of its namesrvAddr list is down.
+
+One Java NameServer, one collector and one Kafka topic serve every case; the brokers of the
+three single-broker cases start together (JVM start-ups overlap). Ports are picked at run time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from routelake_dev import kafka_local
+from routing_lib.lookup import mqadmin
+from tests.broker_modes_support import (
+    ClusterView,
+    EventLog,
+    NameServerClient,
+    RegistrationTap,
+    broker_process,
+    free_broker_port,
+    free_port,
+    topic_config,
+    write_topics_json,
+)
+from tests.rocketmq_support import (
+    CollectorThread,
+    JavaProcess,
+    namesrv,
+    port_open,
+    run_mqadmin_batch,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.real_broker, pytest.mark.kafka]
+
+REGISTER, QUERY_DATA_VERSION = 103, 322
+SETTLE_S = 60  # a registration reaches both sides within a period (10 s); expiry needs 10-15 s
+
+
+@dataclass
+class Broker:
+    case: str
+    cluster: str
+    name: str
+    port: int
+    process: JavaProcess
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass
+class Env:
+    root: Path
+    namesrv: JavaProcess
+    namesrv_port: int
+    java: NameServerClient
+    tap: RegistrationTap
+    log: EventLog
+    brokers: dict[str, Broker] = field(default_factory=dict)
+    down_addr: str = ""  # a NameServer address where nothing listens
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def tap_addr(self) -> str:
+        return f"127.0.0.1:{self.tap.port}"
+
+    def broker(
+        self, case: str, cluster: str, name: str, *, extra_namesrvs=(), topics=(), **settings
+    ) -> Broker:
+        port = free_broker_port()
+        home = self.root / case
+        if topics:
+            write_topics_json(home, list(topics))
+        process = broker_process(
+            home,
+            port,
+            [self.namesrv_addr, self.tap_addr, *extra_namesrvs],
+            cluster=cluster,
+            name=name,
+            **settings,
+        )
+        broker = Broker(case, cluster, name, port, process)
+        self.brokers[case] = broker
+        return broker
+
+    def admin(self, *commands: tuple[str, ...]) -> None:
+        for result in run_mqadmin_batch(
+            commands, namesrv=self.namesrv_addr, home=self.root / "mqadmin"
+        ):
+            assert result.error is None, f"{result.argv}: {result.error}\n{result.stderr[-2000:]}"
+
+    def views(self, cluster: str) -> tuple[ClusterView, ClusterView, int]:
+        java = self.java.view(cluster)
+        routelake, until = self.log.routelake_view(cluster)
+        return java, routelake, until
+
+    def wait_same(self, cluster: str, what: str, timeout: float = SETTLE_S) -> ClusterView:
+        """Until routelake answers like the Java NameServer for `cluster`; else fail showing
+        where they differ."""
+        deadline = time.monotonic() + timeout
+        while True:
+            java, routelake, until = self.views(cluster)
+            if java == routelake:
+                return java
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{what}: routelake (at {until}) differs from Java:\n"
+                    + describe(java, routelake)
+                )
+            time.sleep(1)
+
+
+def describe(java: ClusterView, routelake: ClusterView) -> str:
+    lines = []
+    if java.cluster != routelake.cluster:
+        lines.append(f"clusterAddrTable: java {java.cluster} routelake {routelake.cluster}")
+    for name in sorted(java.brokers.keys() | routelake.brokers.keys()):
+        if java.brokers.get(name) != routelake.brokers.get(name):
+            lines.append(
+                f"brokerAddrTable[{name}]: java {java.brokers.get(name)} "
+                f"routelake {routelake.brokers.get(name)}"
+            )
+    for topic in sorted(java.routes.keys() | routelake.routes.keys()):
+        if java.routes.get(topic) != routelake.routes.get(topic):
+            java_route, routelake_route = java.routes.get(topic), routelake.routes.get(topic)
+            lines.append(f"route {topic}: java {java_route} routelake {routelake_route}")
+    return "\n".join(lines[:40]) + (f"\n... {len(lines) - 40} more" if len(lines) > 40 else "")
+
+
+# -- the cases' brokers --
+
+NOFORCE = ("noforce", "ModeNoForce", "broker-noforce")
+SPLIT = ("split", "ModeSplit", "broker-split")
+DOWN = ("down", "ModeDown", "broker-down")
+HA = ("ha", "ModeHA", "broker-ha")
+SPLIT_SIZE, SPLIT_TOPICS = 3, 300
+
+
+def split_topics() -> list[dict]:
+    """300 topics whose queue numbers, perms and order flags vary."""
+    return [
+        topic_config(
+            f"SPLIT_{i:03d}", 1 + i % 8, 1 + (i * 3) % 8, perm=(6, 6, 4, 2)[i % 4], order=i % 7 == 0
+        )
+        for i in range(SPLIT_TOPICS)
+    ]
+
+
+@pytest.fixture(scope="module")
+def env(kafka_bootstrap, tmp_path_factory) -> Iterator[Env]:
+    reason = mqadmin.missing_reason()
+    if reason is None and not list(mqadmin.jars_dir().glob("rocketmq-broker-*.jar")):
+        reason = "no rocketmq-broker jar (run scripts/fetch_rocketmq.sh)"
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    started = time.monotonic()
+    root = tmp_path_factory.mktemp("broker-modes")
+    topic = f"rl-modes-{uuid.uuid4().hex[:10]}"
+    assert kafka_local.create_topic(kafka_bootstrap, topic, partitions=1)
+    ns_port = free_port()
+    ns = namesrv(root / "namesrv", ns_port).start()
+    env: Env | None = None
+    try:
+        with (
+            CollectorThread(kafka_bootstrap, topic, tick_interval_ms=1000) as collector,
+            RegistrationTap(collector.port, ns_port) as tap,
+        ):
+            env = Env(
+                root, ns, ns_port, NameServerClient(ns_port), tap, EventLog(kafka_bootstrap, topic)
+            )
+            # Topic configurations are written before the brokers start (faster than admin
+            # calls); the single-broker cases start together.
+            env.broker(*NOFORCE, topics=[topic_config("NF_T1", 2, 2)], forceRegister="false")
+            env.broker(
+                *SPLIT,
+                topics=split_topics(),
+                enableSplitRegistration="true",
+                splitRegistrationSize=SPLIT_SIZE,
+            )
+            env.down_addr = f"127.0.0.1:{free_port()}"  # nothing listens: a NameServer down
+            env.broker(
+                *DOWN, extra_namesrvs=[env.down_addr], topics=[topic_config("DOWN_T1", 4, 4)]
+            )
+            wait_for(lambda: port_open(ns_port), 60, "the Java NameServer", alive=ns.alive)
+            for broker in env.brokers.values():
+                broker.process.start()
+            print(f"set-up: {time.monotonic() - started:.1f}s")
+            yield env
+    finally:
+        if env is not None:
+            for broker in env.brokers.values():
+                broker.process.stop(signal.SIGKILL)
+            env.log.close()
+        ns.stop(signal.SIGKILL)
+        from kafka import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        try:
+            admin.delete_topics([topic])
+        finally:
+            admin.close()
+
+
+def registered(env: Env, broker: Broker, timeout: float = 90) -> None:
+    wait_for(
+        lambda: broker.name in env.java.view(broker.cluster).brokers,
+        timeout,
+        f"{broker.name} registered with the Java NameServer",
+        step=0.5,
+        alive=broker.process.alive,
+    )
+
+
+def events_of(env: Env, addr: str, kind: str, since_ms: int = 0) -> list[dict]:
+    return [
+        e
+        for e in env.log.read()
+        if e["eventType"] == kind and e.get("brokerAddr") == addr and e["eventTime"] >= since_ms
+    ]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# -- the cases --
+
+
+def test_force_register_false_skips_unchanged_registrations(env):
+    broker = env.brokers["noforce"]
+    registered(env, broker)
+    env.wait_same(broker.cluster, "after start-up")
+    env.admin(
+        ("updateTopic", "-b", broker.addr, "-t", "NF_T1", "-r", "8", "-w", "6"),
+        ("updateTopic", "-b", broker.addr, "-t", "NF_NEW", "-r", "3", "-w", "3"),
+    )
+    view = env.wait_same(broker.cluster, "after updateTopic")
+    queues = {t: r["queueDatas"][0] for t, r in view.routes.items() if t.startswith("NF_")}
+    assert {t: (q["readQueueNums"], q["writeQueueNums"]) for t, q in queues.items()} == {
+        "NF_T1": (8, 6),
+        "NF_NEW": (3, 3),
+    }
+    changed = now_ms()  # both incremental registrations (one per updateTopic) are in by now
+
+    # The periodic registration is now a QUERY_DATA_VERSION; routelake's collector knows the
+    # broker's dataVersion (from Kafka-acknowledged events) and says unchanged, so does Java:
+    # the broker sends no REGISTER_BROKER.
+    def skipped() -> bool:
+        queries = [
+            x
+            for x in env.tap.of(broker.addr, QUERY_DATA_VERSION)
+            if x.sent_ms > changed and x.answer_ext.get("changed") == "false"
+        ]
+        return (
+            bool(queries)
+            and queries[0].answered_ms is not None
+            and (now_ms() > queries[0].answered_ms + 3000)
+        )
+
+    wait_for(skipped, 30, "an unchanged QUERY_DATA_VERSION", step=0.5)
+    query = next(
+        x
+        for x in env.tap.of(broker.addr, QUERY_DATA_VERSION)
+        if x.sent_ms > changed and x.answer_ext.get("changed") == "false"
+    )
+    later = [x for x in env.tap.of(broker.addr, REGISTER) if x.sent_ms > query.sent_ms]
+    assert later == [], "the broker registered although both NameServers said unchanged"
+    heartbeats = events_of(env, broker.addr, "HEARTBEAT", query.sent_ms - 50)
+    assert heartbeats, "QUERY_DATA_VERSION is published as a HEARTBEAT"
+    env.wait_same(broker.cluster, "after a skipped registration")
+
+    # The broker made read-only by an operator: it registers at once (forceRegister or not),
+    # every topic's perm masked, with a new dataVersion.
+    env.admin(("updateBrokerConfig", "-b", broker.addr, "-k", "brokerPermission", "-v", "4"))
+    view = env.wait_same(broker.cluster, "after brokerPermission=4")
+    perms = {t: r["queueDatas"][0]["perm"] for t, r in view.routes.items() if t.startswith("NF_")}
+    assert perms == {"NF_T1": 4, "NF_NEW": 4}
+    broker.process.stop(signal.SIGKILL)
+
+
+def test_split_registration_of_300_topics(env):
+    broker = env.brokers["split"]
+    registered(env, broker)
+    view = env.wait_same(broker.cluster, "after start-up", timeout=90)
+    split = {t for t in view.routes if t.startswith("SPLIT_")}
+    assert len(split) == SPLIT_TOPICS
+    registers = events_of(env, broker.addr, "REGISTER")
+    assert registers and all(len(e["topicConfigTable"]) <= SPLIT_SIZE for e in registers)
+    assert len({json.dumps(e["dataVersion"], sort_keys=True) for e in registers}) == len(
+        registers
+    ), "every part carries its own dataVersion"
+    # one full round covers every topic in parts of SPLIT_SIZE
+    assert len(registers) >= SPLIT_TOPICS // SPLIT_SIZE
+
+    changed = now_ms()
+    env.admin(
+        ("updateTopic", "-b", broker.addr, "-t", "SPLIT_007", "-r", "16", "-w", "16"),
+        ("updateTopic", "-b", broker.addr, "-t", "SPLIT_150", "-r", "1", "-w", "2", "-p", "4"),
+        ("updateTopic", "-b", broker.addr, "-t", "SPLIT_NEW", "-r", "5", "-w", "5"),
+    )
+    view = env.wait_same(broker.cluster, "after updateTopic")
+    assert view.routes["SPLIT_007"]["queueDatas"][0]["readQueueNums"] == 16
+    assert view.routes["SPLIT_150"]["queueDatas"][0]["perm"] == 4
+    assert "SPLIT_NEW" in view.routes
+
+    # The next periodic round (every topic again, in parts) changes nothing on either side.
+    def full_round() -> bool:
+        topics = set()
+        for e in events_of(env, broker.addr, "REGISTER", changed + 1000):
+            topics |= e["topicConfigTable"].keys()
+        return len(topics) > SPLIT_TOPICS
+
+    wait_for(full_round, 30, "a full split round after the change", step=1)
+    assert env.wait_same(broker.cluster, "after a full round") == view
+    broker.process.stop(signal.SIGKILL)
+
+
+def test_master_and_slave_then_the_master_killed(env):
+    """A master and a slave of one group, both enableSlaveActingMaster (BROKER_HEARTBEAT every
+    second, a 10 s heartbeat timeout); then kill -9 of the master: the Java NameServer drops it
+    on its channel's close, routelake when its 10 s have passed on event time (TICKs). Both
+    then list the slave alone, every topic of the group without its write permission."""
+    case, cluster, name = HA
+    acting = {"enableSlaveActingMaster": "true", "brokerNotActiveTimeoutMillis": 10000}
+    master = env.broker(
+        f"{case}-master",
+        cluster,
+        name,
+        topics=[topic_config("HA_T1", 4, 4), topic_config("HA_T2", 2, 2, perm=7)],
+        **acting,
+    )
+    slave = env.broker(f"{case}-slave", cluster, name, broker_id=1, brokerRole="SLAVE", **acting)
+    master.process.start()
+    slave.process.start()
+    wait_for(
+        lambda: len(env.java.view(cluster).brokers.get(name, {}).get("brokerAddrs", {})) == 2,
+        90,
+        "master and slave registered with the Java NameServer",
+        step=0.5,
+        alive=lambda: master.process.alive() and slave.process.alive(),
+    )
+    view = env.wait_same(cluster, "master and slave")
+    assert view.brokers[name]["brokerAddrs"] == {"0": master.addr, "1": slave.addr}
+    assert view.routes["HA_T1"]["queueDatas"][0]["perm"] == 6
+    slave_registers = events_of(env, slave.addr, "REGISTER")
+    assert slave_registers and all(e["brokerId"] == 1 for e in slave_registers)
+
+    master.process.stop(signal.SIGKILL)
+    killed, killed_ms = time.monotonic(), now_ms()
+    wait_for(
+        lambda: (
+            env.java.view(cluster).brokers.get(name, {}).get("brokerAddrs") == {"1": slave.addr}
+        ),
+        30,
+        "the Java NameServer without the master",
+        step=0.2,
+    )
+    java_dropped = time.monotonic() - killed
+    view = env.wait_same(cluster, "after the master was killed")
+    print(
+        f"master killed: the Java NameServer dropped it after {java_dropped:.1f}s (its channel "
+        f"closed), routelake equal after {time.monotonic() - killed:.1f}s (10 s timeout)"
+    )
+    assert view.brokers[name]["brokerAddrs"] == {"1": slave.addr}
+    perms = {t: r["queueDatas"][0]["perm"] for t, r in view.routes.items() if t.startswith("HA_")}
+    assert perms == {"HA_T1": 4, "HA_T2": 5}  # write permission wiped, read (and inherit) kept
+    # routelake learnt it from event time alone: nothing of the master's after the kill.
+    assert not [
+        e
+        for e in env.log.read()
+        if e.get("brokerAddr") == master.addr and e["eventTime"] > killed_ms
+    ]
+    # The slave found itself the group's smallest id and started the master's services.
+    log = slave.process.home / "logs" / "rocketmqlogs" / "broker.log"
+    wait_for(
+        lambda: (
+            "Min broker changed, old: 0-" in log.read_text(errors="replace")
+            and f"new 1-{slave.addr}" in log.read_text(errors="replace")
+        ),
+        30,
+        "the slave acting as master",
+        step=1,
+    )
+    slave.process.stop(signal.SIGKILL)
+
+
+def test_topics_change_while_another_nameserver_is_down(env):
+    broker = env.brokers["down"]
+    registered(env, broker)
+    env.wait_same(broker.cluster, "after start-up")
+    env.admin(
+        ("updateTopic", "-b", broker.addr, "-t", "DOWN_T1", "-r", "6", "-w", "6"),
+        ("updateTopic", "-b", broker.addr, "-t", "DOWN_NEW", "-r", "2", "-w", "2"),
+    )
+    view = env.wait_same(broker.cluster, "after updateTopic")
+    assert view.routes["DOWN_T1"]["queueDatas"][0]["readQueueNums"] == 6
+    assert "DOWN_NEW" in view.routes
+    logs = broker.process.home / "logs" / "rocketmqlogs"
+    tried = [
+        line
+        for path in logs.glob("*.log")
+        for line in path.read_text(errors="replace").splitlines()
+        if env.down_addr in line
+    ]
+    print(f"the broker's log lines naming the NameServer that is down: {len(tried)}")
+    for line in tried[-3:]:
+        print("  ", line[:240])
+    # A graceful stop unregisters from the NameServers that are up, despite the one down.
+    broker.process.stop(signal.SIGTERM, timeout=60)
+    view = env.wait_same(broker.cluster, "after the broker's shutdown")
+    assert view.brokers == {} and view.routes == {}
