@@ -1,13 +1,18 @@
-"""The console's pure parts: topic search, liveness intervals, buckets, batch pinning."""
+"""The console's parts without a browser: topic search, liveness intervals, buckets, and
+pinning history tables to a published batch (a Delta warehouse written with delta-rs)."""
 
 from __future__ import annotations
 
 import random
 
-from routing_lib.console.pins import covered
+import pyarrow as pa
+from deltalake import CommitProperties, Transaction, write_deltalake
+
+from routing_lib.console.pins import pin_versions
 from routing_lib.console.search import TopicNames
 from routing_lib.console.timelines import buckets, liveness_intervals
-from routing_lib.lookup.consistency import CommitMark
+from routing_lib.core.history import BROKER_LIVENESS_EVENTS, HISTORY_TABLE_DDL, TOPIC_ROUTE_HISTORY
+from tests.lookup_support import APP_ID, Warehouse, arrow_schema
 
 
 def _expected(names: list[str], query: str, limit: int) -> list[str]:
@@ -79,12 +84,26 @@ def test_buckets_count_every_time_once():
     assert slots[0]["from"] == 0 and slots[-1]["to"] >= 100
 
 
-def test_a_table_commit_of_a_later_batch_is_not_covered():
-    progress = CommitMark(1000, {"job": 5})
-    assert covered(CommitMark(900, {"job": 5}), progress)
-    assert not covered(CommitMark(1100, {"job": 6}), progress)
-    assert covered(CommitMark(2000, {}), progress)  # maintenance (OPTIMIZE): no batch
-    assert covered(None, progress)  # cleaned from the log
-    # another writer (a backfill before the stream): by commit time
-    assert covered(CommitMark(999, {"backfill": 40}), progress)
-    assert not covered(CommitMark(1001, {"backfill": 40}), progress)
+def test_history_tables_are_pinned_to_the_published_batch(tmp_path):
+    """The writer commits a batch's tables, then its progress row: a table already showing
+    the next batch is read at the version before it."""
+    root = tmp_path / "warehouse"
+    writer = Warehouse(root)
+    events = root / BROKER_LIVENESS_EVENTS
+    schema = arrow_schema(HISTORY_TABLE_DDL[BROKER_LIVENESS_EVENTS])
+
+    def liveness(batch: int) -> None:
+        rows = pa.Table.from_pylist([], schema=schema)
+        commit = CommitProperties(app_transactions=[Transaction(APP_ID, batch)])
+        write_deltalake(events, rows, mode="append", commit_properties=commit)
+
+    liveness(0)
+    writer.progress(0, 1000)
+    liveness(1)
+    writer.progress(1, 2000)
+    liveness(2)  # batch 2 is half written: its progress row is not there yet
+    assert pin_versions(root, 1)[BROKER_LIVENESS_EVENTS] == 1
+    assert pin_versions(root, 0)[BROKER_LIVENESS_EVENTS] == 0
+    assert pin_versions(root, 1)[TOPIC_ROUTE_HISTORY] is None  # absent: read as empty
+    writer.progress(2, 3000)
+    assert pin_versions(root, 2)[BROKER_LIVENESS_EVENTS] == 2

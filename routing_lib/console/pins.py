@@ -2,10 +2,11 @@
 
 The lookup serves a settled snapshot of the route tables (lookup/consistency.py): every table
 up to the batch its route_progress version shows, none of a later batch. The console reads
-the history, audit and health tables next to it, so it pins each of them to the newest
-version whose commit that progress commit covers (same rule as `uncovered_tables`): a table
-the writer has already moved on by a batch is read one version (or a few) back. A page then
-shows one batch everywhere, never half of the next one.
+the history, audit and health tables next to it, so it pins each of them the way the lookup
+pins its route tables (consistency.settled_versions): to the newest version showing no batch
+that progress commit does not cover, so a table the writer has already moved on by a batch is
+read one version (or a few) back. A page then shows one batch everywhere, never half of the
+next one.
 """
 
 from __future__ import annotations
@@ -18,26 +19,13 @@ import pyarrow as pa
 from deltalake.exceptions import TableNotFoundError
 
 from routing_lib import storage
-from routing_lib.core.admin import ADMIN_EVENTS
 from routing_lib.core.history import HISTORY_TABLES
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, PROGRESS
-from routing_lib.lookup.consistency import CommitMark, commit_mark
+
+# The lookup pins its route tables by this rule; the console applies it to the other tables.
+from routing_lib.lookup.consistency import _settled_version, commit_mark
 
 PINNED_TABLES = (*HISTORY_TABLES, DEAD_LETTER, LATE_EVENT)
-# Tables an older warehouse may lack: read as empty.
-OPTIONAL = frozenset({ADMIN_EVENTS, DEAD_LETTER, LATE_EVENT})
-
-
-def covered(mark: CommitMark | None, progress: CommitMark) -> bool:
-    """Does the progress commit include the batch that wrote this commit?"""
-    if mark is None or not mark.txns:  # gone from the log, or maintenance: nothing to compare
-        return True
-    return all(
-        batch <= progress.txns[app]
-        if app in progress.txns
-        else mark.timestamp <= progress.timestamp
-        for app, batch in mark.txns.items()
-    )
 
 
 def latest_version(warehouse: str | Path, table: str) -> int | None:
@@ -51,14 +39,14 @@ def latest_version(warehouse: str | Path, table: str) -> int | None:
 
 
 def pin_versions(warehouse: str | Path, progress_version: int) -> dict[str, int | None]:
-    """table -> the version to read with route_progress at `progress_version` (None: absent)."""
+    """table -> the version to read with route_progress at `progress_version` (None: the
+    warehouse has no such table, e.g. one written before it existed: read as empty)."""
     progress = commit_mark(warehouse, PROGRESS, progress_version)
     pins: dict[str, int | None] = {}
     for table in PINNED_TABLES:
         version = latest_version(warehouse, table)
         if version is not None and progress is not None:
-            while version > 0 and not covered(commit_mark(warehouse, table, version), progress):
-                version -= 1
+            version = _settled_version(warehouse, table, version, progress)
         pins[table] = version
     return pins
 
