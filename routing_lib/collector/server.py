@@ -19,6 +19,7 @@ from routing_lib.lookup.listener import RemotingListener, serve_until_signal, un
 from routing_lib.lookup.metrics import Metrics
 from routing_lib.lookup.refresher import Refresher, SnapshotHolder
 from routing_lib.lookup.server import http_server
+from routing_lib.lookup.tls import PLAIN, ListenerTls
 
 log = logging.getLogger("routelake.collector")
 LOOPBACK = "127.0.0.1"
@@ -73,8 +74,11 @@ class CollectorServer:
         warehouse: str | Path | None = None,
         poll_interval_s: float = 1.0,
         http_port: int | None = None,
+        tls: ListenerTls = PLAIN,
+        http_tls: ListenerTls = PLAIN,
     ) -> None:
-        """`http_port` (0 = ephemeral): also serve /healthz, /readyz, /metrics over HTTP."""
+        """`http_port` (0 = ephemeral): also serve /healthz, /readyz, /metrics over HTTP;
+        `tls`, `http_tls`: the TLS of the remoting and HTTP listeners (lookup/tls.py)."""
         self.collector = collector
         self.host = host
         self.port = port
@@ -92,7 +96,9 @@ class CollectorServer:
             known_codes=collector.codes,
             max_frame_bytes=limits.collector_max_frame_bytes,
             large_frame_codes=collector.large_frame_codes,
+            tls=tls,
         )
+        self.http_tls = http_tls
         self.refresher: Refresher | None = None
         self.poll_interval_s = poll_interval_s
         holder = SnapshotHolder() if warehouse else None
@@ -110,7 +116,7 @@ class CollectorServer:
         if self.http_port is not None:
             app = create_http_app(self.collector, self.metrics, self.holder)
             self._http, sock = http_server(
-                app, self.limits, self.rejections, self.host, self.http_port
+                app, self.limits, self.rejections, self.host, self.http_port, self.http_tls
             )
             self.http_port = sock.getsockname()[1]
             self._tasks.append(
@@ -123,11 +129,12 @@ class CollectorServer:
                 )
             )
         log.info(
-            "collector %s: remoting on %s:%d%s, publishing to %s",
+            "collector %s: remoting on %s:%d (tls %s)%s, publishing to %s",
             self.collector.collector_id,
             self.host,
             self.port,
-            f", http on {self.http_port}" if self._http is not None else "",
+            self.listener.tls.mode,
+            f", http on {self.http_port} (tls {self.http_tls.mode})" if self._http else "",
             getattr(self.collector.publisher, "topic", "?"),
         )
 
@@ -160,6 +167,8 @@ def collect(
     host: str = LOOPBACK,
     admin_allow: list[str] | None = None,
     http_port: int | None = None,
+    tls: ListenerTls = PLAIN,
+    http_tls: ListenerTls = PLAIN,
 ) -> None:
     """Run the collector until Ctrl-C / SIGTERM (blocking)."""
     publisher = KafkaPublisher(bootstrap, topic, delivery_timeout_ms=publish_timeout_ms)
@@ -172,7 +181,14 @@ def collect(
     asyncio.run(
         serve_until_signal(
             CollectorServer(
-                collector, limits, host=host, port=port, warehouse=warehouse, http_port=http_port
+                collector,
+                limits,
+                host=host,
+                port=port,
+                warehouse=warehouse,
+                http_port=http_port,
+                tls=tls,
+                http_tls=http_tls,
             )
         )
     )

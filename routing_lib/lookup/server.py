@@ -48,6 +48,7 @@ from routing_lib.lookup.processor import (
 from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
 from routing_lib.lookup.remoting import RemotingCommand
 from routing_lib.lookup.routes import Body, RouteIndex
+from routing_lib.lookup.tls import PLAIN, ListenerTls, TlsAcceptor
 from routing_lib.lookup.topics import validate_topic
 
 log = logging.getLogger("routelake.lookup")
@@ -113,7 +114,10 @@ class _ObserveHttp:
             )
 
 
-def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
+def create_app(
+    holder: SnapshotHolder, metrics: Metrics, warehouse: str | Path | None = None
+) -> FastAPI:
+    """The JSON API; with `warehouse`, also the console page (`/`, /console/...)."""
     app = FastAPI(
         title="routelake lookup", docs_url=None, redoc_url=None, openapi_url="/openapi.json"
     )
@@ -123,6 +127,10 @@ def create_app(holder: SnapshotHolder, metrics: Metrics) -> FastAPI:
     _add_route_api(app, holder)
     _add_kv_api(app, holder)
     _add_health_api(app, holder, metrics)
+    if warehouse is not None:
+        from routing_lib.console.app import add_console
+
+        add_console(app, holder, warehouse)
     return app
 
 
@@ -235,14 +243,53 @@ def _add_health_api(app: FastAPI, holder: SnapshotHolder, metrics: Metrics) -> N
 
 
 class _Uvicorn(uvicorn.Server):
+    def __init__(
+        self, config: uvicorn.Config, limits: Limits, tls: ListenerTls, rejections: Rejections
+    ) -> None:
+        super().__init__(config)
+        self.limits = limits
+        self.tls = tls
+        self.rejections = rejections
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         # Signals belong to serve(), which stops this server with the rest of the service.
         yield
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """With TLS, uvicorn starts without listeners and a TlsAcceptor serves the socket
+        with uvicorn's own protocol (built as uvicorn's startup builds it): one port can then
+        take https and, when permissive, http."""
+        if not self.tls.enabled or not sockets:
+            await super().startup(sockets)
+            return
+        await super().startup([])
+        loop = asyncio.get_running_loop()
+        config = self.config
+
+        def http_protocol() -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config,
+                server_state=self.server_state,
+                app_state=self.lifespan.state,
+                _loop=loop,
+            )
+
+        acceptors = [
+            TlsAcceptor(sock, http_protocol, self.tls, self.limits, self.rejections, "http")
+            for sock in sockets
+        ]
+        # uvicorn's shutdown only calls close() on what it started
+        self.servers = [acceptor.start() for acceptor in acceptors]  # type: ignore[misc]
+
 
 def http_server(
-    app: FastAPI, limits: Limits, rejections: Rejections, host: str, port: int
+    app: FastAPI,
+    limits: Limits,
+    rejections: Rejections,
+    host: str,
+    port: int,
+    tls: ListenerTls = PLAIN,
 ) -> tuple[uvicorn.Server, socket.socket]:
     """A uvicorn server for `app` with the listeners' limits, on a socket bound now (port 0 =
     ephemeral); run it with `server.serve(sockets=[sock])`, stop it with `should_exit`."""
@@ -259,7 +306,7 @@ def http_server(
         # uvicorn declares an int but hands it to loop.call_later: fractions work
         timeout_keep_alive=limits.http_keepalive_timeout_s,  # type: ignore[arg-type]
     )
-    return _Uvicorn(config), sock
+    return _Uvicorn(config, limits, tls, rejections), sock
 
 
 # -- the service --
@@ -299,9 +346,12 @@ class LookupService:
         collector: BrokerRequests | None = None,
         max_watermark_age_s: float = 0.0,
         order_message_enable: bool = False,
+        tls: ListenerTls = PLAIN,
+        http_tls: ListenerTls = PLAIN,
     ) -> None:
         """`max_frame_bytes` and `idle_timeout_s`, if given, override those of `limits`;
-        `max_watermark_age_s` > 0: /readyz fails when the watermark is older than that."""
+        `max_watermark_age_s` > 0: /readyz fails when the watermark is older than that;
+        `tls` and `http_tls`: the remoting and HTTP listeners' TLS (tls.py)."""
         self.warehouse = warehouse
         self.host = host
         self.port = port
@@ -337,7 +387,9 @@ class LookupService:
             # REGISTER_BROKER bodies reach MBs; client requests keep the small limit.
             max_frame_bytes=self.limits.collector_max_frame_bytes if collector else None,
             large_frame_codes=collector.large_frame_codes if collector else frozenset(),
+            tls=tls,
         )
+        self.http_tls = http_tls
         self._stop = asyncio.Event()
         self._http: uvicorn.Server | None = None
         self._tasks: list[asyncio.Task] = []
@@ -351,11 +403,12 @@ class LookupService:
     async def start(self) -> None:
         self.port = await self._remoting.start(self.host, self.port)
         self._http, http_socket = http_server(
-            create_app(self.holder, self.metrics),
+            create_app(self.holder, self.metrics, self.warehouse),
             self.limits,
             self.rejections,
             self.host,
             self.http_port,
+            self.http_tls,
         )
         self.http_port = http_socket.getsockname()[1]
         self._tasks = [
@@ -369,11 +422,13 @@ class LookupService:
                 asyncio.create_task(self.collector.run(self._stop), name="collector-ticker")
             )
         log.info(
-            "lookup service: remoting on %s:%d, http on %s:%d, warehouse %s%s",
+            "lookup service: remoting on %s:%d (tls %s), http on %s:%d (tls %s), warehouse %s%s",
             self.host,
             self.port,
+            self._remoting.tls.mode,
             self.host,
             self.http_port,
+            self.http_tls.mode,
             self.warehouse,
             " (collecting broker requests)" if self.collector else "",
         )
@@ -416,6 +471,8 @@ def serve(
     collector: BrokerRequests | None = None,
     max_watermark_age_s: float = 0.0,
     order_message_enable: bool = False,
+    tls: ListenerTls = PLAIN,
+    http_tls: ListenerTls = PLAIN,
 ) -> None:
     """Serve until Ctrl-C / SIGTERM (blocking; call from the main thread). Without `limits`,
     those of conf/routelake.toml [serve] (and ROUTELAKE_SERVE_* variables) apply."""
@@ -437,6 +494,8 @@ def serve(
         collector=collector,
         max_watermark_age_s=max_watermark_age_s,
         order_message_enable=order_message_enable,
+        tls=tls,
+        http_tls=http_tls,
     )
     # uvloop (libuv) serves both protocols faster than the default asyncio loop.
     if uvloop is None:
