@@ -153,12 +153,23 @@ def _collector(args: argparse.Namespace, config: Config, port: int):
     )
 
 
+def _tls(args: argparse.Namespace, config: Config):
+    """(remoting, HTTP) TLS of serve / collect: [tls] with the --tls-* flags over it."""
+    from routing_lib.lookup.tls import listener_tls
+
+    config = config.with_overrides(
+        "tls", mode=args.tls_mode, cert_path=args.tls_cert, key_path=args.tls_key
+    )
+    return listener_tls(config.tls)
+
+
 @command("serve")
 def _serve(args: argparse.Namespace, config: Config) -> int:
     from routing_lib.lookup.limits import Limits
     from routing_lib.lookup.server import serve
 
     port = args.port or config.serve.port
+    tls, http_tls = _tls(args, config)
     serve(
         _warehouse(args, config),
         port,
@@ -171,6 +182,8 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         collector=_collector(args, config, port) if args.collect else None,
         max_watermark_age_s=config.serve.max_watermark_age_s,
         order_message_enable=config.routes.order_message_enable,
+        tls=tls,
+        http_tls=http_tls,
     )
     return 0
 
@@ -182,6 +195,7 @@ def _collect(args: argparse.Namespace, config: Config) -> int:
 
     port = config.collector.port if args.port is None else args.port
     warehouse = args.warehouse or config.collector.warehouse
+    tls, http_tls = _tls(args, config)
     collect(
         args.kafka or config.kafka.bootstrap_servers,
         args.topic or config.kafka.topic,
@@ -194,6 +208,8 @@ def _collect(args: argparse.Namespace, config: Config) -> int:
         admin_allow=config.collector.admin_allow,
         host=config.serve.host,
         http_port=config.collector.http_port or None,
+        tls=tls,
+        http_tls=http_tls,
     )
     return 0
 
@@ -321,6 +337,16 @@ def _add_collector_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collector-id", help="TICK source (default hostname:port)")
 
 
+def _add_tls_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tls-mode",
+        choices=["disabled", "permissive", "enforcing"],
+        help="TLS of the listeners (default from conf [tls] mode; docs/tls.md)",
+    )
+    parser.add_argument("--tls-cert", help="PEM certificate chain (conf [tls] cert_path)")
+    parser.add_argument("--tls-key", help="PEM private key (conf [tls] key_path)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="routectl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -381,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
         "to Kafka (a complete NameServer, with `routectl run`)",
     )
     _add_collector_args(p)
+    _add_tls_args(p)
     _add_common(p)
 
     p = sub.add_parser("collect", help="collector: brokers' NameServer requests -> Kafka")
@@ -391,6 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="answer RegisterBrokerResult from this warehouse's "
         "snapshot (default: the collector's memory)",
     )
+    _add_tls_args(p)
     _add_common(p)
 
     p = sub.add_parser("as-of", help="route tables at an event time, from the history tables")

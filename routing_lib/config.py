@@ -77,6 +77,17 @@ class CollectorConfig:
 
 
 @dataclass(frozen=True)
+class TlsConfig:
+    mode: str
+    http_mode: str
+    cert_path: str
+    key_path: str
+    key_password: str
+    client_auth: str
+    trust_cert_path: str
+
+
+@dataclass(frozen=True)
 class Config:
     routes: RoutesConfig
     spark: SparkConfig
@@ -84,6 +95,7 @@ class Config:
     kafka: KafkaConfig
     serve: ServeConfig
     collector: CollectorConfig
+    tls: TlsConfig
 
     def with_overrides(self, section: str, **values: Any) -> Config:
         """A copy with some keys of one section replaced (None values are ignored)."""
@@ -130,6 +142,7 @@ def load_config(path: str | Path | None = None) -> Config:
         "kafka": KafkaConfig,
         "serve": ServeConfig,
         "collector": CollectorConfig,
+        "tls": TlsConfig,
     }
     assert set(sections) == set(classes)
     return Config(
