@@ -129,13 +129,14 @@ class CollectorServer:
                 )
             )
         log.info(
-            "collector %s: remoting on %s:%d (tls %s)%s, publishing to %s",
+            "collector %s: remoting on %s:%d%s, publishing to %s; tls: remoting %s, http %s",
             self.collector.collector_id,
             self.host,
             self.port,
-            self.listener.tls.mode,
-            f", http on {self.http_port} (tls {self.http_tls.mode})" if self._http else "",
+            f", http on {self.http_port}" if self._http is not None else "",
             getattr(self.collector.publisher, "topic", "?"),
+            self.listener.tls.mode,
+            self.http_tls.mode,
         )
 
     async def wait(self, stop: asyncio.Event) -> None:

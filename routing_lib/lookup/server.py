@@ -422,15 +422,16 @@ class LookupService:
                 asyncio.create_task(self.collector.run(self._stop), name="collector-ticker")
             )
         log.info(
-            "lookup service: remoting on %s:%d (tls %s), http on %s:%d (tls %s), warehouse %s%s",
+            "lookup service: remoting on %s:%d, http on %s:%d, warehouse %s%s; "
+            "tls: remoting %s, http %s",
             self.host,
             self.port,
-            self._remoting.tls.mode,
             self.host,
             self.http_port,
-            self.http_tls.mode,
             self.warehouse,
             " (collecting broker requests)" if self.collector else "",
+            self._remoting.tls.mode,
+            self.http_tls.mode,
         )
 
     async def wait(self, stop: asyncio.Event) -> None:
