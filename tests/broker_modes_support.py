@@ -24,7 +24,7 @@ from typing import Any
 
 from routing_lib.collector.codec import BROKER_CODES
 from routing_lib.core.replay import fleet_rows, replay
-from routing_lib.lookup import jsonbody
+from routing_lib.lookup import jsonbody, mqadmin
 from routing_lib.lookup.remoting import (
     FrameDecoder,
     RemotingCodecError,
@@ -36,7 +36,7 @@ from routing_lib.lookup.routes import RouteIndex
 from routing_lib.read.warehouse import RouteSnapshot
 from schemas import parse_event
 from schemas.route_event import TickEvent
-from tests.rocketmq_support import BROKER_JVM, BROKER_MAIN, JavaProcess
+from tests.rocketmq_support import BROKER_JVM, BROKER_MAIN, NAMESRV_JVM, JavaProcess
 
 # -- free ports --
 
@@ -71,7 +71,15 @@ def free_broker_port() -> int:
     return free_port(offsets=(-2, 0, 1))
 
 
-# -- a broker's configuration --
+# -- the JVMs' configurations --
+
+
+def namesrv_process(home: Path, port: int, **settings: object) -> JavaProcess:
+    """A Java NameServer on 127.0.0.1; `settings` add NamesrvConfig keys."""
+    conf = {"listenPort": port, "bindAddress": "127.0.0.1", **settings}
+    return JavaProcess(
+        "namesrv", mqadmin.NAMESRV_MAIN, conf, home, NAMESRV_JVM, mqadmin.NAMESRV_LOGBACK
+    )
 
 
 def broker_process(
@@ -376,13 +384,17 @@ class EventLog:
     def close(self) -> None:
         self.consumer.close()
 
-    def routelake_view(self, cluster: str) -> tuple[ClusterView, int]:
+    def routelake_view(
+        self, cluster: str, *, support_acting_master: bool = False
+    ) -> tuple[ClusterView, int]:
         """routelake's answers at the latest event time in Kafka (TICKs included), and that
-        time."""
+        time; `support_acting_master` as `[routes] support_acting_master`."""
         self.read()
         until = max(e.eventTime for e in self.events)
         groups = replay([e for e in self.events if not isinstance(e, TickEvent)], until)
-        index = RouteIndex(RouteSnapshot(fleet_rows(groups.values()), {}, until))
+        index = RouteIndex(
+            RouteSnapshot(fleet_rows(groups.values()), {}, until), support_acting_master
+        )
         info = jsonbody.parse_legacy(index.cluster_info_body.legacy)
         routes = {}
         for topic in index.topics:
