@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from routing_lib.console import fleet as fleet_view
 from routing_lib.console.pins import TableCache, pin_versions
-from routing_lib.console.search import TopicNames
+from routing_lib.console.search import NamesMemo, TopicNames
 from routing_lib.core.as_of import as_of, route_rows_as_of
 from routing_lib.core.history import (
     BROKER_LIVENESS_EVENTS,
@@ -56,10 +56,11 @@ class AtState:
 
 
 class Snapshot:
-    def __init__(self, served: Served, cache: TableCache) -> None:
+    def __init__(self, served: Served, cache: TableCache, memo: NamesMemo) -> None:
         self.served = served
         self.index = served.index
         self.cache = cache
+        self.memo = memo
         self._lock = threading.RLock()  # lazily built parts are built once
         self._pins: dict[str, int | None] | None = None
         self._fleet: JsonObj | None = None
@@ -130,7 +131,7 @@ class Snapshot:
     def names(self) -> TopicNames:
         with self._lock:
             if self._names is None:
-                self._names = TopicNames(self.index.topics)
+                self._names = self.memo.get(tuple(self.index.topics))
             return self._names
 
     # -- State(T) --
@@ -183,6 +184,7 @@ class Console:
     def __init__(self, holder: SnapshotHolder, warehouse: str | Path) -> None:
         self.holder = holder
         self.cache = TableCache(warehouse)
+        self.memo = NamesMemo()
         self._current: Snapshot | None = None
         self._lock = threading.Lock()
 
@@ -193,5 +195,5 @@ class Console:
             return None
         with self._lock:
             if self._current is None or self._current.served is not served:
-                self._current = Snapshot(served, self.cache)
+                self._current = Snapshot(served, self.cache, self.memo)
             return self._current

@@ -362,7 +362,7 @@ async function topicsView(state) {
   let timer = null;
   input.addEventListener("input", () => {
     window.clearTimeout(timer);
-    timer = window.setTimeout(() => search(false), 120);
+    timer = window.setTimeout(() => search(false), 50);
   });
   const empty = await search(true);
   return empty || section;
