@@ -12,6 +12,7 @@ from routing_lib.config import Config
 from routing_lib.core.group_routes import RouteFlags
 from routing_lib.metrics import JobMetrics, serve_metrics
 from routing_lib.spark.delta_writer import BatchReport
+from routing_lib.spark.failures import JobPlaces, StreamJobFailure, explain
 from routing_lib.spark.pipeline import JobSettings, start_query
 from routing_lib.spark.session import build_spark
 from routing_lib.spark.sources import kafka_stream
@@ -75,6 +76,22 @@ def run_stream(
         if query.isActive:
             log.info("stopping the query (an unfinished micro-batch is replayed on restart)")
             query.stop()
-    if query.exception():
-        raise RuntimeError(f"streaming query failed: {query.exception()}")
+    failure = query.exception()
+    if failure is not None:
+        raise _explained(failure, config)
     return metrics
+
+
+def _explained(failure: BaseException, config: Config) -> StreamJobFailure:
+    """The query's error as one paragraph an operator can act on; Spark's whole error text
+    (the Java stack trace, causes included) goes to the log before it."""
+    detail = f"{failure}\n{getattr(failure, '_stackTrace', '') or ''}"
+    places = JobPlaces(
+        storage.resolve(config.paths.warehouse),
+        storage.resolve(config.paths.checkpoint),
+        config.kafka.bootstrap_servers,
+        config.kafka.topic,
+    )
+    summary = explain(detail, places)
+    log.error("%s\nSpark's error follows:\n%s", summary, detail)
+    return StreamJobFailure(summary, detail)
