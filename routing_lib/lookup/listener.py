@@ -81,11 +81,18 @@ class RemotingListener:
         self._stopping = False
         self.connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, sock: socket.socket | None = None) -> int:
+        """Listen on (host, port), or on `sock`, a socket bound already (worker processes
+        sharing one port: workers.py)."""
         if not self.tls.enabled:
-            self._server = await asyncio.start_server(
-                self._connection, host, port, limit=READ_CHUNK
-            )
+            if sock is not None:
+                self._server = await asyncio.start_server(
+                    self._connection, sock=sock, limit=READ_CHUNK
+                )
+            else:
+                self._server = await asyncio.start_server(
+                    self._connection, host, port, limit=READ_CHUNK
+                )
         else:  # the same connection handler, behind the TLS/plain sorting
             loop = asyncio.get_running_loop()
 
@@ -94,7 +101,7 @@ class RemotingListener:
                 return asyncio.StreamReaderProtocol(reader, self._connection, loop=loop)
 
             self._server = TlsAcceptor(
-                socket.create_server((host, port)),
+                sock or socket.create_server((host, port)),
                 stream_protocol,
                 self.tls,
                 self.limits,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from routing_lib.lookup.routes import RouteIndex
 
@@ -43,6 +44,11 @@ class _Histogram:
         self.total = 0.0
         self.count = 0
 
+    def copy(self) -> _Histogram:
+        twin = _Histogram()
+        twin.buckets, twin.total, twin.count = list(self.buckets), self.total, self.count
+        return twin
+
     def observe(self, seconds: float) -> None:
         for i, bound in enumerate(LATENCY_BUCKETS):
             if seconds <= bound:
@@ -76,6 +82,52 @@ class Metrics:
         self.last_refresh_error: str | None = None
         self.builds: Counter[str] = Counter()  # snapshot builds: "full" / "incremental"
         self.last_build_seconds: float | None = None
+        self.peers: dict[int, dict[str, Any]] = {}  # worker pid -> its last export()
+        self.expected_peers = 0  # worker processes besides this one
+
+    # -- several worker processes (workers.py): each exports, the HTTP process sums --
+
+    def export(self, ready: bool) -> dict[str, Any]:
+        """This process's counters, for the process that serves /metrics."""
+        return {
+            "ready": ready,
+            "requests": dict(self.requests),
+            "latency": {p: (h.buckets, h.total, h.count) for p, h in self.latency.items()},
+            "refreshes": dict(self.refreshes),
+            "builds": dict(self.builds),
+            "frame_errors": dict(self.frame_errors),
+            "rejections": dict(self.rejections),
+            "connections": self.connections,
+        }
+
+    def workers_loading(self) -> int:
+        """Worker processes without a snapshot yet (or not reporting yet)."""
+        reported = [p for p in self.peers.values() if p["ready"]]
+        return max(0, self.expected_peers - len(reported))
+
+    def _summed(self) -> Metrics:
+        """This process's counters plus every worker's last export."""
+        if not self.peers:
+            return self
+        total = Metrics()
+        total.requests = Counter(self.requests)
+        total.refreshes, total.builds = Counter(self.refreshes), Counter(self.builds)
+        total.frame_errors, total.rejections = Counter(self.frame_errors), Counter(self.rejections)
+        total.connections = self.connections
+        total.latency = {p: h.copy() for p, h in self.latency.items()}
+        for peer in self.peers.values():
+            total.requests.update(peer["requests"])
+            total.refreshes.update(peer["refreshes"])
+            total.builds.update(peer["builds"])
+            total.frame_errors.update(peer["frame_errors"])
+            total.rejections.update(peer["rejections"])
+            total.connections += peer["connections"]
+            for protocol, (buckets, seconds, count) in peer["latency"].items():
+                histogram = total.latency.setdefault(protocol, _Histogram())
+                histogram.buckets = [a + b for a, b in zip(histogram.buckets, buckets, strict=True)]
+                histogram.total += seconds
+                histogram.count += count
+        return total
 
     def stale_watermark_age(self, watermark: int | None, now: float | None = None) -> float | None:
         """Wall clock minus the watermark, if that exceeds the bound (or there is none)."""
@@ -97,6 +149,7 @@ class Metrics:
     ) -> str:
         now = time.time() if now is None else now
         out: list[str] = []
+        summed = self._summed()
 
         def family(name: str, kind: str, help_text: str) -> str:
             full = f"{_PREFIX}_{name}"
@@ -104,16 +157,16 @@ class Metrics:
             return full
 
         name = family("requests_total", "counter", "Requests answered, by protocol, request, code.")
-        for (protocol, request, code), n in sorted(self.requests.items()):
+        for (protocol, request, code), n in sorted(summed.requests.items()):
             out.append(f"{name}{_labels(protocol=protocol, request=request, code=code)} {n}")
         name = family("request_seconds", "histogram", "Time to answer one request.")
-        for protocol, histogram in sorted(self.latency.items()):
+        for protocol, histogram in sorted(summed.latency.items()):
             out.extend(histogram.lines(name, protocol=protocol))
         name = family("refresh_total", "counter", "Snapshot refresh attempts by result.")
-        for result, n in sorted(self.refreshes.items()):
+        for result, n in sorted(summed.refreshes.items()):
             out.append(f"{name}{_labels(result=result)} {n}")
         name = family("snapshot_builds_total", "counter", "Snapshots built, by kind.")
-        for how, n in sorted(self.builds.items()):
+        for how, n in sorted(summed.builds.items()):
             out.append(f"{name}{_labels(kind=how)} {n}")
         if self.last_build_seconds is not None:
             name = family(
@@ -121,19 +174,29 @@ class Metrics:
             )
             out.append(f"{name} {self.last_build_seconds:.3f}")
         name = family("frame_errors_total", "counter", "Connections closed on a bad frame.")
-        for reason, n in sorted(self.frame_errors.items()):
+        for reason, n in sorted(summed.frame_errors.items()):
             out.append(f"{name}{_labels(reason=reason)} {n}")
         name = family(
             "rejections_total",
             "counter",
             "Connections closed or requests refused by a limit, by listener, reason.",
         )
-        for (listener, reason), n in sorted(self.rejections.items()):
+        for (listener, reason), n in sorted(summed.rejections.items()):
             out.append(f"{name}{_labels(listener=listener, reason=reason)} {n}")
         name = family("connections", "gauge", "Open remoting connections.")
-        out.append(f"{name} {self.connections}")
+        out.append(f"{name} {summed.connections}")
         name = family("ready", "gauge", "1 once a snapshot is loaded.")
         out.append(f"{name} {int(index is not None)}")
+        if self.expected_peers:
+            name = family(
+                "workers",
+                "gauge",
+                "Worker processes on the remoting port besides this one, by state "
+                "(counters above are summed over all processes).",
+            )
+            loading = self.workers_loading()
+            out.append(f"{name}{_labels(state='ready')} {self.expected_peers - loading}")
+            out.append(f"{name}{_labels(state='loading')} {loading}")
         if index is not None and loaded_at is not None:
             name = family("snapshot_age_seconds", "gauge", "Seconds since the snapshot loaded.")
             out.append(f"{name} {now - loaded_at:.3f}")

@@ -36,7 +36,7 @@ from routing_lib.core.tables import (
     Row,
 )
 from routing_lib.lookup import jsonbody
-from routing_lib.lookup.topic_store import Entry, Queue, TopicStore, queues_of
+from routing_lib.lookup.topic_store import SHARDS, Entry, Queue, TopicStore, queues_of
 from routing_lib.lookup.topics import SYNC_BROKER_MEMBER_GROUP_PREFIX, is_system_topic
 from routing_lib.read.warehouse import RouteSnapshot
 
@@ -61,27 +61,33 @@ class Body:
 
 
 class RouteBody:
-    """A topic's route in both wire forms, each rendered when first read."""
+    """A topic's route in both wire forms, each rendered (or taken from the index's cache)
+    when first read."""
 
     __slots__ = ("_index", "_topic", "_legacy", "_standard")
 
-    def __init__(self, index: RouteIndex, topic: str) -> None:
+    def __init__(self, index: RouteIndex, topic: str, standard: bytes | None = None) -> None:
         self._index = index
         self._topic = topic
         self._legacy: bytes | None = None
-        self._standard: bytes | None = None
+        self._standard = standard
 
     @property
     def standard(self) -> bytes:
         if self._standard is None:
-            self._standard = self._index._render(self._topic, standard=True) or b""
+            self._standard = self._index._cached(self._topic, True)
         return self._standard
 
     @property
     def legacy(self) -> bytes:
         if self._legacy is None:
-            self._legacy = self._index._render(self._topic, standard=False) or b""
+            self._legacy = self._index._cached(self._topic, False)
         return self._legacy
+
+
+# Rendered bodies kept per cache shard (two shards per store shard: standard and legacy); a
+# full shard is emptied, so memory stays bounded whatever clients ask for.
+MAX_CACHED_PER_SHARD = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +293,7 @@ class RouteIndex:
         "_live_part",
         "_filter_part",
         "_views",
+        "_cache",
     )
 
     def __init__(
@@ -376,8 +383,39 @@ class RouteIndex:
             else _FilterPart(self.rows[FILTER_SERVER])
         )
         self._views = _TopicViews()
+        self._cache = self._carry_cache(previous, changed_topics)
         if previous is not None:
             self._carry_views(previous, changed_topics)
+
+    def _carry_cache(
+        self, previous: RouteIndex | None, changed: frozenset[str] | None
+    ) -> list[dict[str, bytes]]:
+        """Rendered bodies still true: those of `previous` while the brokers, filter servers
+        and KV it rendered with are the same, except the shards a changed topic falls in.
+        Shared shards are filled by readers of either index: a body is the same in both."""
+        if (
+            previous is None
+            or changed is None
+            or previous._broker_part is not self._broker_part
+            or previous._filter_part is not self._filter_part
+            or previous._kv_part is not self._kv_part
+        ):
+            return [{} for _ in range(2 * SHARDS)]
+        cache = list(previous._cache)
+        for topic in changed:
+            shard = 2 * self.store.shard_of(topic)
+            cache[shard], cache[shard + 1] = {}, {}
+        return cache
+
+    def _cached(self, topic: str, standard: bool) -> bytes:
+        shard = self._cache[2 * self.store.shard_of(topic) + standard]
+        body = shard.get(topic)
+        if body is None:
+            body = self._render(topic, standard) or b""
+            if len(shard) >= MAX_CACHED_PER_SHARD:
+                shard.clear()
+            shard[topic] = body
+        return body
 
     def _carry_views(self, previous: RouteIndex, changed: frozenset[str] | None) -> None:
         """Reuse what `previous` computed from topics, where still true."""
@@ -496,6 +534,9 @@ class RouteIndex:
         return b"".join(out)
 
     def route_body(self, topic: str) -> RouteBody | None:
+        cached = self._cache[2 * self.store.shard_of(topic) + 1].get(topic)
+        if cached is not None:  # the hot path: one hash, two dict lookups
+            return RouteBody(self, topic, cached)
         if not self._routable(topic):
             return None
         return RouteBody(self, topic)

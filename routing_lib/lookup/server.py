@@ -222,6 +222,11 @@ def _add_health_api(app: FastAPI, holder: SnapshotHolder, metrics: Metrics) -> N
         served = holder.current
         if served is None:
             return _not_ready()
+        loading = metrics.workers_loading()
+        if loading:  # some remoting worker processes would still answer "not ready"
+            return _error(
+                served, 503, ResponseCode.SYSTEM_ERROR, f"{loading} worker process(es) loading"
+            )
         age = metrics.stale_watermark_age(served.index.watermark)
         if age is not None:  # the job (or its input) stopped: routes are older than allowed
             metrics.readyz_stale += 1
@@ -348,11 +353,17 @@ class LookupService:
         order_message_enable: bool = False,
         tls: ListenerTls = PLAIN,
         http_tls: ListenerTls = PLAIN,
+        remoting_socket: socket.socket | None = None,
+        http: bool = True,
     ) -> None:
         """`max_frame_bytes` and `idle_timeout_s`, if given, override those of `limits`;
         `max_watermark_age_s` > 0: /readyz fails when the watermark is older than that;
-        `tls` and `http_tls`: the remoting and HTTP listeners' TLS (tls.py)."""
+        `tls` and `http_tls`: the remoting and HTTP listeners' TLS (tls.py);
+        `remoting_socket`: listen on it (bound already); `http`: False for a remoting-only
+        worker process (workers.py)."""
         self.warehouse = warehouse
+        self.remoting_socket = remoting_socket
+        self.serves_http = http
         self.host = host
         self.port = port
         self.http_port = http_port
@@ -401,7 +412,15 @@ class LookupService:
         return answer(served.index if served else None, command)
 
     async def start(self) -> None:
-        self.port = await self._remoting.start(self.host, self.port)
+        self.port = await self._remoting.start(self.host, self.port, self.remoting_socket)
+        self._tasks = [
+            asyncio.create_task(
+                self.refresher.run(self.poll_interval_s, self._stop), name="lookup-refresher"
+            )
+        ]
+        if not self.serves_http:
+            log.debug("lookup worker: remoting on %s:%d", self.host, self.port)
+            return
         self._http, http_socket = http_server(
             create_app(self.holder, self.metrics, self.warehouse),
             self.limits,
@@ -411,12 +430,9 @@ class LookupService:
             self.http_tls,
         )
         self.http_port = http_socket.getsockname()[1]
-        self._tasks = [
-            asyncio.create_task(self._http.serve(sockets=[http_socket]), name="lookup-http"),
-            asyncio.create_task(
-                self.refresher.run(self.poll_interval_s, self._stop), name="lookup-refresher"
-            ),
-        ]
+        self._tasks.append(
+            asyncio.create_task(self._http.serve(sockets=[http_socket]), name="lookup-http")
+        )
         if self.collector is not None:
             self._tasks.append(
                 asyncio.create_task(self.collector.run(self._stop), name="collector-ticker")
@@ -474,17 +490,19 @@ def serve(
     order_message_enable: bool = False,
     tls: ListenerTls = PLAIN,
     http_tls: ListenerTls = PLAIN,
+    workers: int = 1,
 ) -> None:
     """Serve until Ctrl-C / SIGTERM (blocking; call from the main thread). Without `limits`,
-    those of conf/routelake.toml [serve] (and ROUTELAKE_SERVE_* variables) apply."""
+    those of conf/routelake.toml [serve] (and ROUTELAKE_SERVE_* variables) apply.
+    `workers` > 1: that many processes answer on the remoting port (workers.py); one
+    process with a `collector` (its state is one process's)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
     if limits is None:
         limits = Limits.from_config(load_config().serve)
-    service = LookupService(
-        warehouse,
+    options: dict[str, Any] = dict(
         host=host,
         port=port,
         http_port=http_port,
@@ -498,8 +516,14 @@ def serve(
         tls=tls,
         http_tls=http_tls,
     )
+    runner = uvloop.run if uvloop is not None else asyncio.run
+    if workers > 1 and collector is None:
+        from routing_lib.lookup.workers import serve_workers
+
+        serve_workers(warehouse, workers, options, runner)
+        return
+    service = LookupService(warehouse, **options)
     # uvloop (libuv) serves both protocols faster than the default asyncio loop.
     if uvloop is None:
         log.info("uvloop not installed (pip install 'routelake[uvloop]'): default asyncio loop")
-    runner = uvloop.run if uvloop is not None else asyncio.run
     runner(serve_until_signal(service))

@@ -107,6 +107,10 @@ class TopicStore:
             for (t, b), _, r in keyed
         )
 
+    @staticmethod
+    def shard_of(topic: str) -> int:
+        return hash(topic) & _MASK
+
     def get(self, topic: str) -> Entry | None:
         return self._shards[hash(topic) & _MASK].get(topic)
 

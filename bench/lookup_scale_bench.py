@@ -1,0 +1,272 @@
+"""The lookup at RIP-29 scale: snapshot cost, memory, and route latency while snapshots swap.
+
+    .venv/bin/python -m bench.lookup_scale_bench --groups 100 --topics 10000   # 1 M routes
+    .venv/bin/python -m bench.lookup_scale_bench --groups 300 --topics 10000   # 3 M routes
+
+1. Writes a warehouse with delta-rs the way the job does (tables with Change Data Feed on,
+   tests/snapshot_support.py): `--groups` broker groups (master + slave) with `--topics`
+   topics each, drawn from a pool of 1.5 x topics like the fleet simulator (`--distinct`:
+   every group its own topics, groups x topics distinct topics).
+2. Starts `routectl serve` on it (its own process) and times the first load (start to
+   /readyz 200) and its resident memory (all its processes).
+3. Publishes `--batches` small batches, one every `--interval` s, each like a live job's:
+   the liveness of every broker, `--changes` topic rows upserted, and every 5th batch one
+   broker group expiring or coming back (its addresses and 10 000 queues). Times each from
+   its progress commit to the server answering with its watermark.
+4. Meanwhile one client process sends GET_ROUTEINFO_BY_TOPIC (105) for random topics, one at
+   a time on one connection, and records every latency.
+Prints the figures, the last line the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import random
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from bench.lookup_bench import free_port
+from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, CLUSTER_ADDR, TOPIC_QUEUE, Row
+from tests.lookup_support import RemotingClient
+from tests.snapshot_support import Change, MergeWarehouse, fleet, queue
+
+REPO = Path(__file__).resolve().parents[1]
+GET_ROUTEINFO_BY_TOPIC = 105
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of `pid` and its children (the lookup's worker processes)."""
+    pids, total = [pid], 0
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        pids += [int(c) for c in children]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def http_get(port: int, path: str) -> tuple[int, dict[str, str]]:
+    """Status and headers (names lower-cased)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}
+    except OSError:
+        return 0, {}
+
+
+def client_loop(port: int, topics: list[str], seconds: float, out) -> None:
+    rng = random.Random(1)
+    client = RemotingClient(port, timeout_s=30)
+    latencies, errors = [], 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        topic = rng.choice(topics)
+        t0 = time.perf_counter()
+        response = client.call(GET_ROUTEINFO_BY_TOPIC, topic=topic)
+        latencies.append(time.perf_counter() - t0)
+        errors += response.code != 0
+    client.close()
+    out.send((latencies, errors))
+
+
+def batch_changes(
+    rng: random.Random, rows: dict[str, list[Row]], step: int, changes: int, away: dict
+) -> dict[str, list[Change]]:
+    out: dict[str, list[Change]] = {
+        BROKER_LIVE: [
+            ("upsert", {**r, "last_update_timestamp": 1_764_000_000_000 + step})
+            for r in rows[BROKER_LIVE]
+            if r["broker_name"] not in away
+        ]
+    }
+    topic_rows = rows[TOPIC_QUEUE]
+    tq: list[Change] = []
+    for _ in range(changes):
+        row = rng.choice(topic_rows)
+        if row["broker_name"] not in away:
+            tq.append(("upsert", queue(row["topic"], row["broker_name"], rng.choice([4, 8, 16]))))
+    if step % 5 == 0:  # a group expires, or the one away comes back
+        if away:
+            name, gone = away.popitem()
+            for table, table_rows in gone.items():
+                out.setdefault(table, []).extend(("upsert", r) for r in table_rows)
+        else:
+            name = rng.choice(sorted({r["broker_name"] for r in rows[BROKER_ADDR]}))
+            gone = {
+                t: [r for r in rows[t] if r["broker_name"] == name]
+                for t in (BROKER_ADDR, CLUSTER_ADDR, BROKER_LIVE, TOPIC_QUEUE)
+            }
+            away[name] = gone
+            out[BROKER_LIVE] = [c for c in out[BROKER_LIVE] if c[1]["broker_name"] != name]
+            for table, table_rows in gone.items():
+                out.setdefault(table, []).extend(("delete", r) for r in table_rows)
+            tq = [c for c in tq if c[1]["broker_name"] != name]
+    out[TOPIC_QUEUE] = out.get(TOPIC_QUEUE, []) + tq
+    return out
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))] if ordered else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--groups", type=int, default=100)
+    parser.add_argument("--topics", type=int, default=10_000, help="topics per group")
+    parser.add_argument("--distinct", action="store_true", help="no shared topic pool")
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between batches")
+    parser.add_argument("--changes", type=int, default=20, help="topic rows per batch")
+    parser.add_argument("--workers", type=int, default=None, help="routectl serve --workers")
+    parser.add_argument("--keep", action="store_true", help="keep the warehouse")
+    args = parser.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="lookup-scale-"))
+    warehouse = tmp / "warehouse"
+    pool = None if args.distinct else args.topics * 3 // 2
+    t0 = time.monotonic()
+    rows = fleet(args.groups, args.topics, pool=pool)
+    MergeWarehouse(warehouse).create(rows, watermark=1_764_000_000_000)
+    topics = sorted({r["topic"] for r in rows[TOPIC_QUEUE]})
+    print(
+        f"warehouse: {args.groups} groups x {args.topics} topics = "
+        f"{len(rows[TOPIC_QUEUE]):,} topic routes over {len(topics):,} topics, "
+        f"{len(rows[BROKER_ADDR])} brokers (written in {time.monotonic() - t0:.1f} s)",
+        flush=True,
+    )
+    port, http_port = free_port(), free_port()
+    argv_serve = [
+        sys.executable,
+        "-m",
+        "routing_lib.cli",
+        "serve",
+        "--warehouse",
+        str(warehouse),
+        "--port",
+        str(port),
+        "--http-port",
+        str(http_port),
+    ]
+    if args.workers is not None:
+        argv_serve += ["--workers", str(args.workers)]
+    log = open(tmp / "serve.log", "wb")
+    started = time.monotonic()
+    server = subprocess.Popen(argv_serve, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        peak = 0.0
+        while http_get(http_port, "/readyz")[0] != 200:
+            if server.poll() is not None:
+                raise RuntimeError(f"serve exited: {(tmp / 'serve.log').read_text()[-2000:]}")
+            peak = max(peak, tree_rss_mb(server.pid))
+            time.sleep(0.05)
+        ready_s = time.monotonic() - started
+        time.sleep(1.0)
+        rss_ready = tree_rss_mb(server.pid)
+        print(
+            f"first load: ready after {ready_s:.1f} s (process start included), "
+            f"RSS {rss_ready:,.0f} MB (peak while loading {max(peak, rss_ready):,.0f} MB)",
+            flush=True,
+        )
+
+        ctx = mp.get_context("fork")
+        parent_end, child_end = ctx.Pipe(duplex=False)
+        seconds = args.batches * args.interval + 3
+        client = ctx.Process(
+            target=client_loop, args=(port, topics, seconds, child_end), daemon=True
+        )
+        client.start()
+        rng, wh = random.Random(7), MergeWarehouse(warehouse)
+        away: dict[str, dict[str, list[Row]]] = {}
+        served_after, build_s = [], []
+        time.sleep(1.0)
+        for step in range(1, args.batches + 1):
+            due = time.monotonic() + args.interval
+            watermark = 1_764_000_000_000 + step * 1000
+            changes = batch_changes(rng, rows, step, args.changes, away)
+            for table, table_changes in changes.items():
+                wh.merge(table, table_changes, step)
+            wh.progress(step, watermark)
+            committed = time.monotonic()
+            while True:
+                status, headers = http_get(http_port, "/healthz")
+                if headers.get("x-routelake-watermark") == str(watermark):
+                    break
+                if time.monotonic() - committed > 120:
+                    raise RuntimeError(f"batch {step} not served after 120 s")
+                time.sleep(0.01)
+            served_after.append(time.monotonic() - committed)
+            metrics = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics").read()
+            for line in metrics.decode().splitlines():
+                if line.startswith("routelake_lookup_snapshot_build_seconds "):
+                    build_s.append(float(line.split()[1]))
+            time.sleep(max(0.0, due - time.monotonic()))
+        latencies, errors = parent_end.recv()
+        client.join(10)
+        rss_end = tree_rss_mb(server.pid)
+        ms = [x * 1000 for x in latencies]
+        print(
+            f"{args.batches} batches (liveness of every broker, {args.changes} topic rows, "
+            f"every 5th a group of {args.topics} topics expiring or returning): served "
+            f"{statistics.median(served_after):.2f} s after the progress commit (median), "
+            f"max {max(served_after):.2f} s (poll interval 1 s included); build "
+            f"median {statistics.median(build_s) * 1000:.0f} ms, "
+            f"max {max(build_s) * 1000:.0f} ms",
+            flush=True,
+        )
+        print(
+            f"GET_ROUTEINFO_BY_TOPIC during the swaps: {len(ms):,} requests, {errors} errors, "
+            f"p50 {pct(ms, 0.5):.2f} ms, p99 {pct(ms, 0.99):.2f} ms, max {max(ms):.2f} ms; "
+            f"RSS at the end {rss_end:,.0f} MB",
+            flush=True,
+        )
+        print(
+            "reproduce: .venv/bin/python -m bench.lookup_scale_bench "
+            + shlex.join(argv if argv is not None else sys.argv[1:])
+        )
+        print(
+            json.dumps(
+                {
+                    "routes": len(rows[TOPIC_QUEUE]),
+                    "ready_s": round(ready_s, 1),
+                    "rss_mb": round(rss_ready),
+                    "served_after_s_median": round(statistics.median(served_after), 2),
+                    "served_after_s_max": round(max(served_after), 2),
+                    "p99_ms": round(pct(ms, 0.99), 2),
+                }
+            )
+        )
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+        if not args.keep:
+            subprocess.run(["rm", "-rf", str(tmp)], check=False)
+        else:
+            print(f"kept {tmp}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
