@@ -191,7 +191,7 @@ def test_incremental_refresh_equals_full_reload(tmp_path, seed):
     assert built.how == "full"
     current = built.index
     kinds = set()
-    for step in range(1, 16):
+    for step in range(1, 11):
         changes = random_batch(rng, model, step)
         model.apply(changes)
         wh.publish(step, 1_000 + step, changes)
