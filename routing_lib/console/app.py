@@ -110,11 +110,11 @@ def add_console(app: FastAPI, holder: SnapshotHolder, warehouse: str | Path) -> 
     @app.get("/console/api/route", include_in_schema=False)
     async def route(topic: str = Query(..., max_length=1024), at: int | None = None) -> Response:
         def build(s: Snapshot) -> JsonObj:
-            index = s.index if at is None else s.at(at).index
             return {
                 "at": at,
                 "topic": topic,
-                "route": index.route(topic),  # GET_ROUTEINFO_BY_TOPIC's TopicRouteData
+                # GET_ROUTEINFO_BY_TOPIC's TopicRouteData, now or at T
+                "route": s.index.route(topic) if at is None else s.at(at).route(topic),
                 "timeline": timelines.route_versions(s.topic_rows(topic)),
             }
 

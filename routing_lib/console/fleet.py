@@ -45,15 +45,18 @@ def fleet(
     index: RouteIndex,
     live: Mapping[BrokerKey, JsonObj],
     since: Mapping[BrokerKey, int],
+    perms: Mapping[str, tuple[int, int]] | None = None,
+    topic_count: int | None = None,
 ) -> JsonObj:
-    """`live`: brokerLiveTable entries by key (an empty dict where only liveness is known)."""
+    """`live`: brokerLiveTable entries by key (an empty dict where only liveness is known);
+    `perms` (group -> topics, writable) and `topic_count` default to the index's routes."""
     info = index.cluster_info
     groups: Mapping[str, JsonObj] = info["brokerAddrTable"]
     listed: dict[str, list[str]] = {c: list(names) for c, names in info["clusterAddrTable"].items()}
     unlisted = set(groups) - {n for names in listed.values() for n in names}
     for name in unlisted:  # a group no cluster lists still shows, under its own cluster
         listed.setdefault(groups[name]["cluster"], []).append(name)
-    perms = write_counts(index)
+    perms = write_counts(index) if perms is None else perms
     clusters, broker_total, live_total = [], 0, 0
     for cluster in sorted(listed):
         rows = []
@@ -101,6 +104,6 @@ def fleet(
             "brokers": broker_total,
             "liveBrokers": live_total,
             "liveTable": len(live),
-            "topics": len(index.topics),
+            "topics": len(index.topics) if topic_count is None else topic_count,
         },
     }

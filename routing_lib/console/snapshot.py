@@ -17,15 +17,15 @@ import pyarrow.compute as pc
 from routing_lib.console import fleet as fleet_view
 from routing_lib.console.pins import TableCache, pin_versions
 from routing_lib.console.search import NamesMemo, TopicNames
-from routing_lib.core.as_of import as_of, route_rows_as_of
+from routing_lib.core.as_of import live_brokers_as_of, route_rows_as_of
+from routing_lib.core.group_routes import PERM_WRITE
 from routing_lib.core.history import (
     BROKER_LIVENESS_EVENTS,
     BROKER_MEMBERSHIP_HISTORY,
     CLUSTER_MEMBERSHIP_HISTORY,
-    INTERVAL_TABLES,
     TOPIC_ROUTE_HISTORY,
 )
-from routing_lib.core.tables import PROGRESS, Row
+from routing_lib.core.tables import BROKER_ADDR, CLUSTER_ADDR, PROGRESS, TOPIC_QUEUE, Row
 from routing_lib.lookup.refresher import Served, SnapshotHolder
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.read.warehouse import RouteSnapshot
@@ -39,20 +39,68 @@ class TimeOutOfRange(ValueError):
 
 
 class AtState:
-    """State(T) rebuilt from the history tables: what `routectl as-of --at T` prints
-    (`dump`), and the same rows as a RouteIndex, so routes at T are built by the lookup's code."""
+    """State(T) rebuilt from the history tables, as `routectl as-of --at T` rebuilds it (the
+    core's route_rows_as_of and live_brokers_as_of). The topic routes of State(T) stay an
+    Arrow table (millions of rows at scale): the fleet counts them with Arrow, the search
+    index takes their names, and a topic's route is built, when asked, from its own rows by
+    the lookup's RouteIndex."""
 
-    def __init__(self, history: dict[str, list[Row]], at: int) -> None:
+    def __init__(self, snapshot: Snapshot, at: int) -> None:
         self.at = at
-        self.dump = as_of(history, at)
-        rows = route_rows_as_of(history, at)
-        self.index = RouteIndex(RouteSnapshot(rows, {}, at))
-        self.live: dict[tuple[str, str], JsonObj] = {
-            (b["clusterName"], b["brokerAddr"]): {} for b in self.dump["liveBrokers"]
+        small = {
+            name: snapshot.rows(name, lambda d: pc.less_equal(d["valid_from"], at))
+            for name in (BROKER_MEMBERSHIP_HISTORY, CLUSTER_MEMBERSHIP_HISTORY)
         }
-        self.since = fleet_view.alive_since(history[BROKER_LIVENESS_EVENTS], at)
-        self.names = TopicNames(self.dump["topicQueueTable"])
-        self.fleet = fleet_view.fleet(self.index, self.live, self.since)
+        rows = route_rows_as_of(small, at)
+        self._groups = {BROKER_ADDR: rows[BROKER_ADDR], CLUSTER_ADDR: rows[CLUSTER_ADDR]}
+        self.index = RouteIndex(RouteSnapshot(dict(self._groups), {}, at))  # no topics
+        self.topics = _valid_at(snapshot.table(TOPIC_ROUTE_HISTORY), at)
+        events = snapshot.rows(BROKER_LIVENESS_EVENTS, lambda d: pc.less_equal(d["event_time"], at))
+        live: dict[tuple[str, str], JsonObj] = {
+            (b["clusterName"], b["brokerAddr"]): {} for b in live_brokers_as_of(events, at)
+        }
+        names = self.topics["topic"].unique().to_pylist() if self.topics is not None else []
+        self.names = TopicNames(names)
+        self.fleet = fleet_view.fleet(
+            self.index,
+            live,
+            fleet_view.alive_since(events, at),
+            perms=_write_counts(self.topics),
+            topic_count=len(names),
+        )
+
+    def route(self, topic: str) -> JsonObj | None:
+        """The TopicRouteData a client would have got at T."""
+        if self.topics is None:
+            return None
+        rows = self.topics.filter(pc.equal(self.topics["topic"], topic)).to_pylist()
+        queues = route_rows_as_of({TOPIC_ROUTE_HISTORY: rows}, self.at)[TOPIC_QUEUE]
+        tables = {**self._groups, TOPIC_QUEUE: queues}
+        return RouteIndex(RouteSnapshot(tables, {}, self.at)).route(topic)
+
+
+def _valid_at(data: pa.Table | None, at: int) -> pa.Table | None:
+    """Rows whose [valid_from, valid_to) holds `at`: core.as_of.valid_at, as an Arrow mask
+    (route_rows_as_of applies valid_at again to the rows a route is built from)."""
+    if data is None:
+        return None
+    started = pc.less_equal(data["valid_from"], at)
+    open_at = pc.or_kleene(pc.is_null(data["valid_to"]), pc.greater(data["valid_to"], at))
+    return data.filter(pc.and_(started, open_at))
+
+
+def _write_counts(topics: pa.Table | None) -> dict[str, tuple[int, int]]:
+    """broker group -> (topic routes, of which with the write bit), counted by Arrow."""
+    if topics is None or not topics.num_rows:
+        return {}
+    writable = pc.not_equal(pc.bit_wise_and(topics["perm"], PERM_WRITE), 0)
+    counts = (
+        pa.table({"broker_name": topics["broker_name"], "writable": pc.cast(writable, pa.int64())})
+        .group_by("broker_name")
+        .aggregate([("writable", "count"), ("writable", "sum")])
+        .to_pylist()
+    )
+    return {r["broker_name"]: (r["writable_count"], r["writable_sum"]) for r in counts}
 
 
 class Snapshot:
@@ -145,24 +193,12 @@ class Snapshot:
         with self._lock:
             state = self._at.get(t)
             if state is None:
-                state = AtState(self._history_at(t), t)
+                state = AtState(self, t)
                 self._at[t] = state
                 while len(self._at) > AT_CACHE:
                     self._at.popitem(last=False)
             self._at.move_to_end(t)
             return state
-
-    def _history_at(self, t: int) -> dict[str, list[Row]]:
-        """The history rows as_of(t) needs. Arrow narrows them first (rows that started after
-        t cannot be in State(t)); as_of itself decides which of the rest are."""
-        history = {
-            name: self.rows(name, lambda d: pc.less_equal(d["valid_from"], t))
-            for name in INTERVAL_TABLES
-        }
-        history[BROKER_LIVENESS_EVENTS] = self.rows(
-            BROKER_LIVENESS_EVENTS, lambda d: pc.less_equal(d["event_time"], t)
-        )
-        return history
 
     # -- timelines --
 
