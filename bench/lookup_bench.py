@@ -204,6 +204,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its child processes (the lookup's worker processes)."""
+    with contextlib.suppress(OSError):
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+        return [pid, *(int(c) for c in text.split())]
+    return [pid]
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    return sum(cpu_seconds(p) for p in process_tree(pid))
+
+
 def all_processes_cpu() -> dict[int, tuple[str, float]]:
     """pid -> (command name, CPU seconds so far) of every process (to name other work)."""
     out = {}
@@ -619,11 +631,12 @@ def measure(
         m0 = start_at + args.warmup
         time.sleep(max(0.0, m0 - time.monotonic()))
         pids = [server_pid, *(p.pid for p, _ in workers if p.pid is not None)]  # all started
-        cpu0 = [cpu_seconds(pid) for pid in pids] + [machine_busy_seconds()]
+        cpu0 = [tree_cpu_seconds(pid) for pid in pids] + [machine_busy_seconds()]
         everyone0 = all_processes_cpu()
         time.sleep(max(0.0, m0 + args.duration - time.monotonic()))
-        cpu1 = [cpu_seconds(pid) for pid in pids] + [machine_busy_seconds()]
-        others = top_others(everyone0, all_processes_cpu(), {*pids, os.getpid()}, args.duration)
+        cpu1 = [tree_cpu_seconds(pid) for pid in pids] + [machine_busy_seconds()]
+        ours = {*process_tree(server_pid), *pids, os.getpid()}
+        others = top_others(everyone0, all_processes_cpu(), ours, args.duration)
         count = errors = 0
         latencies = array.array("d")
         for proc, conn in workers:
@@ -709,6 +722,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--java-heap", default="1g")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--workers", type=int, help="routectl serve --workers (default: its own, the cores)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     parser.add_argument(
         "--wait-idle",
@@ -762,6 +778,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(our_port),
                 "--http-port",
                 str(http_port),
+                *(["--workers", str(args.workers)] if args.workers else []),
             ],
             cwd=REPO,
         )
