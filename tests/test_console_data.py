@@ -8,11 +8,13 @@ import random
 import pyarrow as pa
 from deltalake import CommitProperties, Transaction, write_deltalake
 
+from routing_lib.console.fleet import fleet
 from routing_lib.console.pins import pin_versions
 from routing_lib.console.search import TopicNames
 from routing_lib.console.timelines import buckets, liveness_intervals
 from routing_lib.core.history import BROKER_LIVENESS_EVENTS, HISTORY_TABLE_DDL, TOPIC_ROUTE_HISTORY
-from tests.lookup_support import APP_ID, Warehouse, arrow_schema
+from routing_lib.lookup.routes import RouteIndex
+from tests.lookup_support import APP_ID, Warehouse, arrow_schema, snapshot
 
 
 def _expected(names: list[str], query: str, limit: int) -> list[str]:
@@ -107,3 +109,27 @@ def test_history_tables_are_pinned_to_the_published_batch(tmp_path):
     assert pin_versions(root, 1)[TOPIC_ROUTE_HISTORY] is None  # absent: read as empty
     writer.progress(2, 3000)
     assert pin_versions(root, 2)[BROKER_LIVENESS_EVENTS] == 2
+
+
+def test_fleet_lists_every_broker_with_liveness_and_write_counts():
+    index = RouteIndex(snapshot())
+    live = {(b["clusterName"], b["brokerAddr"]): b for b in index.live_brokers}
+    view = fleet(index, live, {("ClusterA", "10.0.0.1:10911"): 5})
+    rows = {
+        b["addr"]: (
+            c["name"],
+            g["name"],
+            b["role"],
+            b["live"],
+            b["aliveSince"],
+            g["writableTopics"],
+        )
+        for c in view["clusters"]
+        for g in c["groups"]
+        for b in g["brokers"]
+    }
+    assert rows["10.0.0.1:10911"] == ("ClusterA", "broker-a", "master", True, 5, 2)
+    assert rows["10.0.0.2:10911"] == ("ClusterA", "broker-a", "slave", False, None, 2)
+    assert rows["10.0.2.1:10911"] == ("ClusterB", "broker-c", "slave", True, None, 1)
+    assert len(rows) == 6 and view["counts"]["liveBrokers"] == 3
+    assert view["counts"]["topics"] == len(index.topics)

@@ -30,14 +30,15 @@ def alive_since(events: Iterable[Row], at: int) -> dict[BrokerKey, int]:
 
 
 def write_counts(index: RouteIndex) -> dict[str, tuple[int, int]]:
-    """broker group -> (topics it carries, of which writable), from the routes clients get."""
+    """broker group -> (topics it has queues of, of which writable): the lookup's topic store
+    holds per topic (broker name, (read, write, perm, sysFlag), ...), as broker_topic_counts
+    reads it."""
     counts: dict[str, list[int]] = {}
-    for topic in index.topics:
-        route = index.route(topic)
-        for queue in route["queueDatas"] if route else ():
-            entry = counts.setdefault(queue["brokerName"], [0, 0])
-            entry[0] += 1
-            entry[1] += bool(queue["perm"] & PERM_WRITE)
+    for entry in index.store.values():
+        for name, queue in zip(entry[0::2], entry[1::2], strict=True):
+            slot = counts.setdefault(name, [0, 0])
+            slot[0] += 1
+            slot[1] += bool(queue[2] & PERM_WRITE)
     return {name: (n, w) for name, (n, w) in counts.items()}
 
 
