@@ -44,6 +44,7 @@ STATIC = {  # URL path -> (package file, media type)
 SEARCH_LIMIT = 100
 CHANGES_LIMIT = 500
 LATEST = 50
+RAW_CHARS = 1000
 NO_DATA = (
     "No data yet: the warehouse has no published batch. Start the job (`routectl run`) or "
     "load archives (`routectl backfill`); this page shows the fleet once a batch is published."
@@ -188,6 +189,9 @@ def _health(s: Snapshot) -> JsonObj:
         times = data["seen_at_ms"].to_pylist()
         order = pc.sort_indices(data, sort_keys=[("seen_at_ms", "descending")])
         latest = data.take(order[:LATEST]).select(columns).to_pylist()
+        for row in latest:  # a dead letter keeps up to 4 KiB of its record: the page shows less
+            if row.get("raw_text"):
+                row["raw_text"] = row["raw_text"][:RAW_CHARS]
         reasons: dict[str, int] = {}
         if "reason" in data.column_names:
             for reason in data["reason"].to_pylist():
