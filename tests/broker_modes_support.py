@@ -11,6 +11,7 @@ GET_ALL_TOPIC_LIST and GET_ROUTEINFO_BY_TOPIC answers.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import socket
@@ -159,21 +160,26 @@ class TapExchange:
     answered_ms: int | None = None
     answer_code: int | None = None
     answer_ext: dict[str, str] = field(default_factory=dict)
+    # the tap's own order of events (requests in, answers back): ms stamps tie
+    seq: int = 0
+    answered_seq: int | None = None
 
 
 class RegistrationTap:
     """A NameServer address for real brokers: their registration requests (REGISTER_BROKER,
-    UNREGISTER_BROKER, QUERY_DATA_VERSION, BROKER_HEARTBEAT) go to the collector, everything
-    else (the broker's own route and member-group lookups) to `lookup_port`, frame by frame.
+    UNREGISTER_BROKER, QUERY_DATA_VERSION, BROKER_HEARTBEAT) go to `target`, everything else
+    (the broker's own route and member-group lookups) to `lookups` (default: `target` too),
+    frame by frame. Every registration request is recorded with its answer (by opaque).
 
-    `routectl serve --collect` answers those lookups from the warehouse; here the Java
-    NameServer, fed the same registrations, answers them, so that what a broker does (a slave
-    deciding to act as master) does not depend on which NameServer its client picked at random.
-    Every request sent to the collector is recorded with its answer (matched by opaque)."""
+    In front of routelake's collector, `lookups` is the Java NameServer: `routectl serve
+    --collect` answers those lookups from the warehouse; here the Java NameServer, fed the same
+    registrations, answers them, so that what a broker does (a slave deciding to act as
+    master) does not depend on which NameServer its client picked at random."""
 
-    def __init__(self, collector_port: int, lookup_port: int) -> None:
-        self.collector_port, self.lookup_port = collector_port, lookup_port
+    def __init__(self, target: int, lookups: int | None = None) -> None:
+        self.target, self.lookups = target, lookups
         self.exchanges: list[TapExchange] = []
+        self._seq = itertools.count(1)
         self.port = 0
         self._ready = threading.Event()
         self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
@@ -189,8 +195,12 @@ class RegistrationTap:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            collector = await asyncio.open_connection("127.0.0.1", self.collector_port)
-            lookup = await asyncio.open_connection("127.0.0.1", self.lookup_port)
+            upstream = await asyncio.open_connection("127.0.0.1", self.target)
+            other = (
+                await asyncio.open_connection("127.0.0.1", self.lookups)
+                if self.lookups is not None
+                else None
+            )
         except OSError:
             writer.close()  # a NameServer that is away: the broker's connection fails
             return
@@ -198,27 +208,32 @@ class RegistrationTap:
 
         def to_upstream(cmd: RemotingCommand, frame: bytes) -> None:
             if cmd.is_response or cmd.code not in BROKER_CODES:
-                lookup[1].write(frame)
+                (other or upstream)[1].write(frame)
                 return
-            exchange = TapExchange(cmd.code, cmd.ext_fields.get("brokerAddr"), _now_ms())
+            exchange = TapExchange(
+                cmd.code, cmd.ext_fields.get("brokerAddr"), _now_ms(), seq=next(self._seq)
+            )
             self.exchanges.append(exchange)
             pending[cmd.opaque] = exchange
-            collector[1].write(frame)
+            upstream[1].write(frame)
 
-        def from_collector(cmd: RemotingCommand, frame: bytes) -> None:
+        def from_upstream(cmd: RemotingCommand, frame: bytes) -> None:
             if cmd.is_response and (exchange := pending.pop(cmd.opaque, None)) is not None:
                 exchange.answered_ms, exchange.answer_code = _now_ms(), cmd.code
                 exchange.answer_ext = dict(cmd.ext_fields)
+                exchange.answered_seq = next(self._seq)
             writer.write(frame)
 
-        def from_lookup(cmd: RemotingCommand, frame: bytes) -> None:
+        def from_other(cmd: RemotingCommand, frame: bytes) -> None:
             writer.write(frame)
 
-        pumps = (
-            _pump(reader, to_upstream, (collector[1], lookup[1])),
-            _pump(collector[0], from_collector, (writer,)),
-            _pump(lookup[0], from_lookup, (writer,)),
-        )
+        writers = (upstream[1],) if other is None else (upstream[1], other[1])
+        pumps = [
+            _pump(reader, to_upstream, writers),
+            _pump(upstream[0], from_upstream, (writer,)),
+        ]
+        if other is not None:
+            pumps.append(_pump(other[0], from_other, (writer,)))
         try:
             await asyncio.gather(*pumps)
         except asyncio.CancelledError:
@@ -239,6 +254,24 @@ class RegistrationTap:
             for x in list(self.exchanges)
             if x.broker_addr == broker_addr and (code is None or x.code == code)
         ]
+
+
+# What a NameServer's answer to a registration request tells the broker.
+ANSWER_FIELDS = {103: ("masterAddr", "haServerAddr"), 322: ("changed",)}
+
+
+def answer_pairs(
+    java: RegistrationTap, routelake: RegistrationTap, broker_addr: str, code: int
+) -> list[tuple[TapExchange, TapExchange]]:
+    """The broker's requests of `code` to both NameServers, paired in sending order (a broker
+    sends each registration to every NameServer at once); only pairs both answered."""
+    pairs = zip(java.of(broker_addr, code), routelake.of(broker_addr, code), strict=False)
+    return [(j, r) for j, r in pairs if j.answer_code is not None and r.answer_code is not None]
+
+
+def answer(exchange: TapExchange) -> tuple:
+    fields = ANSWER_FIELDS.get(exchange.code, ())
+    return (exchange.answer_code, *(exchange.answer_ext.get(f) for f in fields))
 
 
 async def _pump(

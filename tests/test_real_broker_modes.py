@@ -33,6 +33,9 @@ from tests.broker_modes_support import (
     EventLog,
     NameServerClient,
     RegistrationTap,
+    TapExchange,
+    answer,
+    answer_pairs,
     broker_process,
     free_broker_port,
     free_port,
@@ -73,7 +76,8 @@ class Env:
     namesrv: JavaProcess
     namesrv_port: int
     java: NameServerClient
-    tap: RegistrationTap
+    tap: RegistrationTap  # in front of routelake's collector
+    java_tap: RegistrationTap  # in front of the Java NameServer
     log: EventLog
     brokers: dict[str, Broker] = field(default_factory=dict)
     down_addr: str = ""  # a NameServer address where nothing listens
@@ -97,7 +101,7 @@ class Env:
         process = broker_process(
             home,
             port,
-            [self.namesrv_addr, self.tap_addr, *extra_namesrvs],
+            [f"127.0.0.1:{self.java_tap.port}", self.tap_addr, *extra_namesrvs],
             cluster=cluster,
             name=name,
             **settings,
@@ -118,6 +122,41 @@ class Env:
         java = self.java.view(cluster)
         routelake, until = self.log.routelake_view(cluster, support_acting_master=True)
         return java, routelake, until
+
+    def same_answers(
+        self, addr: str, code: int, after_ms: int = 0, before_ms: int = 2**62
+    ) -> list[tuple]:
+        """Both NameServers answered each of the broker's `code` requests sent in the window
+        alike (code and what the broker reads from it); returns those answers.
+
+        A QUERY_DATA_VERSION is compared only when both NameServers had answered the same
+        REGISTER_BROKERs of the broker before it arrived: the broker's periodic query and an
+        updateTopic's registration run on different broker threads and may reach the two
+        NameServers in different orders (seen here on a loaded machine, both ways round),
+        and the Java NameServer may run a query before a registration still in flight."""
+
+        def settled(tap: RegistrationTap, query: TapExchange) -> int | None:
+            """How many registrations the NameServer had answered when the query came; None
+            if one was still unanswered."""
+            before = [x for x in tap.of(addr, REGISTER) if x.seq < query.seq]
+            if any(x.answered_seq is None or x.answered_seq > query.seq for x in before):
+                return None
+            return len(before)
+
+        def comparable(j: TapExchange, r: TapExchange) -> bool:
+            if code != QUERY_DATA_VERSION:
+                return True
+            seen = settled(self.java_tap, j)
+            return seen is not None and seen == settled(self.tap, r)
+
+        pairs = [
+            (j, r)
+            for j, r in answer_pairs(self.java_tap, self.tap, addr, code)
+            if after_ms <= r.sent_ms < before_ms and comparable(j, r)
+        ]
+        differ = [(answer(j), answer(r), r.sent_ms) for j, r in pairs if answer(j) != answer(r)]
+        assert not differ, f"{addr} code {code}: (java, routelake, sent) {differ}"
+        return [answer(r) for _, r in pairs]
 
     def wait_java(self, cluster: str, what: str, check, timeout: float = 30) -> None:
         """Until the Java NameServer's view passes `check` (a change has reached it)."""
@@ -198,11 +237,11 @@ def env(kafka_bootstrap, tmp_path_factory) -> Iterator[Env]:
     try:
         with (
             CollectorThread(kafka_bootstrap, topic, tick_interval_ms=1000) as collector,
-            RegistrationTap(collector.port, ns_port) as tap,
+            RegistrationTap(collector.port, lookups=ns_port) as tap,
+            RegistrationTap(ns_port) as java_tap,
         ):
-            env = Env(
-                root, ns, ns_port, NameServerClient(ns_port), tap, EventLog(kafka_bootstrap, topic)
-            )
+            log = EventLog(kafka_bootstrap, topic)
+            env = Env(root, ns, ns_port, NameServerClient(ns_port), tap, java_tap, log)
             # Topic configurations are written before the brokers start (faster than admin
             # calls); the single-broker cases start together.
             env.broker(*NOFORCE, topics=[topic_config("NF_T1", 2, 2)], forceRegister="false")
@@ -306,6 +345,9 @@ def test_force_register_false_skips_unchanged_registrations(env):
     heartbeats = events_of(env, broker.addr, "HEARTBEAT", query.sent_ms - 50)
     assert heartbeats, "QUERY_DATA_VERSION is published as a HEARTBEAT"
     env.wait_same(broker.cluster, "after a skipped registration")
+    queries = env.same_answers(broker.addr, QUERY_DATA_VERSION)
+    assert (0, "false") in queries, queries
+    assert env.same_answers(broker.addr, REGISTER)
 
     # The broker made read-only by an operator: it registers at once (forceRegister or not),
     # every topic's perm masked, with a new dataVersion.
@@ -364,6 +406,7 @@ def test_split_registration_of_300_topics(env):
 
     wait_for(full_round, 30, "a full split round after the change", step=1)
     assert env.wait_same(broker.cluster, "after a full round") == view
+    assert len(env.same_answers(broker.addr, REGISTER)) > 2 * SPLIT_TOPICS // SPLIT_SIZE
     broker.process.stop(signal.SIGKILL)
 
 
@@ -396,6 +439,25 @@ def test_master_and_slave_then_the_master_killed(env):
     assert view.routes["HA_T1"]["queueDatas"][0]["perm"] == 6
     slave_registers = events_of(env, slave.addr, "REGISTER")
     assert slave_registers and all(e["brokerId"] == 1 for e in slave_registers)
+    # A slave learns its master from the answer to its registration: both NameServers name
+    # the master once they hold it (answers to a request sent after both acknowledged the
+    # master's first registration).
+    master_known = max(
+        x.answered_ms or 2**62
+        for tap in (env.java_tap, env.tap)
+        for x in tap.of(master.addr, REGISTER)[:1]
+    )
+    wait_for(
+        lambda: any(
+            r.sent_ms > master_known
+            for _, r in answer_pairs(env.java_tap, env.tap, slave.addr, 103)
+        ),
+        25,
+        "a slave registration after the master's",
+        step=0.5,
+    )
+    told = env.same_answers(slave.addr, REGISTER, after_ms=master_known)
+    assert told[-1] == (0, master.addr, f"127.0.0.1:{master.port + 1}"), told
 
     master.process.stop(signal.SIGKILL)
     killed, killed_ms = time.monotonic(), now_ms()
@@ -427,6 +489,17 @@ def test_master_and_slave_then_the_master_killed(env):
         for e in env.log.read()
         if e.get("brokerAddr") == master.addr and e["eventTime"] > killed_ms
     ]
+    # Once routelake expired the master too, both tell the slave it has none.
+    expired = now_ms()
+    wait_for(
+        lambda: any(
+            r.sent_ms > expired for _, r in answer_pairs(env.java_tap, env.tap, slave.addr, 103)
+        ),
+        25,
+        "a slave registration after the master's expiry",
+        step=0.5,
+    )
+    assert env.same_answers(slave.addr, REGISTER, after_ms=expired)[-1] == (0, None, None)
     # The slave found itself the group's smallest id and started the master's services.
     log = slave.process.home / "logs" / "rocketmqlogs" / "broker.log"
     wait_for(
@@ -464,6 +537,7 @@ def test_topics_change_while_another_nameserver_is_down(env):
     ]
     print(f"the broker's log lines naming the NameServer that is down: {len(tried)}")
     assert tried, "the broker never tried the NameServer that is down"
+    assert env.same_answers(broker.addr, REGISTER)
     # A graceful stop unregisters from the NameServers that are up, despite the one down.
     broker.process.stop(signal.SIGTERM, timeout=60)
     view = env.wait_same(broker.cluster, "after the broker's shutdown")
