@@ -30,7 +30,13 @@ def run_backfill(
     checkpoint: str | None = None,
     max_files_per_trigger: int | None = None,
     spark=None,
+    allow_future_events: bool | None = None,
 ) -> None:
+    """`allow_future_events` (default: [routes] backfill_allow_future_events) keeps lines dated
+    more than max_future_skew_ms ahead of the wall clock; else they are dead letters, so one
+    line from year 9999 cannot carry the watermark there and expire every broker."""
+    if allow_future_events is None:
+        allow_future_events = config.routes.backfill_allow_future_events
     missing = [p for p in inputs if not storage.exists(p)]
     if missing:
         raise FileNotFoundError(f"input not found: {', '.join(missing)}")
@@ -52,6 +58,7 @@ def run_backfill(
         history=config.routes.history,
         as_of=as_of,
     )
-    classified = archive_stream(spark, paths, max_files_per_trigger, settings.warehouse)
+    skew = None if allow_future_events else config.routes.max_future_skew_ms
+    classified = archive_stream(spark, paths, max_files_per_trigger, settings.warehouse, skew)
     query = start_query(spark, classified, settings, available_now=True)
     query.awaitTermination()

@@ -59,6 +59,7 @@ def _backfill(args: argparse.Namespace, config: Config) -> int:
             as_of=args.as_of,
             checkpoint=args.checkpoint,
             max_files_per_trigger=args.max_files_per_trigger,
+            allow_future_events=args.allow_future_events or None,
         )
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
@@ -360,6 +361,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--as-of", type=int, help="event time (epoch ms): publish State(AS_OF)")
     p.add_argument("--checkpoint", help="default: WAREHOUSE/_checkpoints/backfill")
     p.add_argument("--max-files-per-trigger", type=int, help="files per micro-batch")
+    p.add_argument(
+        "--allow-future-events",
+        action="store_true",
+        help="keep lines dated more than [routes] max_future_skew_ms ahead of the wall clock "
+        "(synthetic archives); default: dead-letter them",
+    )
     _add_common(p)
 
     p = sub.add_parser("job-path", help="path of a job's entry file, for spark-submit")

@@ -17,6 +17,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent / "defaults" / "routelake.toml"
 class RoutesConfig:
     watermark_delay_ms: int
     max_future_skew_ms: int
+    backfill_allow_future_events: bool
     delete_topic_with_broker_registration: bool
     support_acting_master: bool
     history: bool

@@ -30,6 +30,14 @@ DEAD_LETTER_KEY = "\x00dead-letter"
 CLOCK_KEY = "\x00clock"  # a backfill's --as-of tick (not an input record)
 TICK_KEY = "\x00tick"  # a collector's TICK events: input records that only move the watermark
 
+# Whose clock an eventTime was checked against, as the dead-letter reason names it.
+JOB_CLOCK = "the job clock"
+BACKFILL_CLOCK = "the backfill's wall clock"
+# What a backfill's reason adds: the way out for archives dated ahead on purpose.
+FUTURE_ARCHIVE_HINT = (
+    "an archive from the future? synthetic archives: routectl backfill --allow-future-events"
+)
+
 
 # Per process (a Spark Python worker lives across micro-batches): re-sent records skip
 # validation (routing_lib/known_records.py).
@@ -48,9 +56,15 @@ class Classified:
 
 
 def classify(
-    raw: bytes, source: str, position: int, now_ms: int | None, max_future_skew_ms: int
+    raw: bytes,
+    source: str,
+    position: int,
+    now_ms: int | None,
+    max_future_skew_ms: int,
+    clock: str = JOB_CLOCK,
 ) -> Classified:
-    """Validate one record. `now_ms` is the job clock (None for backfills: no skew check).
+    """Validate one record. `now_ms` is `clock` (the job's, or a backfill's wall clock): an
+    eventTime more than `max_future_skew_ms` ahead of it is a dead letter; None: no skew check.
 
     Never raises: whatever goes wrong with one record makes that record a dead letter, so one
     poison record cannot stop a backfill or halt the stream at its offset forever.
@@ -67,7 +81,7 @@ def classify(
                 return Classified(
                     template.group_key, event_time, source, position, packed, None, None
                 )
-        classified = _classify(raw, source, position, now_ms, max_future_skew_ms)
+        classified = _classify(raw, source, position, now_ms, max_future_skew_ms, clock)
         if not INT64_MIN <= classified.event_time <= INT64_MAX:  # Arrow would refuse the row
             raise OverflowError(f"eventTime {classified.event_time} does not fit a BIGINT")
         if cut is not None and classified.payload is not None:
@@ -85,21 +99,31 @@ def internal_error_reason(exc: BaseException) -> str:
 
 
 def _classify(
-    raw: bytes, source: str, position: int, now_ms: int | None, max_future_skew_ms: int
+    raw: bytes,
+    source: str,
+    position: int,
+    now_ms: int | None,
+    max_future_skew_ms: int,
+    clock: str,
 ) -> Classified:
     try:
         event = parse_pipeline_event(raw)
         if now_ms is not None and event.eventTime > now_ms + max_future_skew_ms:
-            raise ValidationFailure(
-                f"eventTime {event.eventTime} is more than {max_future_skew_ms} ms ahead of the "
-                f"job clock {now_ms} (clock skew)"
-            )
+            raise ValidationFailure(skew_reason(event.eventTime, now_ms, max_future_skew_ms, clock))
     except ValidationFailure as failure:
         return dead_letter(raw, source, position, failure.reason)
     if isinstance(event, TickEvent):
         return Classified(TICK_KEY, event.eventTime, source, position, None, None, None)
     return Classified(
         group_key(event), event.eventTime, source, position, pack_event(event), None, None
+    )
+
+
+def skew_reason(event_time: int, now_ms: int, max_future_skew_ms: int, clock: str) -> str:
+    cause = "clock skew" if clock == JOB_CLOCK else FUTURE_ARCHIVE_HINT
+    return (
+        f"eventTime {event_time} is more than {max_future_skew_ms} ms ahead of {clock} "
+        f"{now_ms} ({cause})"
     )
 
 
@@ -111,6 +135,7 @@ def archive_records(
     path: str, content: bytes, now_ms: int | None, max_future_skew_ms: int
 ) -> Iterator[Classified]:
     """Classify every line of a .jsonl or .jsonl.gz archive (positions are line numbers from 1).
+    `now_ms`: the backfill's wall clock, or None when archives may be dated in the future.
 
     Blank lines are records (dead-lettered as empty); the newline that ends the file is not.
     """
@@ -124,4 +149,6 @@ def archive_records(
     if lines and lines[-1] == b"":
         lines.pop()
     for number, line in enumerate(lines, start=1):
-        yield classify(line.removesuffix(b"\r"), path, number, now_ms, max_future_skew_ms)
+        yield classify(
+            line.removesuffix(b"\r"), path, number, now_ms, max_future_skew_ms, BACKFILL_CLOCK
+        )

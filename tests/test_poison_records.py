@@ -186,3 +186,53 @@ def test_stateful_step_failure_dead_letters_one_event_and_applies_the_rest(monke
     assert stats["failed_in_step"] == len(poisoned)
     assert stats["applied"] == len(rows) - len(poisoned)
     assert (out.kind == "change").any()  # the master's events still changed the tables
+
+
+# ---- archives from the future ------------------------------------------------------------------
+
+
+def test_backfill_dead_letters_lines_past_its_wall_clock_plus_the_skew():
+    """Stage one of a backfill: a line more than max_future_skew_ms ahead of the wall clock is a
+    dead letter whose reason says so (on the known-records fast path too); None trusts it."""
+    import time
+
+    skew = 300_000
+    heartbeat = json.loads(
+        next(line for line in fixture_lines("06_lightweight_heartbeat") if '"HEARTBEAT"' in line)
+    )
+
+    def line(event_time: int) -> bytes:
+        return json.dumps(dict(heartbeat, eventTime=event_time)).encode() + b"\n"
+
+    def classified(content: bytes, max_future_skew_ms: int | None) -> pd.DataFrame:
+        frame = pd.DataFrame({"path": ["file:/a.jsonl"], "content": [content]})
+        return pd.concat(list(_classify_archives(iter([frame]), None, max_future_skew_ms)))
+
+    before = int(time.time() * 1000)
+    # twice each: the second of a pair takes the known-records fast path
+    content = line(before + skew) * 2 + line(before + 10 * skew) * 2 + line(MAX_EVENT_TIME_MS)
+    rows = classified(content, skew)
+    after = int(time.time() * 1000)
+    assert list(rows.reason.isna()) == [True, True, False, False, False]
+    future_times = [before + 10 * skew] * 2 + [MAX_EVENT_TIME_MS]
+    for reason, event_time in zip(rows.reason[2:], future_times, strict=True):
+        prefix = f"eventTime {event_time} is more than {skew} ms ahead of the backfill's wall clock"
+        assert reason.startswith(prefix)
+        now_ms = int(reason.removeprefix(prefix).split()[0])
+        assert before <= now_ms <= after
+        assert reason.endswith(
+            "(an archive from the future? synthetic archives: "
+            "routectl backfill --allow-future-events)"
+        )
+    assert set(rows.group_key[2:]) == {ingest.DEAD_LETTER_KEY}
+    assert list(rows.event_time[2:]) == [0, 0, 0]  # dead letters never move the watermark
+
+    trusted = classified(content, None)
+    assert trusted.reason.isna().all()
+    assert trusted.event_time.iloc[-1] == MAX_EVENT_TIME_MS
+
+
+def test_streaming_skew_reason_is_unchanged():
+    assert ingest.skew_reason(5, 1, 3, ingest.JOB_CLOCK) == (
+        "eventTime 5 is more than 3 ms ahead of the job clock 1 (clock skew)"
+    )

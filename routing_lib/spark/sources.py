@@ -43,15 +43,21 @@ def _local_path(uri: str) -> str:
 
 
 def _classify_archives(
-    frames: Iterable[pd.DataFrame], warehouse: str | None = None
+    frames: Iterable[pd.DataFrame],
+    warehouse: str | None = None,
+    max_future_skew_ms: int | None = None,
 ) -> Iterator[pd.DataFrame]:
+    """`max_future_skew_ms`: lines dated further ahead of the wall clock (read as each file is
+    classified) are dead letters; None trusts every eventTime (synthetic archives)."""
     for pdf in frames:
         for uri, content in zip(pdf["path"], pdf["content"], strict=True):
             path = _local_path(uri)
             if path.endswith(CLOCK_FILE):  # the as-of tick: "<eventTime>" in a file of its own
                 yield _frame([Classified(CLOCK_KEY, int(content), path, 0, None, None, None)])
                 continue
-            items = fan_out_deletes(list(archive_records(path, bytes(content), None, 0)), warehouse)
+            now_ms = None if max_future_skew_ms is None else int(time.time() * 1000)
+            records = archive_records(path, bytes(content), now_ms, max_future_skew_ms or 0)
+            items = fan_out_deletes(list(records), warehouse)
             for start in range(0, len(items), 10_000):
                 yield _frame(items[start : start + 10_000])
 
@@ -61,9 +67,11 @@ def archive_stream(
     paths: list[str],
     max_files_per_trigger: int | None = None,
     warehouse: str | None = None,
+    max_future_skew_ms: int | None = None,
 ) -> DataFrame:
     """`.jsonl`/`.jsonl.gz` files or folders of them (searched recursively). With the job's
-    warehouse, DELETE_TOPIC events are fanned out to the groups holding the topic."""
+    warehouse, DELETE_TOPIC events are fanned out to the groups holding the topic. Lines more
+    than `max_future_skew_ms` ahead of the wall clock are dead letters (None: no check)."""
     streams = []
     for path in paths:
         reader = spark.readStream.format("binaryFile").schema(_BINARY_FILE_SCHEMA)
@@ -82,7 +90,7 @@ def archive_stream(
     for other in streams[1:]:
         merged = merged.unionByName(other)
     return merged.mapInPandas(
-        lambda frames: _classify_archives(frames, warehouse), CLASSIFIED_SCHEMA
+        lambda frames: _classify_archives(frames, warehouse, max_future_skew_ms), CLASSIFIED_SCHEMA
     )
 
 
