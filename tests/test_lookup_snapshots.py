@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -18,16 +19,27 @@ from routing_lib.core.tables import (
     FILTER_SERVER,
     KV_CONFIG,
     PROGRESS,
+    TABLE_DDL,
     TOPIC_QUEUE,
     Row,
 )
 from routing_lib.lookup import jsonbody
 from routing_lib.lookup.consistency import settled_versions
 from routing_lib.lookup.routes import ORDER_TOPIC_CONFIG, RouteIndex
-from routing_lib.lookup.snapshots import load_index, next_index
+from routing_lib.lookup.snapshots import load_index, next_index, store_of
+from routing_lib.lookup.topic_store import TopicStore
 from routing_lib.read.warehouse import RouteSnapshot
 from schemas import parse_event
-from tests.lookup_support import GOLDEN, Warehouse, addr, live, queue, snapshot, tables
+from tests.lookup_support import (
+    GOLDEN,
+    Warehouse,
+    addr,
+    arrow_schema,
+    live,
+    queue,
+    snapshot,
+    tables,
+)
 from tests.snapshot_support import Change, MergeWarehouse, fleet, key_of
 
 FLAGS = [
@@ -311,3 +323,20 @@ def test_hand_built_snapshot_unchanged_by_the_store():
     assert index.store.row_count == len(tables()[TOPIC_QUEUE])
     assert index.topic_count == len({r["topic"] for r in tables()[TOPIC_QUEUE]})
     assert index.versions[PROGRESS] == 7
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_store_from_arrow_columns_equals_store_from_rows(big):
+    """The vectorised full load (run-end/dictionary encoded) builds the same entries as the
+    row-by-row one, also for queue settings beyond 16 bits (the row-by-row fallback)."""
+    rng = random.Random(5)
+    rows = {}
+    for _ in range(400):
+        topic, broker = f"T{rng.randint(0, 60)}", f"b{rng.randint(0, 9)}"
+        rows[topic, broker] = queue(topic, broker, rng.choice([1, 8, 70_000 if big else 16]))
+    table = pa.Table.from_pylist(list(rows.values()), schema=arrow_schema(TABLE_DDL[TOPIC_QUEUE]))
+    from_columns = store_of(table)
+    from_rows = TopicStore.of_rows(rows.values())
+    assert dict(from_columns.items()) == dict(from_rows.items())
+    assert (len(from_columns), from_columns.row_count) == (len(from_rows), len(rows))
+    assert len(store_of(table.slice(0, 0))) == 0
