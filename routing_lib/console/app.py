@@ -47,7 +47,8 @@ LATEST = 50
 RAW_CHARS = 1000
 NO_DATA = (
     "No data yet: the warehouse has no published batch. Start the job (`routectl run`) or "
-    "load archives (`routectl backfill`); this page shows the fleet once a batch is published."
+    "load archives (`routectl backfill`); this page shows the fleet once a batch is published. "
+    "If one was published, the service's log says why the warehouse could not be read."
 )
 
 JsonObj = dict[str, Any]
