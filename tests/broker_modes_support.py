@@ -11,7 +11,6 @@ GET_ALL_TOPIC_LIST and GET_ROUTEINFO_BY_TOPIC answers.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import random
 import socket
@@ -160,9 +159,6 @@ class TapExchange:
     answered_ms: int | None = None
     answer_code: int | None = None
     answer_ext: dict[str, str] = field(default_factory=dict)
-    # the tap's own order of events (requests in, answers back): ms stamps tie
-    seq: int = 0
-    answered_seq: int | None = None
 
 
 class RegistrationTap:
@@ -179,7 +175,6 @@ class RegistrationTap:
     def __init__(self, target: int, lookups: int | None = None) -> None:
         self.target, self.lookups = target, lookups
         self.exchanges: list[TapExchange] = []
-        self._seq = itertools.count(1)
         self.port = 0
         self._ready = threading.Event()
         self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
@@ -210,9 +205,7 @@ class RegistrationTap:
             if cmd.is_response or cmd.code not in BROKER_CODES:
                 (other or upstream)[1].write(frame)
                 return
-            exchange = TapExchange(
-                cmd.code, cmd.ext_fields.get("brokerAddr"), _now_ms(), seq=next(self._seq)
-            )
+            exchange = TapExchange(cmd.code, cmd.ext_fields.get("brokerAddr"), _now_ms())
             self.exchanges.append(exchange)
             pending[cmd.opaque] = exchange
             upstream[1].write(frame)
@@ -221,7 +214,6 @@ class RegistrationTap:
             if cmd.is_response and (exchange := pending.pop(cmd.opaque, None)) is not None:
                 exchange.answered_ms, exchange.answer_code = _now_ms(), cmd.code
                 exchange.answer_ext = dict(cmd.ext_fields)
-                exchange.answered_seq = next(self._seq)
             writer.write(frame)
 
         def from_other(cmd: RemotingCommand, frame: bytes) -> None:
