@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from routing_lib.lookup.snapshots import next_index
 from routing_lib.read.warehouse import RouteSnapshot, table_versions
 
 log = logging.getLogger("routelake.lookup")
+SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,10 @@ class Refresher:
         return result
 
     async def run(self, poll_interval_s: float, stop: asyncio.Event) -> None:
+        # The build runs in a thread and holds the GIL between its C calls; the event loop
+        # waits for it up to the switch interval per request (5 ms by default): shorter
+        # turns keep a request's latency well under that while a snapshot is built.
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         while not stop.is_set():
             await self.refresh_once()
             try:

@@ -159,7 +159,7 @@ def changed_entries(store: TopicStore, changes: pa.Table) -> dict[str, Entry | N
         if kinds[i] in _REMOVES:
             queues.pop(brokers[i], None)
         else:
-            queues[brokers[i]] = queue_of(reads[i], writes[i], perms[i], flags[i])
+            queues[sys.intern(brokers[i])] = queue_of(reads[i], writes[i], perms[i], flags[i])
     entries = {t: entry_of(q) for t, q in work.items()}
     return {t: e for t, e in entries.items() if e != store.get(t)}
 

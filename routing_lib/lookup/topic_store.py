@@ -35,12 +35,14 @@ def queue_of(read: int, write: int, perm: int, sys_flag: int) -> Queue:
 
 
 def entry_of(queues: Mapping[str, Queue]) -> Entry | None:
-    """The entry of a topic whose queues are `queues` (broker name -> Queue); None if empty."""
+    """The entry of a topic whose queues are `queues` (broker name -> Queue, names interned
+    by the caller); None if empty."""
     if not queues:
         return None
-    flat: list = []
-    for name in sorted(queues):
-        flat += (sys.intern(name), queues[name])
+    names = sorted(queues)
+    flat: list = [None] * (2 * len(names))
+    flat[0::2] = names
+    flat[1::2] = [queues[name] for name in names]
     return tuple(flat)
 
 
