@@ -192,7 +192,7 @@ def main() -> None:
         print(f"  delta-rs read {table}: {rows:,} rows, {seconds:.2f} s")
     at = snapshot.watermark - 20 * 60_000
     topic = next((t for t in topics if t.startswith("Topic1")), topics[0])
-    with ServerThread(args.warehouse, poll_interval_s=1.0) as server:
+    with ServerThread(args.warehouse) as server:
         wait_until(lambda: server.service.holder.current is not None, timeout=600)
         base = f"http://127.0.0.1:{server.service.http_port}"
         figures = browser_figures(base, at, topic, args.rounds)
