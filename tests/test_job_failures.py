@@ -49,6 +49,17 @@ def test_disk_full_in_delta_rs_names_the_table(places):
     assert f"writing {path}" in said
 
 
+def test_disk_full_in_sparks_offset_log_names_the_offsets_folder(places):
+    error = (
+        "java.io.IOException: No space left on device\n"
+        "\tat org.apache.hadoop.fs.RawLocalFileSystem$LocalFSFileOutputStream.write(x:486)\n"
+        "\tat org.apache.spark.sql.execution.streaming.HDFSMetadataLog.write(x:207)\n"
+        "\tat org.apache.spark.sql.execution.streaming.MicroBatchExecution.markMicroBatchStart"
+        "(MicroBatchExecution.scala:911)\n"
+    )
+    assert f"writing {places.checkpoint}/offsets (" in explain(error, places)
+
+
 def test_disk_full_without_a_path_names_warehouse_and_checkpoint(places):
     said = explain(_java_trace("java.io.IOException: No space left on device"), places)
     assert f"under warehouse {places.warehouse} and checkpoint {places.checkpoint}" in said
@@ -62,6 +73,16 @@ def test_kafka_timeout_says_kafka_is_unreachable_and_what_to_do(places):
     said = explain(error, places)
     assert said.startswith("Kafka at 127.0.0.1:1 (topic events) did not answer in time")
     assert "resumes from its checkpoint" in said
+
+
+def test_a_task_that_could_not_reach_kafka_is_kafka_too(places):
+    error = _java_trace(
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage "
+        "30.0 failed 1 times, most recent failure: Lost task 0.0 in stage 30.0 (TID 46): "
+        "org.apache.kafka.common.errors.TimeoutException: Timeout of 60000ms expired before "
+        "the position for partition events-0 could be determined"
+    )
+    assert explain(error, places).startswith("Kafka at 127.0.0.1:1 (topic events)")
 
 
 def test_other_failures_keep_sparks_first_line(places):

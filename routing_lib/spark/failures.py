@@ -22,13 +22,9 @@ _DISK_FULL = re.compile(r"No space left on device|ENOSPC|os error 28|Errno 28", 
 # The Kafka clients' words for "no broker answered in time" (admin client on the driver, the
 # consumers of the executors) and Spark's when a fetch gives up.
 _KAFKA_GONE = re.compile(
-    r"Timed out waiting for a node assignment"
-    r"|Timed out waiting to send the call"
-    r"|TimeoutException: Timeout of \d+ms expired"
+    r"org\.apache\.kafka\.common\.errors\.TimeoutException"
     r"|Cannot fetch record for offset"
-    r"|Failed to update metadata after"
-    r"|Timed out while waiting to get end offsets"
-    r"|Timeout expired while fetching topic metadata",
+    r"|Timed out waiting for a node assignment"
 )
 _PATH_IN_TEXT = re.compile(r"(?:file:)?(/[^\s'\"`,;:()\[\]]+)")
 DOC = "docs/troubleshooting.md"
@@ -67,8 +63,20 @@ def explain(error: str, places: JobPlaces) -> str:
     return f"streaming query failed: {_first_line(error)}"
 
 
+# Where a write failed when the error names no file: the frames of the trace say which part
+# of the checkpoint (or the warehouse) was being written.
+_WRITERS = (
+    ("markMicroBatchStart", "checkpoint", "offsets"),
+    ("markMicroBatchEnd", "checkpoint", "commits"),
+    ("RocksDB", "checkpoint", "state"),
+    ("StateStore", "checkpoint", "state"),
+    ("delta_writer.py", "warehouse", ""),
+    ("DeltaError", "warehouse", ""),
+)
+
+
 def _disk_full(error: str, places: JobPlaces) -> str:
-    named = _full_path(error, places)
+    named = _full_path(error, places) or _writer_of(error, places)
     full = [f"{where} {path}" for where, path in _local_places(places)]
     spaces = "; ".join(f"{what}: {_free(path)}" for what, path in _local_places(places))
     where = f"writing {named}" if named else "under " + " and ".join(full)
@@ -105,6 +113,14 @@ def _full_path(error: str, places: JobPlaces) -> str | None:
         candidate = match.group(1).rstrip(".")
         if any(candidate.startswith(root + "/") for root in roots):
             return candidate
+    return None
+
+
+def _writer_of(error: str, places: JobPlaces) -> str | None:
+    local = dict(_local_places(places))
+    for frame, place, below in _WRITERS:
+        if frame in error and place in local:
+            return f"{local[place]}/{below}".rstrip("/")
     return None
 
 
