@@ -134,6 +134,8 @@ def test_wheel_ships_the_defaults_and_the_job_entry_files(installed):
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     assert "routing_lib/defaults/routelake.toml" in names
     assert {"routing_lib/jobs/route_state.py", "routing_lib/jobs/backfill.py"} <= names
+    console = {"index.html", "console.js", "console.css"}  # the web console's assets
+    assert {f"routing_lib/console/static/{name}" for name in console} <= names
     assert not any(n.startswith(("tests/", "conf/", "jobs/")) for n in names)
     metadata = zipfile.ZipFile(installed.wheel).read(
         next(n for n in names if n.endswith(".dist-info/METADATA"))
@@ -251,6 +253,13 @@ def test_tiny_backfill_from_the_wheel_then_served_without_uvloop(installed):
         assert status == 200
         code, body = _get(f"http://127.0.0.1:{LOOKUP_HTTP_PORT}/clusters")
         assert code == 200 and "broker-a" in body
+        # the console, from the installed package's own files
+        code, body = _get(f"http://127.0.0.1:{LOOKUP_HTTP_PORT}/")
+        assert code == 200 and 'src="/console/console.js"' in body
+        code, body = _get(f"http://127.0.0.1:{LOOKUP_HTTP_PORT}/console/console.js")
+        assert code == 200 and "createElement" in body
+        code, body = _get(f"http://127.0.0.1:{LOOKUP_HTTP_PORT}/console/api/fleet")
+        assert code == 200 and '"status":"ok"' in body and "broker-a" in body
     finally:
         server.terminate()
         _, stderr = server.communicate(timeout=30)
