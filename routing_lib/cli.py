@@ -185,6 +185,7 @@ def _serve(args: argparse.Namespace, config: Config) -> int:
         order_message_enable=config.routes.order_message_enable,
         tls=tls,
         http_tls=http_tls,
+        workers=args.workers or os.cpu_count() or 1,
     )
     return 0
 
@@ -407,6 +408,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warehouse")
     p.add_argument("--port", type=int, help="remoting port (default 9876)")
     p.add_argument("--http-port", type=int, help="HTTP port (default 8080)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="processes answering on the remoting port (default: the number of cores; "
+        "always 1 with --collect)",
+    )
     p.add_argument(
         "--collect",
         action="store_true",
