@@ -20,6 +20,7 @@ from routing_lib.lookup.remoting import (
     SerializeType,
     decode,
     encode,
+    encode_head,
 )
 
 BOTH = [SerializeType.JSON, SerializeType.ROCKETMQ]
@@ -255,3 +256,24 @@ def test_legacy_body_keeps_numeric_keys_bare():
 def test_parse_legacy_leaves_strings_alone():
     obj = {"s": '{0:"x",1:2}', 3: ["a,4:b"]}
     assert jsonbody.parse_legacy(jsonbody.legacy(obj)) == {"s": '{0:"x",1:2}', "3": ["a,4:b"]}
+
+
+def test_templated_json_heads_equal_rendered_ones():
+    """Answers without remark or extFields reuse their header text around the opaque: the
+    same bytes as rendering the header, for any code, flag, language, version and opaque."""
+    from routing_lib.lookup import remoting
+
+    rng = random.Random(3)
+    for _ in range(2000):
+        cmd = RemotingCommand(
+            code=rng.choice([0, 1, 17, 22, -5, 2**31 - 1]),
+            version=rng.choice([0, 479, -1]),
+            opaque=rng.randint(-(2**31), 2**31 - 1),
+            flag=rng.choice([0, 1, 3]),
+            language=rng.choice(["JAVA", "PYTHON", 'x"y', "\u00e9"]),
+            body=b"x" * rng.randint(0, 30),
+        )
+        header = remoting._json_header(cmd)
+        rendered = struct.pack(">ii", 4 + len(header) + len(cmd.body), len(header)) + header
+        assert encode_head(cmd) == rendered
+        assert decode(encode(cmd)) == cmd

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from enum import IntEnum
 from types import MappingProxyType
@@ -55,6 +55,7 @@ _LANGUAGE_NAMES = {code: name for name, code in LANGUAGE_CODES.items()}
 _FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
+_HEAD = struct.Struct(">ii")  # frame length, serialize type << 24 | header length
 _INT32 = (-(2**31), 2**31 - 1)
 _INT16 = (-(2**15), 2**15 - 1)
 
@@ -160,10 +161,36 @@ def encode(cmd: RemotingCommand) -> bytes:
     return encode_head(cmd) + cmd.body
 
 
+# JSON headers of answers without remark or extFields differ only in their opaque: their text
+# around it, per (code, flag, language, version), rendered once (at most this many kept).
+_JSON_HEAD_TEMPLATES: dict[tuple[int, int, str, int], tuple[bytes, bytes]] = {}
+_MAX_TEMPLATES = 1024
+
+
+def _templated_json_header(cmd: RemotingCommand) -> bytes:
+    key = (cmd.code, cmd.flag, cmd.language, cmd.version)
+    template = _JSON_HEAD_TEMPLATES.get(key)
+    if template is None:
+        _check(cmd.code, _INT32, "code")
+        _check(cmd.version, _INT32, "version")
+        text = _json_header(replace(cmd, opaque=0, body=b""))
+        before, mark, after = text.partition(b'"opaque":0,')
+        if not mark:  # not the expected shape: no template
+            return _json_header(cmd)
+        template = (before + b'"opaque":', b"," + after)
+        if len(_JSON_HEAD_TEMPLATES) < _MAX_TEMPLATES:
+            _JSON_HEAD_TEMPLATES[key] = template
+    return template[0] + str(cmd.opaque).encode() + template[1]
+
+
 def encode_head(cmd: RemotingCommand) -> bytes:
     """The frame without its body: a server writes the (shared, pre-encoded) body separately."""
     _check(cmd.opaque, _INT32, "opaque")
     _check(cmd.flag, _INT32, "flag")
+    if cmd.serialize_type == SerializeType.JSON and not cmd.remark and not cmd.ext_fields:
+        header = _templated_json_header(cmd)
+        length = 4 + len(header) + len(cmd.body)
+        return _HEAD.pack(length, len(header)) + header  # JSON: serialize type 0
     if cmd.serialize_type == SerializeType.ROCKETMQ:
         header = _binary_header(cmd)
     else:
