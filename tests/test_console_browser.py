@@ -18,7 +18,7 @@ from deltalake import write_deltalake
 
 from routing_lib.cli import main
 from routing_lib.core.as_of import as_of
-from routing_lib.core.history import EXPIRED, UNREGISTERED
+from routing_lib.core.history import BROKER_LIVENESS_EVENTS, EXPIRED, UNREGISTERED
 from routing_lib.core.tables import (
     BROKER_ADDR,
     BROKER_LIVE,
@@ -28,7 +28,7 @@ from routing_lib.core.tables import (
     SIDE_TABLE_DDL,
     TOPIC_QUEUE,
 )
-from routing_lib.read.history import as_of_dump, broker_history, load_history
+from routing_lib.read.history import as_of_dump, load_history
 from routing_lib.read.warehouse import load_snapshot
 from tests.helpers import fixture_lines, write_files
 from tests.lookup_support import (
@@ -322,8 +322,10 @@ def test_a_linked_at_url_opens_at_t(page, warehouse, history, watermark):
 
 
 def test_broker_timeline_has_the_liveness_intervals_of_as_of(page, warehouse, history, watermark):
-    events = broker_history(warehouse, "broker-a0")["liveness"]
-    assert {EXPIRED, UNREGISTERED} & {e["event_type"] for e in events}
+    kinds = {
+        e["event_type"] for e in history[BROKER_LIVENESS_EVENTS] if e["broker_name"] == "broker-a0"
+    }
+    assert {EXPIRED, UNREGISTERED} & kinds
     page.open("/?broker=broker-a0")
     rows = page.page.locator("#liveness tr.interval")
     assert rows.count() >= 2
