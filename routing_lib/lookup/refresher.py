@@ -97,7 +97,9 @@ class Refresher:
             support_acting_master=self.support_acting_master,
             order_message_enable=self.order_message_enable,
         )
-        built.index.route_count  # noqa: B018  computed here, off the event loop
+        # computed here, off the event loop, and kept up to date by the next builds
+        built.index.route_count  # noqa: B018
+        built.index.broker_topic_counts  # noqa: B018
         self.metrics.observe_build(built.how, time.perf_counter() - started)
         if built.reason and current is not None:
             log.info("full snapshot load: %s", built.reason)

@@ -258,6 +258,10 @@ class _TopicViews:
         self.route_count: int | None = None
 
 
+def _names(entry: Entry | None) -> tuple[str, ...]:
+    return () if entry is None else entry[0::2]
+
+
 class _ClusterTopics(Mapping[str, tuple[str, ...]]):
     """getTopicsByCluster per cluster, each list computed when first asked for."""
 
@@ -435,15 +439,28 @@ class RouteIndex:
             new.topics, new.topic_list = old.topics, old.topic_list
             if same_brokers:
                 new.system_topics = old.system_topics
-        if same_topics:
-            new.broker_counts = old.broker_counts
-            if same_brokers:
-                new.cluster_topics, new.cluster_bodies = old.cluster_topics, old.cluster_bodies
-        if (
-            old.route_count is not None
-            and changed is not None
-            and self._broker_part.brokers.keys() == previous._broker_part.brokers.keys()
-        ):  # routable = has a known broker: only the changed topics can have moved
+        if same_topics and same_brokers:
+            new.cluster_topics, new.cluster_bodies = old.cluster_topics, old.cluster_bodies
+        if changed is None or old.broker_counts is None:
+            return
+        # Per broker name, how many topics list it: kept up to date from the changed topics.
+        counts = dict(old.broker_counts)
+        changed_refs: dict[str, int] = {}
+        for topic in changed:
+            for name in _names(previous.store.get(topic)):
+                counts[name] -= 1
+                if not counts[name]:
+                    del counts[name]
+            for name in _names(self.store.get(topic)):
+                counts[name] = counts.get(name, 0) + 1
+                changed_refs[name] = changed_refs.get(name, 0) + 1
+        new.broker_counts = MappingProxyType(counts)
+        # Routable = lists a known broker. Only the changed topics can have moved, unless a
+        # broker name came or went that an unchanged topic lists (then count them all).
+        came_or_went = previous._broker_part.brokers.keys() ^ self._broker_part.brokers.keys()
+        if old.route_count is not None and all(
+            counts.get(name, 0) == changed_refs.get(name, 0) for name in came_or_went
+        ):
             new.route_count = (
                 old.route_count
                 - sum(previous._routable(t) for t in changed)
