@@ -57,8 +57,11 @@ def run_backfill(
         flags=RouteFlags(config.routes.delete_topic_with_broker_registration),
         history=config.routes.history,
         as_of=as_of,
+        content_min_chars=config.spark.content_min_chars,
     )
     skew = None if allow_future_events else config.routes.max_future_skew_ms
-    classified = archive_stream(spark, paths, max_files_per_trigger, settings.warehouse, skew)
+    classified = archive_stream(
+        spark, paths, max_files_per_trigger, settings.warehouse, skew, settings.content
+    )
     query = start_query(spark, classified, settings, available_now=True)
     query.awaitTermination()

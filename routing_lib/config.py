@@ -29,6 +29,7 @@ class SparkConfig:
     master: str
     shuffle_partitions: int
     jars_dir: str
+    content_min_chars: int
 
 
 @dataclass(frozen=True)

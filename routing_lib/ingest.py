@@ -6,14 +6,16 @@ message (source = topic-partition, position = offset). Both paths call `classify
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import logging
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from routing_lib.content_files import ContentSettings
 from routing_lib.core.admin import group_key
-from routing_lib.core.wire import pack_event
+from routing_lib.core.wire import externalize, pack_event
 from routing_lib.known_records import KnownRecords, cut_event_time
 from schemas.route_event import (
     INT64_MAX,
@@ -62,9 +64,12 @@ def classify(
     now_ms: int | None,
     max_future_skew_ms: int,
     clock: str = JOB_CLOCK,
+    store: ContentSettings | None = None,
 ) -> Classified:
     """Validate one record. `now_ms` is `clock` (the job's, or a backfill's wall clock): an
     eventTime more than `max_future_skew_ms` ahead of it is a dead letter; None: no skew check.
+    With `store`, a registration's large topic table leaves as a content reference
+    (routing_lib/core/content.py), its text stored there first.
 
     Never raises: whatever goes wrong with one record makes that record a dead letter, so one
     poison record cannot stop a backfill or halt the stream at its offset forever.
@@ -77,11 +82,13 @@ def classify(
             if template is not None and (
                 now_ms is None or event_time <= now_ms + max_future_skew_ms
             ):
-                packed = template.packed(event_time)
+                packed = _stored(template.packed(event_time), store)
                 return Classified(
                     template.group_key, event_time, source, position, packed, None, None
                 )
         classified = _classify(raw, source, position, now_ms, max_future_skew_ms, clock)
+        if classified.payload is not None and store is not None:
+            classified = dataclasses.replace(classified, payload=_stored(classified.payload, store))
         if not INT64_MIN <= classified.event_time <= INT64_MAX:  # Arrow would refuse the row
             raise OverflowError(f"eventTime {classified.event_time} does not fit a BIGINT")
         if cut is not None and classified.payload is not None:
@@ -92,6 +99,12 @@ def classify(
     except Exception as exc:  # the last line of defence: the schema should have caught it
         log.warning("record %s:%s failed validation unexpectedly: %r", source, position, exc)
         return dead_letter(raw, source, position, internal_error_reason(exc))
+
+
+def _stored(packed: str, store: ContentSettings | None) -> str:
+    if store is None:
+        return packed
+    return externalize(packed, store.backend(), store.min_chars)
 
 
 def internal_error_reason(exc: BaseException) -> str:
@@ -132,10 +145,15 @@ def dead_letter(raw: bytes, source: str, position: int, reason: str) -> Classifi
 
 
 def archive_records(
-    path: str, content: bytes, now_ms: int | None, max_future_skew_ms: int
+    path: str,
+    content: bytes,
+    now_ms: int | None,
+    max_future_skew_ms: int,
+    store: ContentSettings | None = None,
 ) -> Iterator[Classified]:
     """Classify every line of a .jsonl or .jsonl.gz archive (positions are line numbers from 1).
-    `now_ms`: the backfill's wall clock, or None when archives may be dated in the future.
+    `now_ms`: the backfill's wall clock, or None when archives may be dated in the future;
+    `store`: where large topic tables go (see `classify`).
 
     Blank lines are records (dead-lettered as empty); the newline that ends the file is not.
     """
@@ -150,5 +168,11 @@ def archive_records(
         lines.pop()
     for number, line in enumerate(lines, start=1):
         yield classify(
-            line.removesuffix(b"\r"), path, number, now_ms, max_future_skew_ms, BACKFILL_CLOCK
+            line.removesuffix(b"\r"),
+            path,
+            number,
+            now_ms,
+            max_future_skew_ms,
+            BACKFILL_CLOCK,
+            store,
         )

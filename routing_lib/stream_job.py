@@ -58,9 +58,10 @@ def run_stream(
         history=config.routes.history,
     )
     if not storage.is_remote(settings.checkpoint):
+        content_min_chars=config.spark.content_min_chars,
         Path(settings.checkpoint).parent.mkdir(parents=True, exist_ok=True)
     classified = kafka_stream(
-        spark, config.kafka, config.routes.max_future_skew_ms, settings.warehouse
+        spark, config.kafka, config.routes.max_future_skew_ms, settings.warehouse, settings.content
     )
     query = start_query(
         spark, classified, settings, available_now, config.kafka.trigger_interval, on_batch

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
 from pathlib import Path
+from typing import Any
 
 from routelake_dev.simulator import generate_history, with_admin_events
 from routing_lib.core.dump import project
@@ -78,3 +80,42 @@ def admin_history(seed: int) -> list[str]:
     rng = random.Random(seed)
     history = random_history(seed, rng)
     return [json.dumps(e) for e in with_admin_events(history, seed, every=rng.randint(5, 20))]
+
+
+def _chunks(record: dict[str, Any], size: int, rng: random.Random) -> list[dict[str, Any]]:
+    """A registration as RocketMQ 5.1.4+ splits it: chunks of `size` topics, each with the
+    next dataVersion counter, a few ms apart."""
+    names = list(record["topicConfigTable"])
+    out = []
+    for i, start in enumerate(range(0, len(names), size)):
+        chunk = copy.deepcopy(record)
+        chunk["topicConfigTable"] = {n: record["topicConfigTable"][n] for n in names[start:][:size]}
+        chunk["dataVersion"]["counter"] = record["dataVersion"]["counter"] * 100 + i
+        chunk["eventTime"] = record["eventTime"] + i * rng.randint(0, 3)
+        out.append(chunk)
+    return out
+
+
+def registration_modes(history: list[dict[str, Any]], rng: random.Random) -> list[dict[str, Any]]:
+    """`history` with some registrations split, re-sent, or changed under their dataVersion."""
+    out: list[dict[str, Any]] = []
+    split_brokers = {e["brokerName"] for e in history if rng.random() < 0.5}
+    for record in history:
+        if record["eventType"] != "REGISTER":
+            out.append(record)
+            continue
+        roll = rng.random()
+        if record["brokerName"] in split_brokers and len(record["topicConfigTable"]) > 1:
+            out += _chunks(record, rng.randint(1, 3), rng)
+        elif roll < 0.15 and record["topicConfigTable"]:  # changed, same dataVersion
+            changed = copy.deepcopy(record)
+            name = rng.choice(list(changed["topicConfigTable"]))
+            changed["topicConfigTable"][name]["perm"] ^= 2
+            out.append(changed)
+        elif roll < 0.3:  # re-sent unchanged, as forceRegister=true does
+            again = copy.deepcopy(record)
+            again["eventTime"] += rng.randint(1, 50)
+            out += [record, again]
+        else:
+            out.append(record)
+    return sorted(out, key=lambda r: r["eventTime"]) if rng.random() < 0.2 else out

@@ -9,7 +9,6 @@ state value as a content reference; it must equal the plain sequential replay.
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 from typing import Any
@@ -22,50 +21,11 @@ from routing_lib.core.dump import project
 from routing_lib.core.replay import replay_dump
 from routing_lib.core.wire import externalize, pack_event
 from schemas import parse_event
-from tests.helpers import DELAY_MS, random_history
+from tests.helpers import DELAY_MS, random_history, registration_modes
 from tests.step_support import group_state, run_step
 from tests.stream_model import run_model_in_batches
 
 Record = dict[str, Any]
-
-
-def _chunks(record: Record, size: int, rng: random.Random) -> list[Record]:
-    """A registration as RocketMQ 5.1.4+ splits it: chunks of `size` topics, each with the
-    next dataVersion counter, a few ms apart."""
-    names = list(record["topicConfigTable"])
-    out = []
-    for i, start in enumerate(range(0, len(names), size)):
-        chunk = copy.deepcopy(record)
-        chunk["topicConfigTable"] = {n: record["topicConfigTable"][n] for n in names[start:][:size]}
-        chunk["dataVersion"]["counter"] = record["dataVersion"]["counter"] * 100 + i
-        chunk["eventTime"] = record["eventTime"] + i * rng.randint(0, 3)
-        out.append(chunk)
-    return out
-
-
-def registration_modes(history: list[Record], rng: random.Random) -> list[Record]:
-    """`history` with some registrations split, re-sent, or changed under their dataVersion."""
-    out: list[Record] = []
-    split_brokers = {e["brokerName"] for e in history if rng.random() < 0.5}
-    for record in history:
-        if record["eventType"] != "REGISTER":
-            out.append(record)
-            continue
-        roll = rng.random()
-        if record["brokerName"] in split_brokers and len(record["topicConfigTable"]) > 1:
-            out += _chunks(record, rng.randint(1, 3), rng)
-        elif roll < 0.15 and record["topicConfigTable"]:  # changed, same dataVersion
-            changed = copy.deepcopy(record)
-            name = rng.choice(list(changed["topicConfigTable"]))
-            changed["topicConfigTable"][name]["perm"] ^= 2
-            out.append(changed)
-        elif roll < 0.3:  # re-sent unchanged, as forceRegister=true does
-            again = copy.deepcopy(record)
-            again["eventTime"] += rng.randint(1, 50)
-            out += [record, again]
-        else:
-            out.append(record)
-    return sorted(out, key=lambda r: r["eventTime"]) if rng.random() < 0.2 else out
 
 
 def _history(seed: int) -> list:

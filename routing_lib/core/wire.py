@@ -236,13 +236,15 @@ def externalize(packed: str, backend: ContentBackend | None, min_chars: int) -> 
     """A packed registration whose topic table text has `min_chars` or more, with the table
     replaced by its content reference (stored in `backend` first); anything else unchanged."""
     head_end = packed.find(RS)
-    if head_end < 0 or len(packed) - head_end - 1 < min_chars:
+    if head_end < 0:
         return packed
-    topics = packed[head_end + 1 :]
-    if is_ref(topics):
-        CONTENT.ensure(topics, backend)
+    ref = topics_ref(packed)
+    if ref is not None:  # a reference already (a known record's): make it durable here
+        CONTENT.ensure(ref, backend)
         return packed
-    return f"{packed[:head_end]}{RS}{CONTENT.put(topics, backend)}"
+    if len(packed) - head_end - 1 < min_chars:
+        return packed
+    return f"{packed[:head_end]}{RS}{CONTENT.put(packed[head_end + 1 :], backend)}"
 
 
 def inline(packed: str) -> str:

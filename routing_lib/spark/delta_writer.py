@@ -33,7 +33,7 @@ from routing_lib.core.history import (
     HISTORY_TABLE_DDL,
     HISTORY_TABLES,
 )
-from routing_lib.core.rows import WRITES
+from routing_lib.core.rows import WRITES, RowKind, RowOp
 from routing_lib.core.tables import (
     DEAD_LETTER,
     LATE_EVENT,
@@ -91,22 +91,22 @@ class DeltaRouteWriter:
         try:
             # One Spark action runs the plan: the stats rows (one per step call) say what
             # each call counted and which tables its other rows go to.
-            stats = batch.filter(F.col("kind") == "stats").select("row_json").collect()
+            stats = batch.filter(F.col("kind") == RowKind.STATS.value).select("row_json").collect()
             stepped = time.monotonic()
             counts, per_table = _read_stats(r["row_json"] for r in stats)
             writes = [
                 partial(self._merge, batch, batch_id, t)
                 for t in ROUTE_TABLES
-                if ("change", t) in per_table
+                if (RowKind.CHANGE, t) in per_table
             ]
             writes += [
                 partial(self._merge_history, batch, batch_id, t)
                 for t in HISTORY_TABLES
-                if ("history", t) in per_table
+                if (RowKind.HISTORY, t) in per_table
             ]
             writes += [
-                partial(self._append, batch.filter(F.col("kind") == kind), batch_id, table)
-                for kind, table in (("dead", DEAD_LETTER), ("late", LATE_EVENT))
+                partial(self._append, batch.filter(F.col("kind") == kind.value), batch_id, table)
+                for kind, table in ((RowKind.DEAD, DEAD_LETTER), (RowKind.LATE, LATE_EVENT))
                 if (kind, table) in per_table
             ]
             watermark = self.watermark_of_batch(batch_id)
@@ -142,12 +142,12 @@ class DeltaRouteWriter:
         self._delta_merge(
             batch_id,
             table,
-            _exploded(_rows_of(batch, "change", table), TABLE_DDL[table]),
+            _exploded(_rows_of(batch, RowKind.CHANGE, table), TABLE_DDL[table]),
             on,
             lambda merge: (
-                merge.when_matched_delete("s.op = 'delete'")
+                merge.when_matched_delete(_op_is(RowOp.DELETE))
                 .when_matched_update(every)
-                .when_not_matched_insert(every, "s.op = 'upsert'")
+                .when_not_matched_insert(every, _op_is(RowOp.UPSERT))
             ),
         )
 
@@ -162,14 +162,14 @@ class DeltaRouteWriter:
         def clauses(merge: TableMerger) -> TableMerger:
             if close:  # an interval table
                 merge = (
-                    merge.when_matched_delete("s.op = 'delete'")
-                    .when_matched_update(close, "s.op = 'close'")
-                    .when_matched_update(every, "s.op = 'upsert'")
+                    merge.when_matched_delete(_op_is(RowOp.DELETE))
+                    .when_matched_update(close, _op_is(RowOp.CLOSE))
+                    .when_matched_update(every, _op_is(RowOp.UPSERT))
                 )
-            return merge.when_not_matched_insert(every, "s.op IN ('upsert', 'append')")
+            return merge.when_not_matched_insert(every, _op_is(RowOp.UPSERT, RowOp.APPEND))
 
         self._delta_merge(
-            batch_id, table, _exploded(_rows_of(batch, "history", table), ddl), on, clauses
+            batch_id, table, _exploded(_rows_of(batch, RowKind.HISTORY, table), ddl), on, clauses
         )
 
     def _delta_merge(
@@ -264,8 +264,13 @@ def _from_source(columns: Iterable[str]) -> dict[str, str]:
     return {f'"{c}"': f's."{c}"' for c in columns}
 
 
-def _rows_of(batch: DataFrame, kind: str, table: str) -> DataFrame:
-    return batch.filter((F.col("kind") == kind) & (F.col("table") == table))
+def _op_is(*ops: RowOp) -> str:
+    """A MERGE predicate on the source row's op."""
+    return "s.op IN ({})".format(", ".join(f"'{op.value}'" for op in ops))
+
+
+def _rows_of(batch: DataFrame, kind: RowKind, table: str) -> DataFrame:
+    return batch.filter((F.col("kind") == kind.value) & (F.col("table") == table))
 
 
 def _exploded(bundles: DataFrame, ddl: str) -> DataFrame:
@@ -276,16 +281,16 @@ def _exploded(bundles: DataFrame, ddl: str) -> DataFrame:
     )
 
 
-def _read_stats(stats_json: Iterable[str]) -> tuple[dict[str, int], set[tuple[str, str]]]:
+def _read_stats(stats_json: Iterable[str]) -> tuple[dict[str, int], set[tuple[RowKind, str]]]:
     """Summed counts of the stats rows, and the (kind, table) pairs they list."""
     totals: dict[str, int] = {}
-    writes: set[tuple[str, str]] = set()
+    writes: set[tuple[RowKind, str]] = set()
     for text in stats_json:
         for name, value in json.loads(text).items():
             if name == WRITES:
                 for write in value:
                     kind, _, table = write.partition("/")
-                    writes.add((kind, table))
+                    writes.add((RowKind(kind), table))
             else:
                 totals[name] = totals.get(name, 0) + int(value)
     return totals, writes

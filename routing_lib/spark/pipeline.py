@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.state import GroupStateTimeout
 
+from routing_lib.content_files import ContentSettings, content_settings
 from routing_lib.core.group_routes import RouteFlags
 from routing_lib.spark.checkpoint import batch_watermark
 from routing_lib.spark.delta_writer import BatchReport, DeltaRouteWriter, ensure_tables
@@ -35,6 +36,13 @@ class JobSettings:
     flags: RouteFlags = RouteFlags()
     as_of: int | None = None
     history: bool = True
+    content_min_chars: int = 4096  # [spark] content_min_chars
+
+    @property
+    def content(self) -> ContentSettings:
+        """Where stage one and the step keep large values: in the checkpoint, which they
+        belong to (a new checkpoint starts a new store)."""
+        return content_settings(self.checkpoint, self.content_min_chars)
 
 
 def route_changes(classified: DataFrame, settings: JobSettings) -> DataFrame:
@@ -54,6 +62,7 @@ def route_changes(classified: DataFrame, settings: JobSettings) -> DataFrame:
             settings.as_of,
             settings.history,
             settings.warehouse,
+            settings.content,
         )
     )
     return (

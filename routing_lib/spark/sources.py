@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from routing_lib import storage
 from routing_lib.config import KafkaConfig
+from routing_lib.content_files import ContentSettings
 from routing_lib.ingest import CLOCK_KEY, Classified, archive_records, classify
 from routing_lib.spark.admin_log import fan_out_deletes
 
@@ -46,6 +47,7 @@ def _classify_archives(
     frames: Iterable[pd.DataFrame],
     warehouse: str | None = None,
     max_future_skew_ms: int | None = None,
+    store: ContentSettings | None = None,
 ) -> Iterator[pd.DataFrame]:
     """`max_future_skew_ms`: lines dated further ahead of the wall clock (read as each file is
     classified) are dead letters; None trusts every eventTime (synthetic archives)."""
@@ -56,7 +58,7 @@ def _classify_archives(
                 yield _frame([Classified(CLOCK_KEY, int(content), path, 0, None, None, None)])
                 continue
             now_ms = None if max_future_skew_ms is None else int(time.time() * 1000)
-            records = archive_records(path, bytes(content), now_ms, max_future_skew_ms or 0)
+            records = archive_records(path, bytes(content), now_ms, max_future_skew_ms or 0, store)
             items = fan_out_deletes(list(records), warehouse)
             for start in range(0, len(items), 10_000):
                 yield _frame(items[start : start + 10_000])
@@ -68,6 +70,7 @@ def archive_stream(
     max_files_per_trigger: int | None = None,
     warehouse: str | None = None,
     max_future_skew_ms: int | None = None,
+    store: ContentSettings | None = None,
 ) -> DataFrame:
     """`.jsonl`/`.jsonl.gz` files or folders of them (searched recursively). With the job's
     warehouse, DELETE_TOPIC events are fanned out to the groups holding the topic. Lines more
@@ -90,7 +93,8 @@ def archive_stream(
     for other in streams[1:]:
         merged = merged.unionByName(other)
     return merged.mapInPandas(
-        lambda frames: _classify_archives(frames, warehouse, max_future_skew_ms), CLASSIFIED_SCHEMA
+        lambda frames: _classify_archives(frames, warehouse, max_future_skew_ms, store),
+        CLASSIFIED_SCHEMA,
     )
 
 
@@ -98,7 +102,9 @@ def _glob_escape(name: str) -> str:
     return "".join("\\" + ch if ch in "\\{}[]*?," else ch for ch in name)
 
 
-def make_kafka_classifier(max_future_skew_ms: int, warehouse: str | None = None):
+def make_kafka_classifier(
+    max_future_skew_ms: int, warehouse: str | None = None, store: ContentSettings | None = None
+):
     def classify_kafka(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for pdf in frames:
             now_ms = int(time.time() * 1000)
@@ -111,6 +117,7 @@ def make_kafka_classifier(max_future_skew_ms: int, warehouse: str | None = None)
                             int(offset),
                             now_ms,
                             max_future_skew_ms,
+                            store=store,
                         )
                         for value, topic, partition, offset in zip(
                             pdf["value"], pdf["topic"], pdf["partition"], pdf["offset"], strict=True
@@ -124,7 +131,11 @@ def make_kafka_classifier(max_future_skew_ms: int, warehouse: str | None = None)
 
 
 def kafka_stream(
-    spark: SparkSession, kafka: KafkaConfig, max_future_skew_ms: int, warehouse: str | None = None
+    spark: SparkSession,
+    kafka: KafkaConfig,
+    max_future_skew_ms: int,
+    warehouse: str | None = None,
+    store: ContentSettings | None = None,
 ) -> DataFrame:
     raw = (
         spark.readStream.format("kafka")
@@ -137,5 +148,5 @@ def kafka_stream(
         .load()
     )
     return raw.select("value", "topic", "partition", "offset").mapInPandas(
-        make_kafka_classifier(max_future_skew_ms, warehouse), CLASSIFIED_SCHEMA
+        make_kafka_classifier(max_future_skew_ms, warehouse, store), CLASSIFIED_SCHEMA
     )
