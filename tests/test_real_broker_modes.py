@@ -1,16 +1,18 @@
 """Every registration mode of a real RocketMQ 5.3.3 broker, in tap mode: each broker lists the
-Java NameServer and routelake (a tap in front of routelake's collector), and routelake's routes
+Java NameServer and routelake's collector (each behind a recording tap), and routelake's routes
 (collector -> Kafka -> the reference replay -> the lookup's RouteIndex) must equal the Java
 NameServer's answers (GET_BROKER_CLUSTER_INFO, GET_ROUTEINFO_BY_TOPIC for every topic), cut
-down to the case's cluster:
+down to the case's cluster; so must what brokers read from the registration answers:
 
 - forceRegister=false: the broker asks QUERY_DATA_VERSION and skips unchanged registrations;
 - enableSplitRegistration with splitRegistrationSize=3 and 300 topics;
 - a master and a slave of one group (enableSlaveActingMaster), then the master killed;
 - a broker whose topics change while another NameServer of its namesrvAddr list is down.
 
+Last, the streaming job reads every case's events and must publish the replay's tables.
 One Java NameServer, one collector and one Kafka topic serve every case; every case's brokers
-start together (JVM start-ups overlap). Ports are picked at run time.
+start together (JVM start-ups overlap). Ports are picked at run time. docs/real-broker-modes.md
+says what differs from the Java NameServer and why.
 """
 
 from __future__ import annotations
