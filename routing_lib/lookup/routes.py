@@ -445,21 +445,23 @@ class RouteIndex:
             return
         # Per broker name, how many topics list it: kept up to date from the changed topics.
         counts = dict(old.broker_counts)
-        changed_refs: dict[str, int] = {}
+        listed: list[frozenset[str]] = []  # the changed topics' broker names, as now
         for topic in changed:
-            for name in _names(previous.store.get(topic)):
-                counts[name] -= 1
+            before = frozenset(_names(previous.store.get(topic)))
+            after = frozenset(_names(self.store.get(topic)))
+            listed.append(after)
+            for name in before - after:  # a set difference: a topic on 200 brokers that
+                counts[name] -= 1  # lost one costs one update, not 400
                 if not counts[name]:
                     del counts[name]
-            for name in _names(self.store.get(topic)):
+            for name in after - before:
                 counts[name] = counts.get(name, 0) + 1
-                changed_refs[name] = changed_refs.get(name, 0) + 1
         new.broker_counts = MappingProxyType(counts)
         # Routable = lists a known broker. Only the changed topics can have moved, unless a
         # broker name came or went that an unchanged topic lists (then count them all).
         came_or_went = previous._broker_part.brokers.keys() ^ self._broker_part.brokers.keys()
         if old.route_count is not None and all(
-            counts.get(name, 0) == changed_refs.get(name, 0) for name in came_or_went
+            counts.get(name, 0) == sum(name in names for names in listed) for name in came_or_went
         ):
             new.route_count = (
                 old.route_count
