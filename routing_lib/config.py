@@ -46,6 +46,7 @@ class KafkaConfig:
     max_offsets_per_trigger: int
     trigger_interval: str
     data_dir: str
+    outage_timeout_s: float
 
 
 @dataclass(frozen=True)

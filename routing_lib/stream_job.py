@@ -7,6 +7,8 @@ import signal
 import threading
 from pathlib import Path
 
+from pyspark.errors import StreamingQueryException
+
 from routing_lib import storage
 from routing_lib.config import Config
 from routing_lib.core.group_routes import RouteFlags
@@ -56,9 +58,9 @@ def run_stream(
         watermark_delay_ms=config.routes.watermark_delay_ms,
         flags=RouteFlags(config.routes.delete_topic_with_broker_registration),
         history=config.routes.history,
+        content_min_chars=config.spark.content_min_chars,
     )
     if not storage.is_remote(settings.checkpoint):
-        content_min_chars=config.spark.content_min_chars,
         Path(settings.checkpoint).parent.mkdir(parents=True, exist_ok=True)
     classified = kafka_stream(
         spark, config.kafka, config.routes.max_future_skew_ms, settings.warehouse, settings.content
@@ -73,6 +75,8 @@ def run_stream(
     try:
         while query.isActive and not stop_event.is_set():
             query.awaitTermination(1)
+    except StreamingQueryException:
+        pass  # the query failed: told below, from query.exception()
     finally:
         if query.isActive:
             log.info("stopping the query (an unfinished micro-batch is replayed on restart)")
@@ -86,7 +90,7 @@ def run_stream(
 def _explained(failure: BaseException, config: Config) -> StreamJobFailure:
     """The query's error as one paragraph an operator can act on; Spark's whole error text
     (the Java stack trace, causes included) goes to the log before it."""
-    detail = f"{failure}\n{getattr(failure, '_stackTrace', '') or ''}"
+    detail = _error_text(failure)
     places = JobPlaces(
         storage.resolve(config.paths.warehouse),
         storage.resolve(config.paths.checkpoint),
@@ -96,3 +100,14 @@ def _explained(failure: BaseException, config: Config) -> StreamJobFailure:
     summary = explain(detail, places)
     log.error("%s\nSpark's error follows:\n%s", summary, detail)
     return StreamJobFailure(summary, detail)
+
+
+def _error_text(failure: BaseException) -> str:
+    """The message and Java stack trace of the query's exception and of its causes (pyspark
+    keeps the cause, with its own whole trace, apart: that is where the reason is)."""
+    parts: list[str] = []
+    error: BaseException | None = failure
+    while error is not None and len(parts) < 10:
+        parts += [str(error), getattr(error, "_stackTrace", None) or ""]
+        error = getattr(error, "_cause", None)
+    return "\n".join(parts)

@@ -137,6 +137,7 @@ def kafka_stream(
     warehouse: str | None = None,
     store: ContentSettings | None = None,
 ) -> DataFrame:
+    outage_ms = int(kafka.outage_timeout_s * 1000)
     raw = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
@@ -145,6 +146,11 @@ def kafka_stream(
         .option("maxOffsetsPerTrigger", str(kafka.max_offsets_per_trigger))
         .option("failOnDataLoss", "false")
         .option("kafka.max.partition.fetch.bytes", str(64 * 1024 * 1024))
+        # A broker that is away for less than this is waited for; then the query stops
+        # with the Kafka clients' TimeoutException (routing_lib/spark/failures.py).
+        .option("kafka.default.api.timeout.ms", str(outage_ms))
+        .option("kafka.request.timeout.ms", str(min(outage_ms, 30_000)))  # may not exceed it
+        .option("kafkaConsumer.pollTimeoutMs", str(outage_ms))
         .load()
     )
     return raw.select("value", "topic", "partition", "offset").mapInPandas(
