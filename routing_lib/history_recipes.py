@@ -37,6 +37,7 @@ from routing_lib.core.history import (
     TOPIC_ROUTE_HISTORY,
 )
 from routing_lib.core.tables import Row
+from routing_lib.read.arrow_filters import read_table
 from routing_lib.read.warehouse import open_table
 
 # A dict of history tables: DataFrames from load_frames, or row lists from load_history.
@@ -58,7 +59,7 @@ def load_frames(
     filters per table, e.g. {"broker_liveness_events": [("event_date", ">=", "2025-11-24")]}."""
     frames = {}
     for table in tables:
-        arrow = open_table(warehouse, table).to_pyarrow_table(filters=(filters or {}).get(table))
+        arrow = read_table(open_table(warehouse, table), (filters or {}).get(table))
         frames[table] = arrow.to_pandas(types_mapper=_NULLABLE_INTS.get)
     return frames
 

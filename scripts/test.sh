@@ -19,7 +19,8 @@ if [ "${1:-}" = "--quick" ]; then
     tests/test_lookup_codec.py tests/test_collector_codec.py tests/test_docs_contract.py \
     tests/test_history_docs.py tests/test_packed_pending.py tests/test_known_records.py \
     tests/test_zip_imports.py tests/test_console_data.py tests/test_tls.py \
-    tests/test_job_failures.py tests/test_lookup_snapshots.py "$@"
+    tests/test_job_failures.py tests/test_lookup_snapshots.py tests/test_arrow_filters.py \
+    tests/test_content_refs.py "$@"
 fi
 
 started_kafka=0

@@ -14,6 +14,7 @@ from routing_lib.core.history import (
     TOPIC_ROUTE_HISTORY,
 )
 from routing_lib.core.tables import Row
+from routing_lib.read.arrow_filters import read_table
 from routing_lib.read.warehouse import WarehouseError, load_snapshot, open_optional, open_table
 
 
@@ -24,7 +25,7 @@ def load_history(
     out = {}
     for table in HISTORY_TABLES:
         delta = open_table(warehouse, table)
-        out[table] = delta.to_pyarrow_table(filters=(filters or {}).get(table)).to_pylist()
+        out[table] = read_table(delta, (filters or {}).get(table)).to_pylist()
     return out
 
 
@@ -51,11 +52,9 @@ def _overlaps(row: Row, start: int | None, end: int | None) -> bool:
 def topic_history(
     warehouse: str | Path, topic: str, start: int | None = None, end: int | None = None
 ) -> list[Row]:
-    rows = (
-        open_table(warehouse, TOPIC_ROUTE_HISTORY)
-        .to_pyarrow_table(filters=[("topic", "=", topic)])
-        .to_pylist()
-    )
+    rows = read_table(
+        open_table(warehouse, TOPIC_ROUTE_HISTORY), [("topic", "=", topic)]
+    ).to_pylist()
     return sorted(
         (r for r in rows if _overlaps(r, start, end)),
         key=lambda r: (r["valid_from"], r["broker_name"]),
@@ -63,16 +62,9 @@ def topic_history(
 
 
 def broker_history(warehouse: str | Path, broker_name: str) -> dict[str, list[Row]]:
-    members = (
-        open_table(warehouse, BROKER_MEMBERSHIP_HISTORY)
-        .to_pyarrow_table(filters=[("broker_name", "=", broker_name)])
-        .to_pylist()
-    )
-    liveness = (
-        open_table(warehouse, BROKER_LIVENESS_EVENTS)
-        .to_pyarrow_table(filters=[("broker_name", "=", broker_name)])
-        .to_pylist()
-    )
+    by_name = [("broker_name", "=", broker_name)]
+    members = read_table(open_table(warehouse, BROKER_MEMBERSHIP_HISTORY), by_name).to_pylist()
+    liveness = read_table(open_table(warehouse, BROKER_LIVENESS_EVENTS), by_name).to_pylist()
     return {
         "membership": sorted(members, key=lambda r: (r["valid_from"], r["broker_id"])),
         "liveness": sorted(liveness, key=lambda r: (r["event_time"], r["seq"])),
@@ -91,5 +83,5 @@ def admin_history(
         *([("event_time", ">=", start)] if start is not None else []),
         *([("event_time", "<", end)] if end is not None else []),
     ]
-    rows = delta.to_pyarrow_table(filters=filters or None).to_pylist()
+    rows = read_table(delta, filters).to_pylist()
     return sorted(rows, key=lambda r: (r["event_time"], r["source"] or "", r["position"] or 0))

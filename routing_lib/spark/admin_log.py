@@ -25,6 +25,7 @@ from routing_lib.core.history import event_date
 from routing_lib.core.tables import TOPIC_QUEUE
 from routing_lib.core.wire import unpack_event
 from routing_lib.ingest import Classified
+from routing_lib.read.arrow_filters import read_table
 from schemas.route_event import DeleteTopicEvent
 
 # Python workers are reused across batches and queries: keyed by warehouse and batch id.
@@ -64,9 +65,7 @@ def holders(warehouse: str, topic: str) -> list[str]:
         rows = (
             []
             if delta is None
-            else delta.to_pyarrow_table(
-                columns=["broker_name"], filters=[("topic", "=", topic)]
-            ).to_pylist()
+            else read_table(delta, [("topic", "=", topic)], ["broker_name"]).to_pylist()
         )
         cache[key] = sorted({r["broker_name"] for r in rows})
     return cache[key]
@@ -95,7 +94,8 @@ def logged_deletes(warehouse: str, published: int) -> list[tuple[Arrival, Delete
         rows = (
             []
             if delta is None
-            else delta.to_pyarrow_table(
+            else read_table(
+                delta,
                 columns=[
                     "event_time",
                     "topic",
