@@ -18,10 +18,12 @@ PYTHONPATH (its routing_lib is measured): `PYTHONPATH=/tmp/before python bench/s
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 
 import pandas as pd
 
+from routing_lib.content_files import ContentSettings
 from routing_lib.core.group_routes import DEFAULT_FLAGS
 from routing_lib.ingest import classify
 from routing_lib.spark.stateful import StepSettings, make_step
@@ -34,6 +36,12 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=20)
     parser.add_argument("--topics", type=int, default=100)
     parser.add_argument("--history", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--content-min-chars",
+        type=int,
+        default=4096,
+        help="[spark] content_min_chars; -1: no content references (every value inline)",
+    )
     parser.add_argument("--lines", help="read the records from this file instead")
     parser.add_argument("--save", help="write the generated records to this file")
     args = parser.parse_args()
@@ -47,33 +55,48 @@ def main() -> None:
         open(args.save, "wb").write(b"".join(line + b"\n" for line in lines))
     n = len(lines)
 
+    store = None
+    if args.content_min_chars >= 0:
+        store = ContentSettings(
+            tempfile.mkdtemp(prefix="step-bench-content-"), args.content_min_chars
+        )
     started = time.process_time()
-    classified = [classify(line, "archive.jsonl", i, None, 0) for i, line in enumerate(lines)]
+    classified = [
+        classify(line, "archive.jsonl", i, None, 0, store=store) for i, line in enumerate(lines)
+    ]
     stage_one = time.process_time() - started
+    shuffled = sum(len(c.payload or "") for c in classified)
 
     by_group: dict[str, list] = {}
     for c in classified:
         by_group.setdefault(c.group_key, []).append((c.event_time, c.source, c.position, c.payload))
     last = max(c.event_time for c in classified)
-    step = make_step(StepSettings("/nonexistent-checkpoint", DEFAULT_FLAGS, history=args.history))
+    step = make_step(
+        StepSettings("/nonexistent-checkpoint", DEFAULT_FLAGS, history=args.history, content=store)
+    )
     columns = ["event_time", "source", "position", "payload"]
 
-    parked, applied, out_rows = 0.0, 0.0, 0
+    parked, applied, out_rows, parked_state, final_state = 0.0, 0.0, 0, 0, 0
     for group, events in by_group.items():
         frame = pd.DataFrame(events, columns=columns)
         state = group_state(None, 0)
         started = time.process_time()
         list(step((group,), iter([frame]), state))
         parked += time.process_time() - started
+        parked_state += sum(len(v or "") for v in state.get)
         state = group_state(tuple(state.get), last - 10_000)
         started = time.process_time()
         out = list(step((group,), iter([]), state))
         applied += time.process_time() - started
         out_rows += sum(len(f) for f in out)
+        final_state += sum(len(v or "") for v in state.get) if state.exists else 0
     print(f"events: {n} in {len(by_group)} groups, {args.topics} topics per registration")
     print(f"stage one (classify): {1e6 * stage_one / n:.1f} us/event")
     print(f"step, parking batch: {1e6 * parked / n:.1f} us/event")
     print(f"step, applying batch: {1e6 * applied / n:.1f} us/event ({out_rows} output rows)")
+    print(f"bytes to the shuffle (payloads): {shuffled / n:.0f} per event")
+    print(f"state while parked: {parked_state / len(by_group):.0f} bytes per group")
+    print(f"state after applying: {final_state / len(by_group):.0f} bytes per group")
     print(f"python total: {1e6 * (stage_one + parked + applied) / n:.1f} us/event")
 
 
