@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from routing_lib import clean_exit
 from routing_lib.config import Config, load_config
 
 Handler = Callable[[argparse.Namespace, Config], int]
@@ -534,12 +535,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """Console-script entry point. Exits without interpreter teardown: delta-rs' native
-    threads sometimes abort the process while Python shuts down (exit 134 after a good run)."""
+    """Console-script entry point: the interpreter shuts down as usual, after pyarrow's threads
+    finished (clean_exit: also where no .pth file installed it, e.g. a wheel)."""
+    clean_exit.install()
     code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # `routectl dump | head`: nobody reads the rest, nor the exit flush
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e ".[test,plot,uvloop]"
+# Scripts reading Delta tables with delta-rs exit 0 (routing_lib/clean_exit.py: a .pth hook).
+.venv/bin/python -m routing_lib.clean_exit
 
 # Spark already ships Scala, Hadoop client, lz4, snappy...: keep only the jars it lacks, so
 # no second copy of a library sits on the class path.
