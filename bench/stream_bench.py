@@ -172,6 +172,7 @@ def freshness(args, config) -> None:
         wall_start_ms,
         heartbeats_per_period=HEARTBEATS_PER_PERIOD,
         fault_interval_ms=args.fault_interval_ms,
+        split_registration=args.split_registration,
     )
     encode, known, sent = EventEncoder(), set(), 0
     started = time.monotonic()
@@ -281,6 +282,12 @@ def main() -> None:
     for p in sub.choices.values():
         p.add_argument("--workdir", default=".work/bench-stream")
         p.add_argument("--no-history", action="store_true")
+        p.add_argument(
+            "--split-registration",
+            type=int,
+            default=None,
+            help="brokers register in chunks of this many topics (enableSplitRegistration)",
+        )
     args = parser.parse_args()
 
     from routing_lib.config import load_config

@@ -57,6 +57,7 @@ class _Node:
     base: int = 0  # time of its latest (re)start; ticks are scheduled from here
     tick: int = 0
     pending_id: int | None = None  # role switch: the id it returns with
+    chunks_sent: int = 0  # split registration: each chunk carries the next dataVersion
 
     @property
     def addr(self) -> str:
@@ -100,7 +101,11 @@ class FleetSimulator:
         *,
         heartbeats_per_period: int = DEFAULT_HEARTBEATS_PER_PERIOD,
         fault_interval_ms: int | None = DEFAULT_FAULT_INTERVAL_MS,
+        split_registration: int | None = None,
     ) -> None:
+        """`split_registration`: brokers register as RocketMQ 5.1.4+ does with
+        enableSplitRegistration, in chunks of that many topics, each chunk with a new
+        dataVersion (5.1.4-5.3.3 bump it per chunk)."""
         if brokers < 1 or topics < 0 or period_ms < 10 or heartbeats_per_period < 0:
             raise ValueError(
                 "need brokers >= 1, topics >= 0, period_ms >= 10, heartbeats_per_period >= 0"
@@ -113,6 +118,7 @@ class FleetSimulator:
         self.heartbeats_per_period = heartbeats_per_period
         self.interval_ms = max(1, period_ms // (heartbeats_per_period + 1))
         self.fault_interval_ms = fault_interval_ms or 0
+        self.split_registration = split_registration
         self.faults: list[Fault] = []
         self._rng = random.Random(f"routelake-fleet:{seed}")
         self._heap: list[tuple[int, int, str, int, int, int]] = []
@@ -248,7 +254,17 @@ class FleetSimulator:
             event["enableActingMaster"] = group.acting_master
         if group.zone is not None:
             event["zoneName"] = group.zone
-        self._emit(at, group, event)
+        size = self.split_registration
+        if not size or len(group.topics) <= size:
+            self._emit(at, group, event)
+            return
+        names = list(group.topics)
+        for start in range(0, len(names), size):
+            node.chunks_sent += 1
+            chunk = dict(event)
+            chunk["topicConfigTable"] = {n: group.topics[n] for n in names[start : start + size]}
+            chunk["dataVersion"] = dict(group.data_version, counter=node.chunks_sent)
+            self._emit(at, group, chunk)
 
     # ---- actions ------------------------------------------------------------------------
 
