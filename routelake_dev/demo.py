@@ -3,11 +3,14 @@
 Starts the local Kafka broker, a simulated fleet producing live events, the streaming job and
 the lookup service, then prints a table every few seconds: watermark lag, clusters, broker
 groups with their live brokers, and one topic's route (`render`).
-Ctrl-C (or --duration) stops everything it started.
+Ctrl-C, SIGTERM, a hangup (the terminal closed) or --duration stops everything it started, in
+order; if the demo itself is killed (kill -9), the kernel kills its children
+(routing_lib/lifeline.py), and their own children follow (docs/troubleshooting.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,14 +19,24 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from routelake_dev import kafka_local
+from routing_lib import lifeline
 from routing_lib.config import Config, project_path
 
 DEMO_DIR = ".work/demo"
+# An orderly stop of the children (SIGTERM) may take this long before they are killed: the
+# streaming job stops its query, the JVM follows its driver.
+CHILD_STOP_S = 6.0
+KAFKA_STOP_S = 5.0  # the demo's own broker, after its clients are gone
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _Stop(Exception):
+    """Raised in the main thread by a stop signal: ends a sleep or an HTTP call at once."""
 
 
 def _spawn(args: list[str], log: Path) -> subprocess.Popen:
@@ -31,11 +44,15 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen:
     out = open(log, "wb")  # lives as long as the child
     return subprocess.Popen(
         [sys.executable, "-m", "routing_lib.cli", *args],
+        stdin=subprocess.DEVNULL,
         stdout=out,
         stderr=subprocess.STDOUT,
         env=env,
         cwd=project_path("."),
+        # Its own session: a terminal's Ctrl-C reaches the demo only, which stops the children
+        # in order; and if the demo dies without doing so, the kernel kills them.
         start_new_session=True,
+        preexec_fn=lifeline.die_with_parent(),
     )
 
 
@@ -129,90 +146,123 @@ def fetch_refresh(http: str, started: float) -> Refresh | None:
     )
 
 
+def _say(text: str) -> None:
+    """Print, unless stdout is gone (`demo | tee` whose tee died of the same Ctrl-C, a closed
+    terminal): then print nothing more, and let nothing fail on it again at exit."""
+    try:
+        print(text, flush=True)
+    except OSError:  # BrokenPipeError, EIO from a hung-up terminal
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def _show(http: str, started: float) -> None:
     view = fetch_refresh(http, started)
-    print()
     if view is None:
-        print(f"--- {time.strftime('%H:%M:%S')}  lookup service: waiting for the first batch...")
+        _say(f"\n--- {time.strftime('%H:%M:%S')}  lookup service: waiting for the first batch...")
     else:
-        print(render(view))
+        _say("\n" + render(view))
 
 
-def run_demo(config: Config, brokers: int, topics: int, duration_s: float | None) -> int:
-    work = project_path(DEMO_DIR)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    print(f"demo: logs and tables in {work}")
-    kafka = kafka_local.start(config.kafka)
-    topic = f"demo-events-{int(time.time())}"
-    kafka_local.create_topic(config.kafka.bootstrap_servers, topic)
-    print(f"kafka {config.kafka.bootstrap_servers} ready; topic {topic}")
-    warehouse, http_port = work / "warehouse", config.serve.http_port
-    children = [
-        _spawn(
-            [
-                "simulate",
-                "--topic",
-                topic,
-                "--brokers",
-                str(brokers),
-                "--topics",
-                str(topics),
-                "--seed",
-                "demo",
-            ],
-            work / "simulate.log",
-        ),
-        _spawn(
-            [
-                "run",
-                "--topic",
-                topic,
-                "--warehouse",
-                str(warehouse),
-                "--checkpoint",
-                str(work / "checkpoint"),
-                "--trigger-interval",
-                "1 second",  # publishes about every second (issue 8)
-                "-v",
-            ],
-            work / "job.log",
-        ),
-        _spawn(["serve", "--warehouse", str(warehouse)], work / "serve.log"),
-    ]
-    print(
-        f"simulator, streaming job and lookup service started: "
-        f"NameServer protocol on 127.0.0.1:{config.serve.port}, "
-        f"HTTP on http://127.0.0.1:{http_port} (Ctrl-C stops the demo)"
-    )
-    stop = False
+def _stop_children(children: list[subprocess.Popen]) -> None:
+    """SIGTERM each child's process group, SIGKILL what is left after CHILD_STOP_S."""
+    for child in children:
+        if child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGTERM)
+    deadline = time.monotonic() + CHILD_STOP_S
+    for child in children:
+        try:
+            child.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+
+
+@dataclass
+class _Started:
+    """What the demo started so far: what its cleanup stops."""
+
+    kafka: kafka_local.StartResult | None = None
+    children: list[subprocess.Popen] = field(default_factory=list)
+
+
+class _ChildExited(Exception):
+    pass
+
+
+def run_demo(
+    config: Config,
+    brokers: int,
+    topics: int,
+    duration_s: float | None,
+    work_dir: str | None = None,
+) -> int:
+    stopping = False
 
     def on_signal(*_) -> None:
-        nonlocal stop
-        stop = True
+        nonlocal stopping
+        if not stopping:  # once: the cleanup itself must not be interrupted
+            stopping = True
+            raise _Stop
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    started = time.monotonic()
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, on_signal)
+    started = _Started()
+    work = Path(work_dir).resolve() if work_dir else project_path(DEMO_DIR)
     try:
-        while not stop and (duration_s is None or time.monotonic() - started < duration_s):
-            for child, name in zip(children, ("simulator", "job", "lookup"), strict=True):
-                if child.poll() is not None:
-                    print(f"the {name} exited ({child.returncode}); see {work}")
-                    return 1
-            _show(f"http://127.0.0.1:{http_port}", started)
-            time.sleep(5)
+        _start(config, brokers, topics, work, started)
+        _watch(started.children, config.serve.http_port, duration_s, work)
         return 0
+    except _Stop:
+        return 0
+    except _ChildExited:
+        return 1
     finally:
-        print("\ndemo: stopping...")
-        for child in children:
-            if child.poll() is None:
-                os.killpg(child.pid, signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-        if kafka.started:
-            kafka_local.stop(config.kafka)
-        print("demo: stopped")
+        stopping = True
+        _say("\ndemo: stopping...")
+        _stop_children(started.children)
+        if started.kafka is not None and started.kafka.started:
+            kafka_local.stop(config.kafka, timeout_s=KAFKA_STOP_S)
+        _say("demo: stopped")
+
+
+def _start(config: Config, brokers: int, topics: int, work: Path, started: _Started) -> None:
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    _say(f"demo: logs and tables in {work}")
+    started.kafka = kafka_local.start(config.kafka, die_with_parent=True)
+    topic = f"demo-events-{int(time.time())}"
+    kafka_local.create_topic(config.kafka.bootstrap_servers, topic)
+    _say(f"kafka {config.kafka.bootstrap_servers} ready; topic {topic}")
+    warehouse = work / "warehouse"
+    simulate = ["simulate", "--topic", topic, "--brokers", str(brokers), "--topics", str(topics)]
+    job = ["run", "--topic", topic, "--warehouse", str(warehouse)]
+    job += ["--checkpoint", str(work / "checkpoint")]
+    job += ["--trigger-interval", "1 second", "-v"]  # publishes about every second (issue 8)
+    for args, log in (
+        ([*simulate, "--seed", "demo"], "simulate.log"),
+        (job, "job.log"),
+        (["serve", "--warehouse", str(warehouse)], "serve.log"),
+    ):
+        started.children.append(_spawn(args, work / log))
+    _say(
+        f"simulator, streaming job and lookup service started: "
+        f"NameServer protocol on 127.0.0.1:{config.serve.port}, "
+        f"HTTP on http://127.0.0.1:{config.serve.http_port} (Ctrl-C stops the demo)"
+    )
+
+
+def _watch(
+    children: list[subprocess.Popen], http_port: int, duration_s: float | None, work: Path
+) -> None:
+    started = time.monotonic()
+    while duration_s is None or time.monotonic() - started < duration_s:
+        for child, name in zip(children, ("simulator", "job", "lookup"), strict=True):
+            if child.poll() is not None:
+                _say(f"the {name} exited ({child.returncode}); see {work}")
+                raise _ChildExited
+        _show(f"http://127.0.0.1:{http_port}", started)
+        time.sleep(5)

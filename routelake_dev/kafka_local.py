@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from routing_lib import lifeline
 from routing_lib.collector.publisher import MAX_MESSAGE_BYTES
 from routing_lib.config import Config, KafkaConfig, load_config, project_path
 
@@ -384,8 +385,12 @@ def start(
     controller_port: int | None = None,
     timeout_s: float = 120.0,
     heap: str = "1g",
+    die_with_parent: bool = False,
 ) -> StartResult:
-    """Start the broker unless it runs already; return once kafka-python can fetch metadata."""
+    """Start the broker unless it runs already; return once kafka-python can fetch metadata.
+
+    The broker outlives the caller (`routectl kafka start`), unless `die_with_parent`: then the
+    kernel kills it when the calling process ends, however it ends (`routectl demo`)."""
     began = time.monotonic()
     config = config or load_config().kafka
     paths = broker_paths(config)
@@ -430,6 +435,7 @@ def start(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                preexec_fn=lifeline.die_with_parent() if die_with_parent else None,
             )
         paths.pid_file.write_text(f"{process.pid}\n")
         try:
@@ -537,15 +543,34 @@ def add_kafka_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heap", default="1g", help="JVM -Xmx (default 1g)")
 
 
+@contextlib.contextmanager
+def _terminate_raises() -> Iterator[None]:
+    """SIGTERM (and a hangup: routectl maps it to SIGTERM) raises SystemExit meanwhile, so that
+    `start` stops the broker it has not handed over yet, as it does on Ctrl-C."""
+
+    def on_terminate(*_) -> None:
+        raise SystemExit(128 + signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, on_terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_kafka(args: argparse.Namespace, full_config: Config) -> int:
     """`routectl kafka start|stop|status|topic`; status exits 3 when nothing runs."""
     config = full_config.kafka
     topic = args.topic or config.topic
     try:
         if args.action == "start":
-            result = start(
-                config, controller_port=args.controller_port, timeout_s=args.timeout, heap=args.heap
-            )
+            with _terminate_raises():  # a broker still starting is stopped with its caller
+                result = start(
+                    config,
+                    controller_port=args.controller_port,
+                    timeout_s=args.timeout,
+                    heap=args.heap,
+                )
             what = (
                 f"started (pid {result.pid})"
                 if result.started

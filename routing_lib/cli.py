@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from routing_lib import clean_exit
+from routing_lib import clean_exit, lifeline
 from routing_lib.config import Config, load_config
 
 Handler = Callable[[argparse.Namespace, Config], int]
@@ -279,7 +279,7 @@ def _warehouse_table(name: str) -> str:
 def _demo(args: argparse.Namespace, config: Config) -> int:
     from routelake_dev.demo import run_demo
 
-    return run_demo(config, args.brokers, args.topics, args.duration)
+    return run_demo(config, args.brokers, args.topics, args.duration, args.work_dir)
 
 
 @command("kafka")
@@ -456,6 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--brokers", type=int, default=6, help="broker groups to simulate")
     p.add_argument("--topics", type=int, default=10, help="topics per broker")
     p.add_argument("--duration", type=float, help="seconds (default: until Ctrl-C)")
+    p.add_argument("--work-dir", help="logs and tables (default .work/demo; emptied first)")
     _add_common(p)
 
     p = sub.add_parser(
@@ -522,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.verbose:
         logging.getLogger("routelake").setLevel(logging.INFO)
+    lifeline.hangup_as_terminate()  # a closed terminal stops every command as SIGTERM does
     from routing_lib.read.warehouse import WarehouseError
 
     try:
