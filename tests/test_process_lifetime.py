@@ -132,6 +132,25 @@ def _wait_listening(run: TerminalRun, port: int, timeout_s: float) -> None:
             time.sleep(0.2)
 
 
+def test_kafka_start_stops_the_broker_it_is_still_starting(tmp_path):
+    """`routectl kafka start` detaches the broker on purpose once it answers; stopped before
+    that (SIGTERM; a hangup is the same), it takes the broker with it."""
+    env = {
+        **os.environ,
+        "ROUTELAKE_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",
+        "ROUTELAKE_KAFKA_DATA_DIR": str(tmp_path / "kafka"),
+    }
+    run = TerminalRun([ROUTECTL, "kafka", "start", "--no-topic"], env, ROOT)
+    try:
+        run.wait_for_process("kafka.Kafka", 120.0)
+        before = marked_processes(run.marker)
+        stop(run, "sigterm")
+        assert_nothing_left(run, before)
+        assert run.process.wait(5) == 128 + signal.SIGTERM
+    finally:
+        run.close()
+
+
 # ---- routectl run: the driver, the Spark JVM, Spark's Python workers ---------------------------
 
 
