@@ -1,4 +1,4 @@
-"""Per-batch fixed cost (README, issue 8): a backfill of small files, one per micro-batch.
+"""Per-batch fixed cost (it bounds freshness): a backfill of small files, one per micro-batch.
 
     PYTHONPATH=$PWD .venv/bin/python bench/batch_cost.py [EVENTS]
 

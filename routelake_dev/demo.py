@@ -241,7 +241,8 @@ def _start(config: Config, brokers: int, topics: int, work: Path, started: _Star
     simulate = ["simulate", "--topic", topic, "--brokers", str(brokers), "--topics", str(topics)]
     job = ["run", "--topic", topic, "--warehouse", str(warehouse)]
     job += ["--checkpoint", str(work / "checkpoint")]
-    job += ["--trigger-interval", "1 second", "-v"]  # publishes about every second (issue 8)
+    # a batch about every second, so the live view follows the fleet closely
+    job += ["--trigger-interval", "1 second", "-v"]
     for args, log in (
         ([*simulate, "--seed", "demo"], "simulate.log"),
         (job, "job.log"),

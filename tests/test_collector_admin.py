@@ -1,4 +1,4 @@
-"""Operators' requests at the collector (issue 14) against the real local Kafka: each is published
+"""Operators' requests at the collector against the real local Kafka: each is published
 as the contract's administrative event before it is answered; wipe/add answer the topic count
 of the served snapshot; clients outside [collector] admin_allow get NO_PERMISSION (16) and
 nothing is published."""

@@ -1,4 +1,4 @@
-"""Broker-request codec (issue 9 a): headers, crc32, JSON and compressed RegisterBrokerBody,
+"""Broker-request codec: headers, crc32, JSON and compressed RegisterBrokerBody,
 including bodies encoded by RocketMQ 5.3.3's own RegisterBrokerBody (a JVM from the jars)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The collector against the real local Kafka (issue 9 b): broker requests become contract events,
+"""The collector against the real local Kafka: broker requests become contract events,
 published (acks=all) before the broker is answered; TICKs; refusals publish nothing; an
 unreachable Kafka is an error answer, never a silent success."""
 

@@ -1,4 +1,4 @@
-"""`serve --collect` (issue 9 c): lookup and collector on one remoting port, RegisterBrokerResult
+"""`serve --collect`: lookup and collector on one remoting port, RegisterBrokerResult
 from the served snapshot, REGISTER frames past the lookup's frame limit; /readyz and a metric
 for a stale watermark."""
 

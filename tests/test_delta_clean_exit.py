@@ -19,7 +19,7 @@ from tests.helpers import fixture_lines
 pytestmark = pytest.mark.spark
 
 RUNS = 20
-# What the README's history recipes do, and nothing else: no routelake import.
+# What docs/history-recipes.md's recipes do, and nothing else: no routelake import.
 ANALYST_SCRIPT = """
 import sys
 from pathlib import Path

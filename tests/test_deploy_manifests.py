@@ -1,4 +1,4 @@
-"""deploy/ (issue 10.4) cannot run here (no Kubernetes, no Docker daemon): these tests check what
+"""deploy/ cannot run here (no Kubernetes, no Docker daemon): these tests check what
 can be checked without them. Every manifest parses; every routectl command line in them parses
 with routectl's own parser; every ROUTELAKE_* variable and ConfigMap key is a real setting;
 ports, probes, scrape annotations and Services agree with what each process listens on under

@@ -1,4 +1,4 @@
-"""Issue 8: a heartbeat or an unchanged registration costs O(1) per group, not O(topics).
+"""A heartbeat or an unchanged registration costs O(1) per group, not O(topics).
 
 Driven through the real step function that applyInPandasWithState runs, with pyspark's own
 GroupState carrying the state between calls, as the Python worker does.

@@ -1,7 +1,8 @@
-"""Issue 14 reads: GET_KV_CONFIG (101), GET_KVLIST_BY_NAMESPACE (219), orderTopicConf, their HTTP
-equivalents, `routectl kv` / `routectl history admin`, and warehouses older than the KV and
-admin tables. Snapshots come from fixture 16 through the reference replay (no Spark); the
-end-to-end tests write real Delta tables with delta-rs and run the real service."""
+"""The KV config and admin reads: GET_KV_CONFIG (101), GET_KVLIST_BY_NAMESPACE (219),
+orderTopicConf, their HTTP equivalents, `routectl kv` / `routectl history admin`, and
+warehouses older than the KV and admin tables. Snapshots come from fixture 16 through the
+reference replay (no Spark); the end-to-end tests write real Delta tables with delta-rs and run
+the real service."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the deployment manifests rely on (issue 10.4), on real processes: `routectl collect` with
+"""What the deployment manifests rely on, on real processes: `routectl collect` with
 [collector] http_port serves /healthz, /readyz (200 only while Kafka acknowledges its TICKs)
 and /metrics; [serve] host decides which address the listeners bind (a pod needs 0.0.0.0): the
 collector's, the lookup's and the job's /metrics server."""

@@ -1,4 +1,4 @@
-"""Hostile input against the lookup's two listeners (issue 12): every probe that once broke
+"""Hostile input against the lookup's two listeners: every probe that once broke
 them, replayed as bytes over raw sockets against `serve()` running in a subprocess (so its
 RSS is measurable and "alive" means the process), plus a seeded random-frame fuzz.
 
@@ -46,7 +46,8 @@ REPO = Path(__file__).parent.parent
 TEST_LIMITS = Limits(
     max_connections=64, request_timeout_s=1.5, idle_timeout_s=2.5, http_keepalive_timeout_s=1.5
 )
-# The probe of issue 12.1: code 105, extFields {"topic": "\ud800"} (a lone surrogate).
+# A probe that once killed the connection: code 105, extFields {"topic": "\ud800"} (a lone
+# surrogate, which JSON allows and UTF-8 cannot encode).
 SURROGATE_FRAME = bytes.fromhex(
     "0000003a000000367b22636f6465223a3130352c226f7061717565223a312c226578744669656c6473223a"
     "7b22746f706963223a225c7564383030227d7d"

@@ -1,4 +1,4 @@
-"""`pip install .` without `-e` (issue 10.3): a wheel built from the sources, installed with
+"""`pip install .` without `-e`: a wheel built from the sources, installed with
 --no-deps into a fresh virtualenv whose dependencies come from .venv's site-packages through
 symlinks (no editable-install hook, no extras: matplotlib and uvloop left out), run from a
 directory outside the repo: `routectl --help`, the job entry files, a tiny backfill of a golden

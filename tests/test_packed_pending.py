@@ -1,4 +1,4 @@
-"""Issue 8: events wait in state in their packed form and are decoded once, when applied.
+"""Events wait in state in their packed form and are decoded once, when applied.
 
 The fast paths here (trusted construction, pydantic-core's JSON parser, packed pending events)
 must give exactly what the plain paths give; the golden fixtures hold every event kind.

@@ -148,7 +148,7 @@ def test_replayed_batch_changes_nothing(spark, backfill, tmp_path):
 
 
 def test_integers_at_their_bounds_reach_the_tables(backfill, tmp_path):
-    """Issue 13: the widest values the schema accepts go through Arrow, the state timeout (a
+    """The widest values the schema accepts go through Arrow, the state timeout (a
     deadline past INT64_MAX) and every Delta column without failing the query."""
     from routing_lib.core.dump import project
     from routing_lib.core.replay import replay_dump

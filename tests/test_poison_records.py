@@ -1,4 +1,4 @@
-"""Issue 13: integers at and past their columns' bounds, and the last line of defence.
+"""Integers at and past their columns' bounds, and the last line of defence.
 
 A record the schema accepts must fit every column it reaches; a record that makes stage one or
 the stateful step raise anyway is dead-lettered with the exception's message, and the rest of

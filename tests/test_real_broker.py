@@ -1,4 +1,4 @@
-"""A real RocketMQ 5.3.3 broker registers with routelake (issue 9 d). One stack per session:
+"""A real RocketMQ 5.3.3 broker registers with routelake. One stack per session:
 
     broker --namesrvAddr="Java NameServer;proxy" ; proxy -> `routectl serve --collect`
     (and, in one test, a second broker whose namesrvAddr is routelake alone)
@@ -325,7 +325,7 @@ def test_send_and_consume_through_routelake(stack):
     assert "hello-routelake" in consumed.stdout
 
 
-# -- operators' mqadmin commands against routelake (issue 14) --
+# -- operators' mqadmin commands against routelake --
 #
 # Several commands per JVM (tests/java/MQAdminBatch.java); each phase waits for the job to apply
 # what the previous one sent. The allow-list refusal (NO_PERMISSION, nothing published) is in

@@ -211,7 +211,7 @@ def _canonical(rows: list[dict]) -> list[str]:
 
 
 def test_integer_range_records_do_not_stop_the_stream(job):
-    """Issue 13: out-of-range integers are dead letters; the job passes their offsets and keeps
+    """Out-of-range integers are dead letters; the job passes their offsets and keeps
     applying what follows, in this run and the next."""
     from tests.bad_records import INTEGER_RANGE_RECORDS
 

@@ -5,7 +5,7 @@ QUERY_DATA_VERSION's `changed` + the NameServer's DataVersion.
 MemoryView: the collector's own record of the requests it has published (acknowledged by
 Kafka), on its receive clock. SnapshotView: the lookup's latest published snapshot (the Delta
 warehouse), falling back to memory until one is loaded. Both are exactly as stale as their
-source (README "Point your brokers at routelake").
+source (docs/brokers.md "How current the answers are").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The defaults equal conf/routelake.toml [serve] (a test keeps them in step); `routectl serve`
 reads them from there. Memory per connection is bounded by these values, so all connections
-together are bounded by max_connections times that (README "Limits").
+together are bounded by max_connections times that (docs/lookup.md "Limits").
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from routing_lib import storage
 from routing_lib.core.dump import canonical_dump
 from routing_lib.core.tables import KV_CONFIG, PROGRESS, ROUTE_TABLES, Row
 
-# Tables a warehouse written before they existed lacks (issue 14): read as empty, and left
-# out of the versions until they appear (which then counts as a change).
+# Tables a warehouse written by an older version of the job lacks (it had no KV config): read
+# as empty, and left out of the versions until they appear (which then counts as a change).
 OPTIONAL_TABLES = frozenset({KV_CONFIG})
 
 

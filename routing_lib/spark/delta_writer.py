@@ -4,9 +4,9 @@ Route tables get a MERGE of the batch's row changes; dead letters and late event
 appended, and the progress row last. Spark computes the batch (the stateful plan, persisted)
 and explodes each table's rows; delta-rs commits them from the driver: a Spark MERGE of a
 small micro-batch took ~0.4 s of job scheduling and log work on 2 cores, a delta-rs one tens
-of ms (issue 8). Every commit carries a txn action (appId, version = batch id), and a table
-that has the batch's version already is skipped: a batch replayed after a crash writes
-nothing twice.
+of ms, and every batch's fixed cost delays when its routes are visible. Every commit carries
+a txn action (appId, version = batch id), and a table that has the batch's version already is
+skipped: a batch replayed after a crash writes nothing twice.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ class DeltaRouteWriter:
     ) -> None:
         """MERGE `changes` (op + the table's columns) into `table` with delta-rs: the rows come
         to the driver as Arrow, and a small MERGE costs tens of ms instead of a Spark MERGE's
-        several jobs (~0.4 s; issue 8). Skipped when the table has this batch already."""
+        several jobs (~0.4 s). Skipped when the table has this batch already."""
         target = self._unless_written(table, batch_id)
         if target is None:
             return
@@ -237,7 +237,7 @@ class DeltaRouteWriter:
 
     def _append_progress(self, batch_id: int, watermark: int, counts: dict[str, int]) -> None:
         """The batch's progress row, committed by delta-rs from the driver: a one-row append
-        costs ~10 ms here against ~0.5 s as a Spark job (issue 8). The same txn action makes
+        costs ~10 ms here against ~0.5 s as a Spark job. The same txn action makes
         it idempotent: a replayed batch whose row is in already writes nothing."""
         table = self._unless_written(PROGRESS, batch_id)
         if table is None:

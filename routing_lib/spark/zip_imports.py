@@ -3,8 +3,8 @@
 Python 3.11's zipimporter re-reads its whole archive directory on every
 `invalidate_caches()` (3.12 made it lazy). A PySpark worker calls that at the start of every
 task, and its path holds pyspark.zip, py4j's zip and spark-core's jar, with one zipimporter
-per package imported from them: ~80 ms of CPU per task, a third of a small micro-batch
-(issue 8). Installed, an archive is re-read only when its size or modification time changed,
+per package imported from them: ~80 ms of CPU per task, a third of a small micro-batch.
+Installed, an archive is re-read only when its size or modification time changed,
 so a changed archive is still picked up.
 """
 
