@@ -27,7 +27,17 @@ from pathlib import Path
 ARROW_TAIL_S = 0.1
 PTH_NAME = "routelake-clean-exit.pth"
 # A .pth line starting with "import" is executed at every interpreter start (the site module).
-PTH_LINE = "import routing_lib.clean_exit as m; m.install()\n"
+# The .pth line registers the same wait without importing routing_lib: importing it at start-up
+# would take it from the first sys.path entry that has it (a spark-submit --py-files zip before
+# the checkout), not from where the program later expects it.
+# (Once: site may read the same site-packages twice, through a lib64 link.)
+PTH_LINE = (
+    "import atexit, sys, time; getattr(sys, '_routelake_exit_wait', 0) or ("
+    "setattr(sys, '_routelake_exit_wait', 1), "
+    # default arguments: site runs the line with its own globals, which lack `time`
+    "atexit.register(lambda s=sys, t=time: "
+    f"'pyarrow' in s.modules and t.sleep({ARROW_TAIL_S})))\n"
+)
 
 _installed = False
 

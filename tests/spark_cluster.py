@@ -116,7 +116,9 @@ class Cluster:
         done = subprocess.run(
             command, cwd=self.base, env=env, capture_output=True, text=True, timeout=timeout
         )
-        assert done.returncode == 0, f"{app} failed ({done.returncode}):\n{_cause(done.stderr)}"
+        assert done.returncode == 0, (
+            f"{app} failed ({done.returncode}):\n{_cause(done.stderr)}\n{done.stdout[-2000:]}"
+        )
         return done
 
     def start(self) -> None:

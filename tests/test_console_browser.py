@@ -158,7 +158,7 @@ def watermark(warehouse: Path) -> int:
     return value
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     with sync_api.sync_playwright() as playwright:
         chromium = playwright.chromium.launch(

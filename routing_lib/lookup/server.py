@@ -516,14 +516,14 @@ def serve(
         tls=tls,
         http_tls=http_tls,
     )
+    # uvloop (libuv) serves both protocols faster than the default asyncio loop.
     runner = uvloop.run if uvloop is not None else asyncio.run
+    if uvloop is None:
+        log.info("uvloop not installed (pip install 'routelake[uvloop]'): default asyncio loop")
     if workers > 1 and collector is None:
         from routing_lib.lookup.workers import serve_workers
 
         serve_workers(warehouse, workers, options, runner)
         return
     service = LookupService(warehouse, **options)
-    # uvloop (libuv) serves both protocols faster than the default asyncio loop.
-    if uvloop is None:
-        log.info("uvloop not installed (pip install 'routelake[uvloop]'): default asyncio loop")
     runner(serve_until_signal(service))
