@@ -23,7 +23,7 @@ from routelake_dev import kafka_local
 from routing_lib.collector import brokerside
 from routing_lib.config import load_config
 from routing_lib.lookup.remoting import FrameDecoder, encode
-from tests.collector_support import start_collector, stop_collector
+from tests.support.collector_support import start_collector, stop_collector
 
 
 def fleet_frames(brokers: int, topics: int, round_no: int) -> list[bytes]:

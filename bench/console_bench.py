@@ -178,7 +178,7 @@ def main() -> None:
         build(args.warehouse, args.brokers, args.topics, args.minutes)
 
     from routing_lib.read.warehouse import load_snapshot
-    from tests.lookup_support import ServerThread, wait_until
+    from tests.support.lookup_support import ServerThread, wait_until
 
     snapshot = load_snapshot(args.warehouse)
     assert snapshot.watermark is not None

@@ -61,7 +61,7 @@ from routing_lib.lookup.remoting import (
 )
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.read.warehouse import RouteSnapshot
-from tests.lookup_support import RemotingClient, Warehouse, fixture_tables
+from tests.support.lookup_support import RemotingClient, Warehouse, fixture_tables
 
 REPO = Path(__file__).resolve().parents[1]
 

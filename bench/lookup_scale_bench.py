@@ -4,7 +4,7 @@
     .venv/bin/python -m bench.lookup_scale_bench --groups 300 --topics 10000   # 3 M routes
 
 1. Writes a warehouse with delta-rs the way the job does (tables with Change Data Feed on,
-   tests/snapshot_support.py): `--groups` broker groups (master + slave) with `--topics`
+   tests/support/snapshot_support.py): `--groups` broker groups (master + slave) with `--topics`
    topics each, drawn from a pool of 1.5 x topics like the fleet simulator (`--distinct`:
    every group its own topics, groups x topics distinct topics).
 2. Starts `routectl serve` on it (its own process) and times the first load (start to
@@ -36,8 +36,8 @@ from pathlib import Path
 
 from bench.lookup_bench import free_port
 from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, CLUSTER_ADDR, TOPIC_QUEUE, Row
-from tests.lookup_support import RemotingClient
-from tests.snapshot_support import Change, MergeWarehouse, fleet, queue
+from tests.support.lookup_support import RemotingClient
+from tests.support.snapshot_support import Change, MergeWarehouse, fleet, queue
 
 REPO = Path(__file__).resolve().parents[1]
 GET_ROUTEINFO_BY_TOPIC = 105

@@ -27,7 +27,7 @@ from routing_lib.content_files import ContentSettings
 from routing_lib.core.group_routes import DEFAULT_FLAGS
 from routing_lib.ingest import classify
 from routing_lib.spark.stateful import StepSettings, make_step
-from tests.step_support import group_state
+from tests.support.step_support import group_state
 
 
 def main() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from routing_lib.core.tables import PROGRESS
-from tests.helpers import admin_history, expected_dump, reference_dump
-from tests.kafka_support import lines_of, produce, rows
+from tests.support.helpers import admin_history, expected_dump, reference_dump
+from tests.support.kafka_support import lines_of, produce, rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

@@ -10,8 +10,8 @@ import pytest
 from routing_lib.core.dump import project
 from routing_lib.core.replay import default_watermark, replay_dump
 from schemas import parse_event
-from tests.helpers import DELAY_MS, admin_history
-from tests.stream_model import run_model_in_batches
+from tests.support.helpers import DELAY_MS, admin_history
+from tests.support.stream_model import run_model_in_batches
 
 
 @pytest.mark.parametrize("seed", range(30))

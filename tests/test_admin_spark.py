@@ -11,7 +11,7 @@ from deltalake import DeltaTable
 
 from routing_lib.core.admin import ADMIN_EVENTS
 from routing_lib.core.tables import KV_CONFIG, PROGRESS
-from tests.helpers import (
+from tests.support.helpers import (
     GOLDEN,
     expected_dump,
     fixture_lines,
@@ -88,7 +88,7 @@ def test_admin_events_table_records_every_admin_event(backfill):
 def test_random_admin_history_split_into_files_equals_replay(seed, per_batch, backfill, tmp_path):
     """A seeded random fleet history with operators' events, cut into random files: one file
     per micro-batch in arrival order, or every file at once in shuffled order."""
-    from tests.helpers import admin_history, set_mtimes
+    from tests.support.helpers import admin_history, set_mtimes
 
     lines = admin_history(seed)
     rng = random.Random(seed)

@@ -11,7 +11,7 @@ from deltalake import DeltaTable
 
 from routing_lib.core.tables import PROGRESS, ROUTE_TABLES
 from routing_lib.read.warehouse import table_versions
-from tests.helpers import (
+from tests.support.helpers import (
     FIXTURES,
     GOLDEN,
     expected_dump,
@@ -22,7 +22,7 @@ from tests.helpers import (
     split_lines,
     write_files,
 )
-from tests.lookup_check import assert_lookup_matches_dump
+from tests.support.lookup_check import assert_lookup_matches_dump
 
 pytestmark = pytest.mark.spark
 

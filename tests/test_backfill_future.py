@@ -13,7 +13,7 @@ from routing_lib.core.dump import project
 from routing_lib.core.tables import DEAD_LETTER
 from routing_lib.read.warehouse import load_snapshot
 from schemas.route_event import MAX_EVENT_TIME_MS
-from tests.helpers import fixture_lines, reference_dump
+from tests.support.helpers import fixture_lines, reference_dump
 
 pytestmark = pytest.mark.spark
 

@@ -16,8 +16,8 @@ from routing_lib.lookup.processor import NAMESRV_VERSION, ResponseCode
 from routing_lib.lookup.refresher import Served, SnapshotHolder
 from routing_lib.lookup.remoting import RemotingCommand
 from schemas import parse_event
-from tests.lookup_support import kv_index
-from tests.rocketmq_support import CollectorThread, call, events, records
+from tests.support.lookup_support import kv_index
+from tests.support.rocketmq_support import CollectorThread, call, events, records
 
 
 def now_ms() -> int:

@@ -20,8 +20,8 @@ from routelake_dev import kafka_local
 from routing_lib.collector import brokerside
 from routing_lib.lookup.processor import ResponseCode
 from routing_lib.lookup.remoting import SerializeType, encode
-from tests.collector_support import start_collector, stop_collector
-from tests.rocketmq_support import call, events, exchange, exchange_bytes
+from tests.support.collector_support import start_collector, stop_collector
+from tests.support.rocketmq_support import call, events, exchange, exchange_bytes
 
 TOPICS = {f"T{i}": brokerside.topic_config(f"T{i}", 4) for i in range(20)}
 SMALL_LIMITS = """[serve]

@@ -13,7 +13,7 @@ from routing_lib.collector.codec import BrokerCode
 from routing_lib.lookup.processor import NAMESRV_VERSION, ResponseCode
 from routing_lib.lookup.remoting import RemotingCommand
 from schemas import parse_event
-from tests.rocketmq_support import CollectorThread, call, events, records
+from tests.support.rocketmq_support import CollectorThread, call, events, records
 
 ADDR = "127.0.0.1:10911"
 DV1 = {"stateVersion": 0, "timestamp": 1_700_000_000_000, "counter": 1}

@@ -15,8 +15,8 @@ from routing_lib.collector.service import Collector
 from routing_lib.core.tables import BROKER_LIVE
 from routing_lib.lookup.processor import ResponseCode
 from routing_lib.lookup.remoting import RemotingCommand
-from tests.lookup_support import ServerThread, Warehouse, tables, wait_until
-from tests.rocketmq_support import call, events, exchange
+from tests.support.lookup_support import ServerThread, Warehouse, tables, wait_until
+from tests.support.rocketmq_support import call, events, exchange
 
 OLD_WATERMARK = 1_764_000_050_000
 

@@ -30,8 +30,8 @@ from routing_lib.core.tables import (
 )
 from routing_lib.read.history import as_of_dump, load_history
 from routing_lib.read.warehouse import load_snapshot
-from tests.helpers import fixture_lines, write_files
-from tests.lookup_support import (
+from tests.support.helpers import fixture_lines, write_files
+from tests.support.lookup_support import (
     ServerThread,
     Warehouse,
     addr,

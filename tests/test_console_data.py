@@ -14,7 +14,7 @@ from routing_lib.console.search import TopicNames
 from routing_lib.console.timelines import buckets, liveness_intervals
 from routing_lib.core.history import BROKER_LIVENESS_EVENTS, HISTORY_TABLE_DDL, TOPIC_ROUTE_HISTORY
 from routing_lib.lookup.routes import RouteIndex
-from tests.lookup_support import APP_ID, Warehouse, arrow_schema, snapshot
+from tests.support.lookup_support import APP_ID, Warehouse, arrow_schema, snapshot
 
 
 def _expected(names: list[str], query: str, limit: int) -> list[str]:

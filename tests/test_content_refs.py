@@ -21,9 +21,9 @@ from routing_lib.core.dump import project
 from routing_lib.core.replay import replay_dump
 from routing_lib.core.wire import externalize, pack_event
 from schemas import parse_event
-from tests.helpers import DELAY_MS, random_history, registration_modes
-from tests.step_support import group_state, run_step
-from tests.stream_model import run_model_in_batches
+from tests.support.helpers import DELAY_MS, random_history, registration_modes
+from tests.support.step_support import group_state, run_step
+from tests.support.stream_model import run_model_in_batches
 
 Record = dict[str, Any]
 

@@ -13,7 +13,7 @@ from routing_lib.backfill import run_backfill
 from routing_lib.core.dump import project
 from routing_lib.read.warehouse import load_snapshot
 from routing_lib.stream_job import run_stream
-from tests.helpers import (
+from tests.support.helpers import (
     GOLDEN,
     expected_dump,
     fixture_lines,
@@ -23,7 +23,7 @@ from tests.helpers import (
     split_lines,
     write_files,
 )
-from tests.kafka_support import produce
+from tests.support.kafka_support import produce
 
 
 def _backfill(spark, config, inputs, tmp_path, **kwargs) -> dict:

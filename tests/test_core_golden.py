@@ -10,8 +10,8 @@ from routing_lib.core.clock import GroupClock
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags
 from routing_lib.core.replay import default_watermark
 from schemas import parse_event
-from tests.helpers import DELAY_MS, FIXTURES, expected_dump, fixture_lines, reference_dump
-from tests.stream_model import run_model_in_batches
+from tests.support.helpers import DELAY_MS, FIXTURES, expected_dump, fixture_lines, reference_dump
+from tests.support.stream_model import run_model_in_batches
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -21,7 +21,7 @@ def test_reference_replay_matches_expected(name):
 
 def run_clocks_in_batches(lines: list[str], rng: random.Random, content_refs: bool) -> dict:
     """Feed events in arrival order, cut into random micro-batches, like the Spark step does
-    (tests/stream_model.py: a group runs only on rows or a passed timeout; admin events go
+    (tests/support/stream_model.py: a group runs only on rows or a passed timeout; admin events go
     through the admin log and the DELETE_TOPIC fan-out). The shipped step runs every call,
     saving and restoring the state between batches; with content_refs, topic tables and large
     state values travel as content references."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from routing_lib.housekeeping import WAREHOUSE_TABLES
-from tests.helpers import fixture_lines
+from tests.support.helpers import fixture_lines
 
 pytestmark = pytest.mark.spark
 

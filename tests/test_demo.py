@@ -6,7 +6,7 @@ import time
 from dataclasses import replace
 
 from routelake_dev.demo import Refresh, fetch_refresh, render
-from tests.lookup_support import ServerThread, Warehouse, tables, wait_until
+from tests.support.lookup_support import ServerThread, Warehouse, tables, wait_until
 
 NOW = 1_764_000_060_000
 
@@ -80,8 +80,8 @@ def test_render_before_a_watermark_and_without_topics():
 
 def test_a_refresh_read_from_the_real_service(tmp_path):
     """What the demo reads from the lookup service's HTTP API renders as the table above: the
-    hand-built tables of tests/lookup_support.py (ClusterA: broker-a with a master and a slave,
-    broker-b; ClusterB: broker-c, slaves only; three live brokers)."""
+    hand-built tables of tests/support/lookup_support.py (ClusterA: broker-a with a master and a
+    slave, broker-b; ClusterB: broker-c, slaves only; three live brokers)."""
     Warehouse(tmp_path).publish(0, NOW - 2_000, tables())
     with ServerThread(tmp_path) as server:
         http = f"http://127.0.0.1:{server.service.http_port}"

@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 from routing_lib.core.dump import project
 from routing_lib.read.warehouse import load_snapshot
 from routing_lib.spark.delta_writer import ALL_TABLES
-from tests.fault_support import (
+from tests.support.fault_support import (
     assert_matches_reference,
     caught_up,
     published,
@@ -32,9 +32,9 @@ from tests.fault_support import (
     start_job,
     wait_for,
 )
-from tests.helpers import random_history
-from tests.kafka_support import produce
-from tests.lookup_support import ServerThread
+from tests.support.helpers import random_history
+from tests.support.kafka_support import produce
+from tests.support.lookup_support import ServerThread
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 TMPFS_MB = 96

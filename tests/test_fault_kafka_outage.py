@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fault_support import (
+from tests.support.fault_support import (
     LiveFleet,
     OwnBroker,
     ReadyzWatcher,
@@ -29,7 +29,7 @@ from tests.fault_support import (
     start_job,
     wait_for,
 )
-from tests.lookup_support import ServerThread
+from tests.support.lookup_support import ServerThread
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 OUTAGE_S = 30.0

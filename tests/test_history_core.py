@@ -40,7 +40,7 @@ from routing_lib.core.history import (
 from routing_lib.core.replay import default_watermark, replay_dump
 from routing_lib.core.tables import RoutesSnapshot, Row, ddl_columns
 from schemas import DeleteTopicEvent, TickEvent, parse_event
-from tests.helpers import DELAY_MS, FIXTURES, fixture_lines
+from tests.support.helpers import DELAY_MS, FIXTURES, fixture_lines
 
 FLAGS = RouteFlags()
 T0 = 1_764_000_000_000

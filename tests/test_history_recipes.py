@@ -30,7 +30,7 @@ from routing_lib.core.replay import default_watermark, fleet_rows, replay_dump
 from routing_lib.history_plot import plot_history
 from routing_lib.read.history import load_history
 from schemas import parse_event
-from tests.helpers import DELAY_MS, GOLDEN, fixture_lines
+from tests.support.helpers import DELAY_MS, GOLDEN, fixture_lines
 
 pytestmark = pytest.mark.spark
 

@@ -13,7 +13,7 @@ from routing_lib.core.replay import replay_dump
 from routing_lib.read.history import as_of_dump, load_history, topic_history
 from routing_lib.read.warehouse import WarehouseError
 from schemas import parse_event
-from tests.helpers import GOLDEN, fixture_lines, reference_dump, split_lines, write_files
+from tests.support.helpers import GOLDEN, fixture_lines, reference_dump, split_lines, write_files
 
 pytestmark = pytest.mark.spark
 

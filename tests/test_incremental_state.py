@@ -11,7 +11,7 @@ import json
 from routing_lib.core.topic_table import TopicTable
 from routing_lib.core.wire import pack_event
 from schemas import parse_event
-from tests.step_support import group_state, run_step
+from tests.support.step_support import group_state, run_step
 
 T0 = 1_764_000_000_000
 TOPICS = 10_000

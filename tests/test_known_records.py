@@ -11,7 +11,7 @@ import pytest
 from routing_lib import ingest
 from routing_lib.known_records import KnownRecords
 from schemas.route_event import MAX_EVENT_TIME_MS
-from tests.bad_records import _GOOD, _HEARTBEAT, BAD_RECORDS, INTEGER_RANGE_RECORDS
+from tests.support.bad_records import _GOOD, _HEARTBEAT, BAD_RECORDS, INTEGER_RANGE_RECORDS
 
 GOLDEN = Path(__file__).parent / "golden"
 T = 1764000000500

@@ -24,7 +24,7 @@ from routing_lib.lookup.refresher import Served, SnapshotHolder
 from routing_lib.lookup.remoting import RemotingCommand
 from routing_lib.read.warehouse import load_snapshot, table_versions
 from schemas.route_event import TickEvent
-from tests.lookup_support import (
+from tests.support.lookup_support import (
     KV_EVENTS,
     KV_FIXTURE,
     KV_TABLES,

@@ -40,7 +40,7 @@ from routing_lib.lookup.remoting import (
     decode,
     encode,
 )
-from tests.lookup_support import ServerThread, Warehouse, tables, wait_until
+from tests.support.lookup_support import ServerThread, Warehouse, tables, wait_until
 
 REPO = Path(__file__).parent.parent
 TEST_LIMITS = Limits(

@@ -42,7 +42,7 @@ from routing_lib.lookup.server import create_app
 from routing_lib.lookup.topics import validate_topic
 from routing_lib.read.warehouse import RouteSnapshot
 from schemas import parse_event
-from tests.lookup_support import (
+from tests.support.lookup_support import (
     GOLDEN,
     VERSIONS,
     AppClient,

@@ -30,7 +30,7 @@ from routing_lib.lookup.snapshots import load_index, next_index, store_of
 from routing_lib.lookup.topic_store import TopicStore
 from routing_lib.read.warehouse import RouteSnapshot
 from schemas import parse_event
-from tests.lookup_support import (
+from tests.support.lookup_support import (
     GOLDEN,
     Warehouse,
     addr,
@@ -40,7 +40,7 @@ from tests.lookup_support import (
     snapshot,
     tables,
 )
-from tests.snapshot_support import Change, MergeWarehouse, fleet, key_of
+from tests.support.snapshot_support import Change, MergeWarehouse, fleet, key_of
 
 FLAGS = [
     {"support_acting_master": False, "order_message_enable": False},

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 
 from routing_lib.lookup.processor import ResponseCode
-from tests.lookup_support import RemotingClient, Warehouse, tables, wait_until
+from tests.support.lookup_support import RemotingClient, Warehouse, tables, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -18,7 +18,7 @@ import pytest
 
 from routing_lib.lookup import mqadmin
 from routing_lib.lookup.routes import RouteIndex
-from tests.lookup_support import ServerThread, Warehouse, fixture_tables, wait_until
+from tests.support.lookup_support import ServerThread, Warehouse, fixture_tables, wait_until
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,14 @@ import pytest
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
 from routing_lib.lookup import mqadmin
-from tests.lookup_support import KV_TABLES, KV_WATERMARK, ServerThread, Warehouse, wait_until
-from tests.rocketmq_support import events
+from tests.support.lookup_support import (
+    KV_TABLES,
+    KV_WATERMARK,
+    ServerThread,
+    Warehouse,
+    wait_until,
+)
+from tests.support.rocketmq_support import events
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Warehouse and checkpoint on object storage, against a real S3-compatible server on a port
-(moto's, tests/s3_support.py): Spark writes s3a://, every delta-rs reader reads s3:// (and
+(moto's, tests/support/s3_support.py): Spark writes s3a://, every delta-rs reader reads s3:// (and
 s3a:// spelled by the user), and every answer equals the local-disk run's.
 
 The Spark jobs run as `routectl` subprocesses: their JVM and Python workers must start with the
@@ -25,8 +25,8 @@ from routing_lib.core.dump import project
 from routing_lib.core.tables import PROGRESS, TOPIC_QUEUE
 from routing_lib.housekeeping import housekeep
 from routing_lib.read.warehouse import load_snapshot, table_versions
-from tests.helpers import GOLDEN, expected_dump, fixture_lines
-from tests.s3_support import S3Endpoint, s3_endpoint  # noqa: F401 - the session fixture
+from tests.support.helpers import GOLDEN, expected_dump, fixture_lines
+from tests.support.s3_support import S3Endpoint, s3_endpoint  # noqa: F401 - the session fixture
 
 pytestmark = [pytest.mark.s3, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,7 +172,7 @@ def test_housekeeping_on_s3_keeps_every_answer(s3_backfill):
 
 
 def test_streaming_job_with_warehouse_and_checkpoint_on_s3a(s3_endpoint, kafka_bootstrap, topic):  # noqa: F811
-    from tests.kafka_support import lines_of, produce
+    from tests.support.kafka_support import lines_of, produce
 
     root = s3_endpoint.prefix("s3a")
     warehouse, checkpoint = root + "/warehouse", root + "/checkpoint"

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from routing_lib.core.dump import project
-from tests.helpers import GOLDEN, expected_dump
+from tests.support.helpers import GOLDEN, expected_dump
 
 pytestmark = pytest.mark.spark
 

@@ -15,8 +15,8 @@ from routing_lib.core.tables import (
     TOPIC_QUEUE,
 )
 from routing_lib.read.warehouse import table_versions
-from tests.bad_records import BAD_RECORDS
-from tests.helpers import GOLDEN, expected_dump, fixture_lines
+from tests.support.bad_records import BAD_RECORDS
+from tests.support.helpers import GOLDEN, expected_dump, fixture_lines
 
 pytestmark = pytest.mark.spark
 
@@ -153,7 +153,7 @@ def test_integers_at_their_bounds_reach_the_tables(backfill, tmp_path):
     from routing_lib.core.dump import project
     from routing_lib.core.replay import replay_dump
     from schemas import parse_event
-    from tests.bad_records import extreme_register
+    from tests.support.bad_records import extreme_register
 
     high = extreme_register(low=False)
     records = [

@@ -28,9 +28,9 @@ from schemas.route_event import (
     INT64_MIN,
     MAX_EVENT_TIME_MS,
 )
-from tests.bad_records import INTEGER_RANGE_RECORDS, extreme_register
-from tests.helpers import fixture_lines
-from tests.step_support import group_state, run_step
+from tests.support.bad_records import INTEGER_RANGE_RECORDS, extreme_register
+from tests.support.helpers import fixture_lines
+from tests.support.step_support import group_state, run_step
 
 _RANGES = {"BIGINT": (INT64_MIN, INT64_MAX), "INT": (INT32_MIN, INT32_MAX)}
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import fixture_lines
-from tests.process_support import (
+from tests.support.helpers import fixture_lines
+from tests.support.process_support import (
     MARKER_VAR,
     VENV_BIN,
     TerminalRun,

@@ -30,7 +30,7 @@ from routelake_dev import kafka_local
 from routing_lib.history_recipes import load_frames, write_perm_changes
 from routing_lib.lookup import mqadmin
 from routing_lib.lookup.remoting import FrameDecoder, RemotingCommand, encode
-from tests.rocketmq_support import (
+from tests.support.rocketmq_support import (
     JavaProcess,
     RecordingProxy,
     broker,

@@ -34,7 +34,7 @@ from routing_lib.core.dump import project
 from routing_lib.core.replay import default_watermark, replay_dump
 from routing_lib.lookup import mqadmin
 from routing_lib.read.warehouse import load_snapshot
-from tests.broker_modes_support import (
+from tests.support.broker_modes_support import (
     ClusterView,
     EventLog,
     NameServerClient,
@@ -48,14 +48,14 @@ from tests.broker_modes_support import (
     topic_config,
     write_topics_json,
 )
-from tests.rocketmq_support import (
+from tests.support.rocketmq_support import (
     CollectorThread,
     JavaProcess,
     port_open,
     run_mqadmin_batch,
     wait_for,
 )
-from tests.rocketmq_support import _batch_classes as mqadmin_batch_classes  # cached compile
+from tests.support.rocketmq_support import _batch_classes as mqadmin_batch_classes  # cached compile
 
 pytestmark = [pytest.mark.real_broker, pytest.mark.kafka]
 

@@ -9,8 +9,8 @@ import pytest
 from routing_lib.cli import main
 from schemas import ValidationFailure, event_json_schema, parse_event
 from schemas.route_event import parse_pipeline_event
-from tests.bad_records import BAD_RECORDS
-from tests.helpers import FIXTURES, fixture_lines
+from tests.support.bad_records import BAD_RECORDS
+from tests.support.helpers import FIXTURES, fixture_lines
 
 
 @pytest.mark.parametrize(

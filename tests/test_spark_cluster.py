@@ -1,6 +1,6 @@
 """The backfill and the streaming job submitted to a Spark standalone cluster (a master and two
-1-core workers on this machine, tests/spark_cluster.py) with routelake shipped as a --py-files
-zip: the executors import it from that zip, and the tables equal a local run's."""
+1-core workers on this machine, tests/support/spark_cluster.py) with routelake shipped as a
+--py-files zip: the executors import it from that zip, and the tables equal a local run's."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from routing_lib.core.history import HISTORY_TABLES
 from routing_lib.core.tables import PROGRESS
 from routing_lib.read.history import load_history
 from routing_lib.read.warehouse import load_snapshot
-from tests.helpers import reference_dump, split_lines, write_files
-from tests.spark_cluster import ROOT, Cluster, executor_python
+from tests.support.helpers import reference_dump, split_lines, write_files
+from tests.support.spark_cluster import ROOT, Cluster, executor_python
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 SEED = 31

@@ -22,8 +22,8 @@ from routing_lib.core.tables import (
     TABLE_KEYS,
 )
 from routing_lib.read.warehouse import load_snapshot
-from tests.helpers import FIXTURES, GOLDEN, expected_dump, fixture_lines
-from tests.kafka_support import lines_of, produce, rows
+from tests.support.helpers import FIXTURES, GOLDEN, expected_dump, fixture_lines
+from tests.support.kafka_support import lines_of, produce, rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 ROOT = Path(__file__).resolve().parent.parent
@@ -213,7 +213,7 @@ def _canonical(rows: list[dict]) -> list[str]:
 def test_integer_range_records_do_not_stop_the_stream(job):
     """Out-of-range integers are dead letters; the job passes their offsets and keeps
     applying what follows, in this run and the next."""
-    from tests.bad_records import INTEGER_RANGE_RECORDS
+    from tests.support.bad_records import INTEGER_RANGE_RECORDS
 
     bad = [raw for _, raw, _ in INTEGER_RANGE_RECORDS]
     first, rest = lines_of("02_master_and_slave")[:2], lines_of("02_master_and_slave")[2:]

@@ -27,9 +27,15 @@ from routing_lib.lookup.tls import (
     listener_tls,
     server_context,
 )
-from tests.lookup_support import ServerThread, Warehouse, tables, wait_until
-from tests.rocketmq_support import exchange, exchange_bytes
-from tests.tls_support import KEY_PASSWORD, TlsFiles, client_context, make_tls_files, tls_exchange
+from tests.support.lookup_support import ServerThread, Warehouse, tables, wait_until
+from tests.support.rocketmq_support import exchange, exchange_bytes
+from tests.support.tls_support import (
+    KEY_PASSWORD,
+    TlsFiles,
+    client_context,
+    make_tls_files,
+    tls_exchange,
+)
 
 ROUTE = RemotingCommand(
     code=RequestCode.GET_ROUTEINFO_BY_TOPIC,

@@ -17,10 +17,10 @@ import pytest
 
 from routing_lib.lookup import mqadmin
 from routing_lib.lookup.tls import ListenerTls, TlsMode, server_context
-from tests.lookup_support import ServerThread, Warehouse, fixture_tables, wait_until
-from tests.rocketmq_support import CollectorThread, broker, events, run_mqadmin_batch
+from tests.support.lookup_support import ServerThread, Warehouse, fixture_tables, wait_until
+from tests.support.rocketmq_support import CollectorThread, broker, events, run_mqadmin_batch
+from tests.support.tls_support import TlsFiles, make_tls_files
 from tests.test_mqadmin import canonical, expected_route, ok_or_broker_stats
-from tests.tls_support import TlsFiles, make_tls_files
 
 
 @pytest.fixture(scope="module")

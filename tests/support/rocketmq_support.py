@@ -148,7 +148,7 @@ def events(bootstrap: str, topic: str, *, ticks: bool = False) -> list[dict[str,
 
 # -- several mqadmin commands in one JVM --
 
-MQADMIN_BATCH = Path(__file__).parent / "java" / "MQAdminBatch.java"
+MQADMIN_BATCH = Path(__file__).resolve().parents[1] / "java" / "MQAdminBatch.java"
 _BATCH_HEADER = re.compile(rb"@@MQADMIN-BATCH (\d+) (\d+) (\d+)\n")
 
 

@@ -9,7 +9,7 @@ import httpx
 
 from routing_lib.lookup.processor import ResponseCode
 from routing_lib.lookup.remoting import SerializeType
-from tests.lookup_support import RemotingClient, ServerThread, wait_until
+from tests.support.lookup_support import RemotingClient, ServerThread, wait_until
 
 GET_ROUTEINFO_BY_TOPIC = 105
 

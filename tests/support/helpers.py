@@ -14,7 +14,7 @@ from routing_lib.core.dump import project
 from routing_lib.core.replay import default_watermark, replay_dump
 from schemas import parse_event
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 FIXTURES = sorted(p.name for p in GOLDEN.iterdir() if (p / "events.jsonl").exists())
 DELAY_MS = 10_000
 

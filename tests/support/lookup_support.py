@@ -36,7 +36,7 @@ from routing_lib.lookup.server import LookupService
 from routing_lib.read.warehouse import RouteSnapshot
 from schemas import parse_event
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 
 # -- a hand-built snapshot --

@@ -36,7 +36,7 @@ from routing_lib.lookup.routes import RouteIndex
 from routing_lib.read.warehouse import RouteSnapshot
 from schemas import parse_event
 from schemas.route_event import TickEvent
-from tests.rocketmq_support import BROKER_JVM, BROKER_MAIN, NAMESRV_JVM, JavaProcess
+from tests.support.rocketmq_support import BROKER_JVM, BROKER_MAIN, NAMESRV_JVM, JavaProcess
 
 # -- free ports --
 

@@ -24,7 +24,7 @@ from routing_lib.core.tables import (
     Row,
     ddl_columns,
 )
-from tests.lookup_support import addr, arrow_schema, live, queue
+from tests.support.lookup_support import addr, arrow_schema, live, queue
 
 APP_ID = "snapshot-test-writer"
 CDF = {"delta.enableChangeDataFeed": "true"}

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pyspark
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).parent
 MASTER_PORT, MASTER_UI_PORT = 29600, 29601
 WORKER_PORTS = [(29602, 29603), (29604, 29605)]  # (RPC, web UI) per worker

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 MARKER_VAR = "ROUTELAKE_TEST_RUN"
-VENV_BIN = Path(__file__).resolve().parent.parent / ".venv" / "bin"
+VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
 
 
 def free_port() -> int:

@@ -32,10 +32,10 @@ from routing_lib.core.tables import PROGRESS, ROUTE_TABLES, TABLE_KEYS
 from routing_lib.read.history import as_of_dump, load_history
 from routing_lib.read.warehouse import load_snapshot
 from schemas import parse_event
-from tests.helpers import reference_dump
-from tests.kafka_support import rows
+from tests.support.helpers import reference_dump
+from tests.support.kafka_support import rows
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HOLD_RECORDS_MS = 30 * 60 * 1000
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from routelake_dev.simulator import make_producer
-from tests.helpers import fixture_lines
+from tests.support.helpers import fixture_lines
 
 
 def produce(
