@@ -22,7 +22,7 @@ from pathlib import Path
 from routelake_dev import kafka_local
 from routing_lib.collector import brokerside
 from routing_lib.config import load_config
-from routing_lib.lookup.remoting import FrameDecoder, encode
+from routing_lib.remoting.frames import FrameDecoder, encode
 from tests.support.collector_support import start_collector, stop_collector
 
 

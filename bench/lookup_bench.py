@@ -53,14 +53,14 @@ from typing import Any
 
 from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, FILTER_SERVER, TOPIC_QUEUE
 from routing_lib.lookup import jsonbody, mqadmin
-from routing_lib.lookup.processor import NAMESRV_VERSION
-from routing_lib.lookup.remoting import (
+from routing_lib.lookup.routes import RouteIndex
+from routing_lib.read.warehouse import RouteSnapshot
+from routing_lib.remoting.frames import (
     RemotingCommand,
     SerializeType,
     encode,
 )
-from routing_lib.lookup.routes import RouteIndex
-from routing_lib.read.warehouse import RouteSnapshot
+from routing_lib.remoting.protocol import NAMESRV_VERSION
 from tests.support.lookup_support import RemotingClient, Warehouse, fixture_tables
 
 REPO = Path(__file__).resolve().parents[1]

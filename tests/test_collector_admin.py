@@ -12,9 +12,9 @@ import time
 import pytest
 
 from routing_lib.collector.admin import allowed, parse_networks, peer_text
-from routing_lib.lookup.processor import NAMESRV_VERSION, ResponseCode
 from routing_lib.lookup.refresher import Served, SnapshotHolder
-from routing_lib.lookup.remoting import RemotingCommand
+from routing_lib.remoting.frames import RemotingCommand
+from routing_lib.remoting.protocol import NAMESRV_VERSION, ResponseCode
 from schemas import parse_event
 from tests.support.lookup_support import kv_index
 from tests.support.rocketmq_support import CollectorThread, call, events, records

@@ -14,7 +14,6 @@ import pytest
 
 from routing_lib.collector import brokerside
 from routing_lib.collector.codec import (
-    BrokerCode,
     BrokerRequestError,
     crc32,
     identity,
@@ -24,7 +23,8 @@ from routing_lib.collector.codec import (
     topic_config_from_string,
 )
 from routing_lib.lookup import mqadmin
-from routing_lib.lookup.remoting import RemotingCommand, SerializeType, decode, encode
+from routing_lib.remoting.frames import RemotingCommand, SerializeType, decode, encode
+from routing_lib.remoting.protocol import RequestCode
 from schemas import parse_event
 
 DV = {"stateVersion": 3, "timestamp": 1_700_000_000_000, "counter": 7}
@@ -214,7 +214,7 @@ def test_topic_config_string_form():
 
 @pytest.mark.parametrize(
     "code",
-    [BrokerCode.UNREGISTER_BROKER, BrokerCode.BROKER_HEARTBEAT, BrokerCode.QUERY_DATA_VERSION],
+    [RequestCode.UNREGISTER_BROKER, RequestCode.BROKER_HEARTBEAT, RequestCode.QUERY_DATA_VERSION],
 )
 def test_identity_headers(code):
     request = brokerside.identity_request(code, "C1", "b", "127.0.0.1:1", 2)

@@ -18,8 +18,8 @@ import pytest
 
 from routelake_dev import kafka_local
 from routing_lib.collector import brokerside
-from routing_lib.lookup.processor import ResponseCode
-from routing_lib.lookup.remoting import SerializeType, encode
+from routing_lib.remoting.frames import SerializeType, encode
+from routing_lib.remoting.protocol import ResponseCode
 from tests.support.collector_support import start_collector, stop_collector
 from tests.support.rocketmq_support import call, events, exchange, exchange_bytes
 

@@ -9,9 +9,8 @@ import socket
 import time
 
 from routing_lib.collector import brokerside
-from routing_lib.collector.codec import BrokerCode
-from routing_lib.lookup.processor import NAMESRV_VERSION, ResponseCode
-from routing_lib.lookup.remoting import RemotingCommand
+from routing_lib.remoting.frames import RemotingCommand
+from routing_lib.remoting.protocol import NAMESRV_VERSION, RequestCode, ResponseCode
 from schemas import parse_event
 from tests.support.rocketmq_support import CollectorThread, call, events, records
 
@@ -33,16 +32,18 @@ def test_each_request_is_published_before_it_is_answered(kafka_bootstrap, topic)
         brokerside.register_request(
             "C1", "broker-b", "127.0.0.1:10921", compressed=True, topics=TOPICS, opaque=2
         ),
-        brokerside.identity_request(BrokerCode.BROKER_HEARTBEAT, "C1", "broker-a", ADDR, opaque=3),
+        brokerside.identity_request(RequestCode.BROKER_HEARTBEAT, "C1", "broker-a", ADDR, opaque=3),
         brokerside.identity_request(
-            BrokerCode.QUERY_DATA_VERSION,
+            RequestCode.QUERY_DATA_VERSION,
             "C1",
             "broker-a",
             ADDR,
             opaque=4,
             body=json.dumps(DV1).encode(),
         ),
-        brokerside.identity_request(BrokerCode.UNREGISTER_BROKER, "C1", "broker-a", ADDR, opaque=5),
+        brokerside.identity_request(
+            RequestCode.UNREGISTER_BROKER, "C1", "broker-a", ADDR, opaque=5
+        ),
     ]
     kinds = ["REGISTER", "REGISTER", "HEARTBEAT", "HEARTBEAT", "UNREGISTER"]
     with CollectorThread(kafka_bootstrap, topic) as collector:
@@ -136,7 +137,7 @@ def test_unreachable_kafka_is_an_error_answer():
         beat = call(
             collector.port,
             brokerside.identity_request(
-                BrokerCode.BROKER_HEARTBEAT, "C1", "broker-a", ADDR, opaque=2
+                RequestCode.BROKER_HEARTBEAT, "C1", "broker-a", ADDR, opaque=2
             ),
         )
         metrics = collector.collector.metrics
@@ -154,7 +155,7 @@ def test_register_result_and_data_version_from_memory(kafka_bootstrap, topic):
 
     def query(version: dict, opaque: int) -> RemotingCommand:
         return brokerside.identity_request(
-            BrokerCode.QUERY_DATA_VERSION,
+            RequestCode.QUERY_DATA_VERSION,
             "C1",
             "broker-a",
             ADDR,

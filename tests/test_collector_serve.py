@@ -13,8 +13,8 @@ from routing_lib.collector import brokerside
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
 from routing_lib.core.tables import BROKER_LIVE
-from routing_lib.lookup.processor import ResponseCode
-from routing_lib.lookup.remoting import RemotingCommand
+from routing_lib.remoting.frames import RemotingCommand
+from routing_lib.remoting.protocol import ResponseCode
 from tests.support.lookup_support import ServerThread, Warehouse, tables, wait_until
 from tests.support.rocketmq_support import call, events, exchange
 

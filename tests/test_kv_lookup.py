@@ -18,11 +18,12 @@ from routing_lib.cli import main
 from routing_lib.core.admin import ADMIN_EVENTS, ADMIN_EVENTS_DDL, admin_row
 from routing_lib.core.tables import KV_CONFIG
 from routing_lib.lookup import jsonbody
-from routing_lib.lookup.metrics import Metrics
-from routing_lib.lookup.processor import NAMESRV_VERSION, ResponseCode, answer
+from routing_lib.lookup.processor import answer
 from routing_lib.lookup.refresher import Served, SnapshotHolder
-from routing_lib.lookup.remoting import RemotingCommand
 from routing_lib.read.warehouse import load_snapshot, table_versions
+from routing_lib.remoting.frames import RemotingCommand
+from routing_lib.remoting.protocol import NAMESRV_VERSION, ResponseCode
+from routing_lib.remoting.service_metrics import Metrics
 from schemas.route_event import TickEvent
 from tests.support.lookup_support import (
     KV_EVENTS,

@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from routing_lib.lookup import jsonbody
-from routing_lib.lookup.remoting import (
+from routing_lib.remoting.frames import (
     RPC_ONEWAY,
     RPC_RESPONSE,
     FrameDecoder,
@@ -261,7 +261,7 @@ def test_parse_legacy_leaves_strings_alone():
 def test_templated_json_heads_equal_rendered_ones():
     """Answers without remark or extFields reuse their header text around the opaque: the
     same bytes as rendering the header, for any code, flag, language, version and opaque."""
-    from routing_lib.lookup import remoting
+    from routing_lib.remoting import frames
 
     rng = random.Random(3)
     for _ in range(2000):
@@ -273,7 +273,7 @@ def test_templated_json_heads_equal_rendered_ones():
             language=rng.choice(["JAVA", "PYTHON", 'x"y', "\u00e9"]),
             body=b"x" * rng.randint(0, 30),
         )
-        header = remoting._json_header(cmd)
+        header = frames._json_header(cmd)
         rendered = struct.pack(">ii", 4 + len(header) + len(cmd.body), len(header)) + header
         assert encode_head(cmd) == rendered
         assert decode(encode(cmd)) == cmd

@@ -29,9 +29,7 @@ from pathlib import Path
 import pytest
 
 from routing_lib.config import load_config
-from routing_lib.lookup.limits import Limits, ThrottledLog, clip
-from routing_lib.lookup.processor import NAMESRV_VERSION, ResponseCode
-from routing_lib.lookup.remoting import (
+from routing_lib.remoting.frames import (
     FrameDecoder,
     MalformedFrameError,
     RemotingCodecError,
@@ -40,6 +38,8 @@ from routing_lib.lookup.remoting import (
     decode,
     encode,
 )
+from routing_lib.remoting.limits import Limits, ThrottledLog, clip
+from routing_lib.remoting.protocol import NAMESRV_VERSION, ResponseCode
 from tests.support.lookup_support import ServerThread, Warehouse, tables, wait_until
 
 REPO = Path(__file__).parent.parent
@@ -76,7 +76,7 @@ class ServerProcess:
 
 def _start(warehouse: Path, log_path: Path) -> ServerProcess:
     code = (
-        "from routing_lib.lookup.limits import Limits\n"
+        "from routing_lib.remoting.limits import Limits\n"
         "from routing_lib.lookup.server import serve\n"
         f"serve({str(warehouse)!r}, 0, 0, 0.2, {TEST_LIMITS.max_frame_bytes}, False,"
         f" limits=Limits(**{dataclasses.asdict(TEST_LIMITS)!r}))\n"

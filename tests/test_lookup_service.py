@@ -27,20 +27,21 @@ from routing_lib.core.tables import (
 )
 from routing_lib.lookup import jsonbody
 from routing_lib.lookup.consistency import SnapshotNotSettledError, load_settled
-from routing_lib.lookup.metrics import Metrics
-from routing_lib.lookup.processor import FAQ_URL, NAMESRV_VERSION, ResponseCode, answer
+from routing_lib.lookup.processor import FAQ_URL, answer
 from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
-from routing_lib.lookup.remoting import (
+from routing_lib.lookup.routes import RouteIndex
+from routing_lib.lookup.server import create_app
+from routing_lib.lookup.topics import validate_topic
+from routing_lib.read.warehouse import RouteSnapshot
+from routing_lib.remoting.frames import (
     RPC_ONEWAY,
     RPC_RESPONSE,
     RemotingCommand,
     SerializeType,
     encode,
 )
-from routing_lib.lookup.routes import RouteIndex
-from routing_lib.lookup.server import create_app
-from routing_lib.lookup.topics import validate_topic
-from routing_lib.read.warehouse import RouteSnapshot
+from routing_lib.remoting.protocol import NAMESRV_VERSION, ResponseCode
+from routing_lib.remoting.service_metrics import Metrics
 from schemas import parse_event
 from tests.support.lookup_support import (
     GOLDEN,

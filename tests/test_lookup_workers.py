@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from routing_lib.lookup.processor import ResponseCode
+from routing_lib.remoting.protocol import ResponseCode
 from tests.support.lookup_support import RemotingClient, Warehouse, tables, wait_until
 
 REPO = Path(__file__).resolve().parents[1]

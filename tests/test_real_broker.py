@@ -29,7 +29,7 @@ import pytest
 from routelake_dev import kafka_local
 from routing_lib.history_recipes import load_frames, write_perm_changes
 from routing_lib.lookup import mqadmin
-from routing_lib.lookup.remoting import FrameDecoder, RemotingCommand, encode
+from routing_lib.remoting.frames import FrameDecoder, RemotingCommand, encode
 from tests.support.rocketmq_support import (
     JavaProcess,
     RecordingProxy,

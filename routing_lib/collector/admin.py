@@ -13,32 +13,21 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping
-from enum import IntEnum
 from typing import Any
 
 from routing_lib.collector.codec import BrokerRequestError
-from routing_lib.lookup.remoting import RemotingCommand
+from routing_lib.remoting.frames import RemotingCommand
+from routing_lib.remoting.protocol import RequestCode
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 LOOPBACK_ONLY = ("127.0.0.0/8", "::1/128")
-
-
-class AdminCode(IntEnum):
-    PUT_KV_CONFIG = 100
-    DELETE_KV_CONFIG = 102
-    WIPE_WRITE_PERM_OF_BROKER = 205
-    DELETE_TOPIC_IN_NAMESRV = 216
-    ADD_WRITE_PERM_OF_BROKER = 327
-
-
-ADMIN_CODES = frozenset(int(c) for c in AdminCode)
 WRITE_PERM_CODES = frozenset(
-    {int(AdminCode.WIPE_WRITE_PERM_OF_BROKER), int(AdminCode.ADD_WRITE_PERM_OF_BROKER)}
+    {RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER}
 )
 # The response header field that carries the topic count (Wipe/AddWritePermOfBrokerResponseHeader)
-COUNT_FIELD = {
-    int(AdminCode.WIPE_WRITE_PERM_OF_BROKER): "wipeTopicCount",
-    int(AdminCode.ADD_WRITE_PERM_OF_BROKER): "addTopicCount",
+COUNT_FIELD: dict[int, str] = {
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER: "wipeTopicCount",
+    RequestCode.ADD_WRITE_PERM_OF_BROKER: "addTopicCount",
 }
 
 
@@ -57,14 +46,14 @@ def admin_event(
     event: dict[str, Any]
     if code in WRITE_PERM_CODES:
         kind = (
-            "WIPE_WRITE_PERM" if code == AdminCode.WIPE_WRITE_PERM_OF_BROKER else "ADD_WRITE_PERM"
+            "WIPE_WRITE_PERM" if code == RequestCode.WIPE_WRITE_PERM_OF_BROKER else "ADD_WRITE_PERM"
         )
         event = {"eventType": kind, "brokerName": _field(ext, "brokerName")}
-    elif code == AdminCode.DELETE_TOPIC_IN_NAMESRV:
+    elif code == RequestCode.DELETE_TOPIC_IN_NAMESRV:
         event = {"eventType": "DELETE_TOPIC", "topic": _field(ext, "topic")}
         if ext.get("clusterName") is not None:
             event["clusterName"] = ext["clusterName"]
-    elif code == AdminCode.PUT_KV_CONFIG:
+    elif code == RequestCode.PUT_KV_CONFIG:
         if ext.get("namespace") is None or ext.get("key") is None:
             raise BrokerRequestError("namespace or key is null")
         event = {
@@ -73,7 +62,7 @@ def admin_event(
             "key": ext["key"],
             "value": _field(ext, "value"),
         }
-    elif code == AdminCode.DELETE_KV_CONFIG:
+    elif code == RequestCode.DELETE_KV_CONFIG:
         event = {
             "eventType": "DELETE_KV",
             "namespace": _field(ext, "namespace"),

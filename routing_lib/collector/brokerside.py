@@ -9,10 +9,10 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from routing_lib.collector.codec import BrokerCode, crc32
-from routing_lib.lookup.remoting import RemotingCommand, SerializeType
+from routing_lib.collector.codec import crc32
+from routing_lib.remoting.frames import RemotingCommand, SerializeType
+from routing_lib.remoting.protocol import V5_3_3, RequestCode
 
-BROKER_VERSION = 479  # MQVersion V5_3_3
 _INT = struct.Struct(">i")
 
 
@@ -108,8 +108,8 @@ def register_request(
         **(extra or {}),
     }
     return RemotingCommand(
-        code=BrokerCode.REGISTER_BROKER,
-        version=BROKER_VERSION,
+        code=RequestCode.REGISTER_BROKER,
+        version=V5_3_3,
         opaque=opaque,
         ext_fields=ext,
         body=body,
@@ -134,6 +134,4 @@ def identity_request(
         "clusterName": cluster,
         "brokerId": str(broker_id),
     }
-    return RemotingCommand(
-        code=code, version=BROKER_VERSION, opaque=opaque, ext_fields=ext, body=body
-    )
+    return RemotingCommand(code=code, version=V5_3_3, opaque=opaque, ext_fields=ext, body=body)

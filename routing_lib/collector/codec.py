@@ -26,29 +26,18 @@ import struct
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
-from routing_lib.lookup.remoting import RemotingCommand
+from routing_lib.remoting.frames import RemotingCommand
+from routing_lib.remoting.protocol import V5_0_0, RequestCode
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
-V5_0_0 = 413  # MQVersion.Version.V5_0_0.ordinal(): compressed bodies carry mappings from here
 ZONE_NAME_FIELD = "__ZONE_NAME"  # MixAll.ZONE_NAME, an extField of REGISTER_BROKER
 TOPIC_FILTER_TYPES = frozenset({"SINGLE_TAG", "MULTI_TAG"})
 MAX_INFLATED_BYTES = 256 * 1024 * 1024  # a compressed body may not inflate past this
 _JAVA_INT = re.compile(r"[+-]?[0-9]+")
 _INT = struct.Struct(">i")
-
-
-class BrokerCode(IntEnum):
-    REGISTER_BROKER = 103
-    UNREGISTER_BROKER = 104
-    QUERY_DATA_VERSION = 322
-    BROKER_HEARTBEAT = 904
-
-
-BROKER_CODES = frozenset(int(c) for c in BrokerCode)
 
 
 class BrokerRequestError(ValueError):
@@ -111,7 +100,7 @@ def identity(request: RemotingCommand) -> BrokerIdentity:
     BROKER_HEARTBEAT declares brokerId nullable; every 5.x broker sends it, and a contract
     event needs it, so it is required here too."""
     ext = request.ext_fields
-    if request.code == BrokerCode.BROKER_HEARTBEAT:
+    if request.code == RequestCode.BROKER_HEARTBEAT:
         cluster, addr, name = (_string(ext, f) for f in ("clusterName", "brokerAddr", "brokerName"))
     else:
         name, addr, cluster = (_string(ext, f) for f in ("brokerName", "brokerAddr", "clusterName"))

@@ -14,12 +14,12 @@ from fastapi import FastAPI, Response
 from routing_lib.collector.admin import LOOPBACK_ONLY
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
-from routing_lib.lookup.limits import Limits, Rejections
-from routing_lib.lookup.listener import RemotingListener, serve_until_signal, until_stopped
-from routing_lib.lookup.metrics import Metrics
 from routing_lib.lookup.refresher import Refresher, SnapshotHolder
 from routing_lib.lookup.server import http_server
-from routing_lib.lookup.tls import PLAIN, ListenerTls
+from routing_lib.remoting.limits import Limits, Rejections
+from routing_lib.remoting.listener import RemotingListener, serve_until_signal, until_stopped
+from routing_lib.remoting.service_metrics import Metrics
+from routing_lib.remoting.tls import PLAIN, ListenerTls
 
 log = logging.getLogger("routelake.collector")
 LOOPBACK = "127.0.0.1"
@@ -78,7 +78,7 @@ class CollectorServer:
         http_tls: ListenerTls = PLAIN,
     ) -> None:
         """`http_port` (0 = ephemeral): also serve /healthz, /readyz, /metrics over HTTP;
-        `tls`, `http_tls`: the TLS of the remoting and HTTP listeners (lookup/tls.py)."""
+        `tls`, `http_tls`: the TLS of the remoting and HTTP listeners (remoting/tls.py)."""
         self.collector = collector
         self.host = host
         self.port = port

@@ -27,10 +27,8 @@ from dataclasses import replace
 from typing import Any, Final, Literal, Protocol
 
 from routing_lib.collector.admin import (
-    ADMIN_CODES,
     COUNT_FIELD,
     LOOPBACK_ONLY,
-    AdminCode,
     admin_event,
     allowed,
     event_key,
@@ -39,8 +37,6 @@ from routing_lib.collector.admin import (
     peer_text,
 )
 from routing_lib.collector.codec import (
-    BROKER_CODES,
-    BrokerCode,
     BrokerRequestError,
     encode_event,
     identity,
@@ -50,12 +46,18 @@ from routing_lib.collector.codec import (
 )
 from routing_lib.collector.publisher import PublishError
 from routing_lib.collector.view import BrokerView, MemoryView, SnapshotView
-from routing_lib.lookup.limits import ThrottledLog, clip
-from routing_lib.lookup.listener import current_peer
-from routing_lib.lookup.metrics import Metrics
-from routing_lib.lookup.processor import NAMESRV_VERSION, ResponseCode
 from routing_lib.lookup.refresher import SnapshotHolder
-from routing_lib.lookup.remoting import RemotingCommand
+from routing_lib.remoting.frames import RemotingCommand
+from routing_lib.remoting.limits import ThrottledLog, clip
+from routing_lib.remoting.listener import current_peer
+from routing_lib.remoting.protocol import (
+    ADMIN_CODES,
+    BROKER_CODES,
+    NAMESRV_VERSION,
+    RequestCode,
+    ResponseCode,
+)
+from routing_lib.remoting.service_metrics import Metrics
 
 log = logging.getLogger("routelake.collector")
 
@@ -126,7 +128,7 @@ class CollectorMetrics:
 class Collector:
     codes = BROKER_CODES | ADMIN_CODES
     # A PUT_KV_CONFIG value may be 64 Ki characters: more than a client request frame.
-    large_frame_codes = frozenset({int(BrokerCode.REGISTER_BROKER), int(AdminCode.PUT_KV_CONFIG)})
+    large_frame_codes = frozenset({RequestCode.REGISTER_BROKER, RequestCode.PUT_KV_CONFIG})
 
     def __init__(
         self,
@@ -171,14 +173,16 @@ class Collector:
             )
         now = self.clock()
         try:
-            if request.code == BrokerCode.REGISTER_BROKER:
+            if request.code == RequestCode.REGISTER_BROKER:
                 event = register_event(request, now)[1]
             else:
-                kind = "UNREGISTER" if request.code == BrokerCode.UNREGISTER_BROKER else "HEARTBEAT"
+                kind = (
+                    "UNREGISTER" if request.code == RequestCode.UNREGISTER_BROKER else "HEARTBEAT"
+                )
                 event = identity(request).event(kind, now)
             version = (
                 query_data_version(request)
-                if request.code == BrokerCode.QUERY_DATA_VERSION
+                if request.code == RequestCode.QUERY_DATA_VERSION
                 else None
             )
         except BrokerRequestError as exc:
@@ -201,7 +205,7 @@ class Collector:
         self.memory.apply(event)
         if request.is_oneway:
             return None
-        if request.code == BrokerCode.REGISTER_BROKER:
+        if request.code == RequestCode.REGISTER_BROKER:
             return _reply(
                 request,
                 ResponseCode.SUCCESS,

@@ -8,35 +8,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from routing_lib.lookup.remoting import RemotingCommand
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.topics import validate_topic
-
-
-class RequestCode:
-    GET_KV_CONFIG = 101
-    GET_ROUTEINFO_BY_TOPIC = 105
-    GET_BROKER_CLUSTER_INFO = 106
-    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
-    GET_KVLIST_BY_NAMESPACE = 219
-    GET_TOPICS_BY_CLUSTER = 224
-    GET_SYSTEM_TOPIC_LIST_FROM_NS = 304
-
-
-class ResponseCode:
-    SUCCESS = 0
-    SYSTEM_ERROR = 1
-    REQUEST_CODE_NOT_SUPPORTED = 3
-    NO_PERMISSION = 16
-    TOPIC_NOT_EXIST = 17
-    QUERY_NOT_FOUND = 22
-    INVALID_PARAMETER = 29
-
-
-# MQVersion.Version ordinals: clients from V4_9_4 on get standard JSON route bodies, and a
-# NameServer started by NamesrvStartup stamps its own version (V5_3_3) on responses.
-V4_9_4 = 401
-NAMESRV_VERSION = 479
+from routing_lib.remoting.frames import RemotingCommand
+from routing_lib.remoting.protocol import NAMESRV_VERSION, V4_9_4, RequestCode, ResponseCode
 
 FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
 

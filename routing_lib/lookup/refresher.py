@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from routing_lib.lookup.consistency import SnapshotNotSettledError, settled_versions
-from routing_lib.lookup.metrics import Metrics
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.snapshots import next_index
 from routing_lib.read.warehouse import RouteSnapshot, table_versions
+from routing_lib.remoting.service_metrics import Metrics
 
 log = logging.getLogger("routelake.lookup")
 SWITCH_INTERVAL_S = 0.0005

@@ -29,33 +29,26 @@ from fastapi import FastAPI, Response
 
 from routing_lib.config import load_config
 from routing_lib.lookup import jsonbody
-from routing_lib.lookup.http_guard import guarded_protocol
-from routing_lib.lookup.limits import Limits, Rejections, clip
-from routing_lib.lookup.listener import (
+from routing_lib.lookup.processor import answer, no_kv_remark, no_route_remark
+from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
+from routing_lib.lookup.routes import Body, RouteIndex
+from routing_lib.lookup.topics import validate_topic
+from routing_lib.remoting.frames import RemotingCommand
+from routing_lib.remoting.http_guard import guarded_protocol
+from routing_lib.remoting.limits import Limits, Rejections, clip
+from routing_lib.remoting.listener import (
     RemotingListener,
     Reply,
     serve_until_signal,
     until_stopped,
 )
-from routing_lib.lookup.metrics import Metrics
-from routing_lib.lookup.processor import (
-    RequestCode,
-    ResponseCode,
-    answer,
-    no_kv_remark,
-    no_route_remark,
-)
-from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
-from routing_lib.lookup.remoting import RemotingCommand
-from routing_lib.lookup.routes import Body, RouteIndex
-from routing_lib.lookup.tls import PLAIN, ListenerTls, TlsAcceptor
-from routing_lib.lookup.topics import validate_topic
+from routing_lib.remoting.protocol import READ_CODES, ResponseCode
+from routing_lib.remoting.service_metrics import Metrics
+from routing_lib.remoting.tls import PLAIN, ListenerTls, TlsAcceptor
 
 log = logging.getLogger("routelake.lookup")
 
 LOOPBACK = "127.0.0.1"
-# Metric labels only for the codes we serve: a client cannot blow up the label set.
-_KNOWN_CODES = frozenset(v for k, v in vars(RequestCode).items() if k.isupper())
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -394,7 +387,7 @@ class LookupService:
             self.metrics,
             self.rejections,
             log,
-            known_codes=_KNOWN_CODES | (collector.codes if collector else frozenset()),
+            known_codes=READ_CODES | (collector.codes if collector else frozenset()),
             # REGISTER_BROKER bodies reach MBs; client requests keep the small limit.
             max_frame_bytes=self.limits.collector_max_frame_bytes if collector else None,
             large_frame_codes=collector.large_frame_codes if collector else frozenset(),

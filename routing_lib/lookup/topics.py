@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from routing_lib.lookup.limits import clip
+from routing_lib.remoting.limits import clip
 
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"

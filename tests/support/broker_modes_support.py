@@ -22,18 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from routing_lib.collector.codec import BROKER_CODES
 from routing_lib.core.replay import fleet_rows, replay
 from routing_lib.lookup import jsonbody, mqadmin
-from routing_lib.lookup.remoting import (
+from routing_lib.lookup.routes import RouteIndex
+from routing_lib.read.warehouse import RouteSnapshot
+from routing_lib.remoting.frames import (
     FrameDecoder,
     RemotingCodecError,
     RemotingCommand,
     decode_frame,
     encode,
 )
-from routing_lib.lookup.routes import RouteIndex
-from routing_lib.read.warehouse import RouteSnapshot
+from routing_lib.remoting.protocol import BROKER_CODES
 from schemas import parse_event
 from schemas.route_event import TickEvent
 from tests.support.rocketmq_support import BROKER_JVM, BROKER_MAIN, NAMESRV_JVM, JavaProcess

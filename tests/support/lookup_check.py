@@ -7,8 +7,8 @@ from pathlib import Path
 
 import httpx
 
-from routing_lib.lookup.processor import ResponseCode
-from routing_lib.lookup.remoting import SerializeType
+from routing_lib.remoting.frames import SerializeType
+from routing_lib.remoting.protocol import ResponseCode
 from tests.support.lookup_support import RemotingClient, ServerThread, wait_until
 
 GET_ROUTEINFO_BY_TOPIC = 105

@@ -29,11 +29,11 @@ from routing_lib.core.tables import (
     TOPIC_QUEUE,
     ddl_columns,
 )
-from routing_lib.lookup.processor import NAMESRV_VERSION
-from routing_lib.lookup.remoting import FrameDecoder, RemotingCommand, SerializeType, encode
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.server import LookupService
 from routing_lib.read.warehouse import RouteSnapshot
+from routing_lib.remoting.frames import FrameDecoder, RemotingCommand, SerializeType, encode
+from routing_lib.remoting.protocol import NAMESRV_VERSION
 from schemas import parse_event
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

@@ -25,14 +25,14 @@ from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.server import CollectorServer
 from routing_lib.collector.service import Collector
 from routing_lib.lookup import mqadmin
-from routing_lib.lookup.limits import Limits
-from routing_lib.lookup.remoting import (
+from routing_lib.remoting.frames import (
     FrameDecoder,
     RemotingCodecError,
     RemotingCommand,
     encode,
 )
-from routing_lib.lookup.tls import PLAIN, ListenerTls
+from routing_lib.remoting.limits import Limits
+from routing_lib.remoting.tls import PLAIN, ListenerTls
 
 
 class CollectorThread:

@@ -10,7 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from routing_lib.lookup.remoting import FrameDecoder, RemotingCommand, encode
+from routing_lib.remoting.frames import FrameDecoder, RemotingCommand, encode
 
 KEY_PASSWORD = "routelake-test"
 

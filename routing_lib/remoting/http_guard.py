@@ -20,7 +20,7 @@ from typing import Any, ClassVar, NoReturn
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from routing_lib.lookup.limits import HTTP_MAX_PIPELINED, Limits, Rejections
+from routing_lib.remoting.limits import HTTP_MAX_PIPELINED, Limits, Rejections
 
 _VERSIONS = ("1.0", "1.1")
 

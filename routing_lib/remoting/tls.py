@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, TypeVar
 
 from routing_lib.config import project_path
-from routing_lib.lookup.limits import Limits, Rejections
+from routing_lib.remoting.limits import Limits, Rejections
 
 if TYPE_CHECKING:
     from routing_lib.config import TlsConfig

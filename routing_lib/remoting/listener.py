@@ -20,16 +20,16 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Protocol
 
-from routing_lib.lookup.limits import Limits, Rejections, ThrottledLog
-from routing_lib.lookup.metrics import Metrics
-from routing_lib.lookup.processor import NAMESRV_VERSION, ResponseCode
-from routing_lib.lookup.remoting import (
+from routing_lib.remoting.frames import (
     FrameDecoder,
     RemotingCodecError,
     RemotingCommand,
     encode_head,
 )
-from routing_lib.lookup.tls import PLAIN, TLS_HANDSHAKE_RECORD, ListenerTls, TlsAcceptor
+from routing_lib.remoting.limits import Limits, Rejections, ThrottledLog
+from routing_lib.remoting.protocol import NAMESRV_VERSION, ResponseCode
+from routing_lib.remoting.service_metrics import Metrics
+from routing_lib.remoting.tls import PLAIN, TLS_HANDSHAKE_RECORD, ListenerTls, TlsAcceptor
 
 READ_CHUNK = 64 * 1024
 # A batch of pipelined requests is answered into the socket buffer; past this much unsent,

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from routing_lib.lookup.remoting import DEFAULT_MAX_FRAME_BYTES, LOOKUP_MAX_FRAME_BYTES
+from routing_lib.remoting.frames import DEFAULT_MAX_FRAME_BYTES, LOOKUP_MAX_FRAME_BYTES
 
 if TYPE_CHECKING:  # metrics -> routes -> topics -> limits: type names only here
     from routing_lib.config import ServeConfig
-    from routing_lib.lookup.metrics import Metrics
+    from routing_lib.remoting.service_metrics import Metrics
 
 ECHO_CHARS = 64  # client input quoted back in an error: at most this much, plus its length
 LOG_INTERVAL_S = 10.0  # one warning per (listener, reason) per interval, with a count
