@@ -97,7 +97,7 @@ def naive_limit(spark, folder: Path) -> tuple[float, dict]:
 
 
 def timed_backfill(config, archive: Path, warehouse: Path, spark, count: int, label: str) -> float:
-    from routing_lib.backfill import run_backfill
+    from routing_lib.jobs.backfill import run_backfill
     from routing_lib.read.warehouse import load_snapshot
 
     started = time.monotonic()

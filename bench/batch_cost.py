@@ -24,8 +24,8 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 import routing_lib.spark.pipeline as pipeline
 from bench.backfill_bench import fleet_lines
-from routing_lib.backfill import run_backfill
 from routing_lib.config import load_config
+from routing_lib.jobs.backfill import run_backfill
 from routing_lib.spark.session import build_spark
 
 EVENTS_PER_FILE = 60

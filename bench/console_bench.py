@@ -38,8 +38,8 @@ READY = "main[data-state=ready]"
 
 
 def build(warehouse: Path, brokers: int, topics: int, minutes: int) -> None:
-    from routing_lib.backfill import run_backfill
     from routing_lib.config import load_config
+    from routing_lib.jobs.backfill import run_backfill
     from routing_lib.spark.session import build_spark
 
     archive = warehouse.parent / (warehouse.name + "-archive")

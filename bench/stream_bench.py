@@ -58,7 +58,7 @@ def _produce(bootstrap: str, topic: str, lines: list[bytes]) -> float:
 
 def throughput(args, config) -> None:
     from routelake_dev import kafka_local
-    from routing_lib.stream_job import run_stream
+    from routing_lib.jobs.route_state import run_route_state
 
     kafka_local.start(config.kafka)
     topic = f"bench-{uuid.uuid4().hex[:8]}"
@@ -73,7 +73,7 @@ def throughput(args, config) -> None:
     work = Path(args.workdir) / topic
     job = _job_config(config, topic, work, max_offsets_per_trigger=args.max_offsets)
     started = time.monotonic()
-    metrics = run_stream(job, available_now=True, install_signal_handlers=False)
+    metrics = run_route_state(job, available_now=True, install_signal_handlers=False)
     drained = time.monotonic() - started
     print(
         f"drain: {drained:.1f} s -> {len(lines) / drained:,.0f} events/s "
@@ -123,7 +123,7 @@ def freshness(args, config) -> None:
 
     from routelake_dev import kafka_local
     from routelake_dev.simulator import EventEncoder, FleetSimulator, make_producer
-    from routing_lib.stream_job import run_stream
+    from routing_lib.jobs.route_state import run_route_state
 
     kafka_local.start(config.kafka)
     topic = f"fresh-{uuid.uuid4().hex[:8]}"
@@ -132,14 +132,14 @@ def freshness(args, config) -> None:
     job = _job_config(config, topic, work, trigger_interval="1 second", starting_offsets="earliest")
     stop = threading.Event()
     job_thread = threading.Thread(
-        target=run_stream,
+        target=run_route_state,
         args=(job,),
         kwargs={"stop_event": stop, "install_signal_handlers": False},
         daemon=True,
     )
     batches = _BatchLog()
-    logging.getLogger("routelake.job").addHandler(batches)
-    logging.getLogger("routelake.job").setLevel(logging.INFO)
+    logging.getLogger("routelake.route_state").addHandler(batches)
+    logging.getLogger("routelake.route_state").setLevel(logging.INFO)
     job_thread.start()
     producer = make_producer(config.kafka.bootstrap_servers, acks=1, linger_ms=5)
     sent_at: dict[tuple, float] = {}

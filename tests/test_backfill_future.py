@@ -58,7 +58,7 @@ def test_a_line_from_year_9999_is_dead_lettered_and_the_fleet_lives(backfill, co
 
 
 def test_allowing_future_events_in_config_trusts_every_line(spark, config, tmp_path):
-    from routing_lib.backfill import run_backfill
+    from routing_lib.jobs.backfill import run_backfill
 
     lines, _ = _archive_with_future_line(tmp_path)
     trusting = config.with_overrides("routes", backfill_allow_future_events=True)

@@ -127,7 +127,7 @@ def _append_late_event(warehouse: Path, start: int) -> None:
 
 @pytest.fixture(scope="module")
 def warehouse(spark, config, tmp_path_factory) -> Path:
-    from routing_lib.backfill import run_backfill
+    from routing_lib.jobs.backfill import run_backfill
 
     root = tmp_path_factory.mktemp("console")
     start = json.loads(fixture_lines("20_random_fleet_seed101")[0])["eventTime"]

@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-from routing_lib.backfill import run_backfill
 from routing_lib.core.dump import project
+from routing_lib.jobs.backfill import run_backfill
+from routing_lib.jobs.route_state import run_route_state
 from routing_lib.read.warehouse import load_snapshot
-from routing_lib.stream_job import run_stream
 from tests.support.helpers import (
     GOLDEN,
     expected_dump,
@@ -84,5 +84,5 @@ def test_split_registrations_through_kafka_with_references_equal_replay(
             max_offsets_per_trigger=len(lines) // 10 + 1,
         )
     )
-    run_stream(cfg, available_now=True, install_signal_handlers=False)
+    run_route_state(cfg, available_now=True, install_signal_handlers=False)
     assert project(load_snapshot(tmp_path / "warehouse").dump()) == reference_dump(lines)

@@ -34,7 +34,7 @@ for table in sorted(Path(sys.argv[1]).iterdir()):
 def warehouse(spark, config, tmp_path_factory) -> Path:
     """A golden fleet backfilled once, with one undecodable line (so the dead-letter table has
     a row to read too)."""
-    from routing_lib.backfill import run_backfill
+    from routing_lib.jobs.backfill import run_backfill
 
     root = tmp_path_factory.mktemp("clean-exit")
     lines = [*fixture_lines("20_random_fleet_seed101"), "not json"]

@@ -316,4 +316,4 @@ def test_job_path_names_the_entry_file(job, capsys):
 
     assert main(["job-path", job]) == 0
     path = Path(capsys.readouterr().out.strip())
-    assert path == REPO / "routing_lib" / "jobs" / f"{job}.py" and path.is_file()
+    assert path == REPO / "routing_lib" / "jobs" / "submit" / f"{job}.py" and path.is_file()

@@ -165,7 +165,7 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def fleet(spark, config, tmp_path_factory) -> Fleet:
-    from routing_lib.backfill import run_backfill
+    from routing_lib.jobs.backfill import run_backfill
 
     warehouse = tmp_path_factory.mktemp("recipes") / "warehouse"
     run_backfill(
@@ -373,7 +373,7 @@ PERM_EXTRA_T0 = 1764000045000  # one event per second from here; the watermark i
 @pytest.fixture(scope="module")
 def perm_audit(spark, config, tmp_path_factory) -> tuple[Path, list, Path]:
     """Fixture 14 and PERM_EXTRA as two archive files, through the real backfill."""
-    from routing_lib.backfill import run_backfill
+    from routing_lib.jobs.backfill import run_backfill
 
     root = tmp_path_factory.mktemp("perm-audit")
     extra = root / "extra.jsonl"

@@ -47,7 +47,7 @@ def test_as_of_refuses_times_past_the_watermark(backfill, capsys):
 
 
 def test_history_rows_do_not_depend_on_batch_boundaries(backfill, tmp_path, spark, config):
-    from routing_lib.backfill import run_backfill
+    from routing_lib.jobs.backfill import run_backfill
 
     name = "20_random_fleet_seed202"
     lines = fixture_lines(name)

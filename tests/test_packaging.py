@@ -133,7 +133,7 @@ def installed(tmp_path_factory) -> Installed:
 def test_wheel_ships_the_defaults_and_the_job_entry_files(installed):
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     assert "routing_lib/defaults/routelake.toml" in names
-    assert {"routing_lib/jobs/route_state.py", "routing_lib/jobs/backfill.py"} <= names
+    assert {f"routing_lib/jobs/submit/{job}.py" for job in ("route_state", "backfill")} <= names
     console = {"index.html", "console.js", "console.css"}  # the web console's assets
     assert {f"routing_lib/console/static/{name}" for name in console} <= names
     assert not any(n.startswith(("tests/", "conf/", "jobs/")) for n in names)

@@ -587,14 +587,14 @@ def test_the_streaming_job_publishes_the_replayed_tables(env, spark, config):
     streaming job itself (`routectl run --available-now`, in-process on the test session's
     Spark) reads every case's events from Kafka: its tables equal the replay's State(W) at the
     watermark W it published."""
-    from routing_lib.stream_job import run_stream
+    from routing_lib.jobs.route_state import run_route_state
 
     started, ended_ms = time.monotonic(), now_ms()
     warehouse = env.root / "warehouse"
     job_config = config.with_overrides(
         "paths", warehouse=str(warehouse), checkpoint=str(env.root / "checkpoint")
     ).with_overrides("kafka", topic=env.topic, bootstrap_servers=env.bootstrap)
-    run_stream(job_config, available_now=True, install_signal_handlers=False)
+    run_route_state(job_config, available_now=True, install_signal_handlers=False)
     delay = job_config.routes.watermark_delay_ms
     snapshot = load_snapshot(warehouse)
     # The job read the offsets there were when it started; the collector's TICKs went on. No

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from routing_lib.backfill import run_backfill
 from routing_lib.core.dump import project
 from routing_lib.core.history import HISTORY_TABLES
 from routing_lib.core.tables import PROGRESS
+from routing_lib.jobs.backfill import run_backfill
 from routing_lib.read.history import load_history
 from routing_lib.read.warehouse import load_snapshot
 from tests.support.helpers import reference_dump, split_lines, write_files
@@ -148,7 +148,7 @@ def test_stream_on_the_cluster_equals_the_local_run(
     finally:
         producer.close()
     _assert_same_tables(warehouse, local_run)
-    _assert_ran_on_both_workers(cluster, "routelake-stream")
+    _assert_ran_on_both_workers(cluster, "routelake-route_state")
     progress = DeltaTable(str(warehouse / PROGRESS)).to_pyarrow_table().to_pylist()
     assert sum(r["input_rows"] for r in progress) == len(lines) and len(progress) >= 4
     # The state operator keeps the partition count the checkpoint started with.

@@ -190,8 +190,8 @@ def test_available_now_via_cli_on_golden_fixture(job):
 
 
 def test_streaming_and_backfill_write_identical_history(job, config, spark, tmp_path):
-    from routing_lib.backfill import run_backfill
     from routing_lib.core.history import ADMIN_EVENTS, HISTORY_TABLES
+    from routing_lib.jobs.backfill import run_backfill
     from routing_lib.read.history import load_history
 
     name = "20_random_fleet_seed101"
