@@ -26,13 +26,13 @@ import pyarrow as pa
 
 from routing_lib import storage
 from routing_lib.core.admin import ADMIN_EVENTS
+from routing_lib.core.catalog import Scalar, spec
 from routing_lib.core.group_routes import PERM_WRITE
 from routing_lib.core.history import (
     BROKER_LIVENESS_EVENTS,
     BROKER_MEMBERSHIP_HISTORY,
     CLUSTER_MEMBERSHIP_HISTORY,
     EXPIRED,
-    HISTORY_TABLE_DDL,
     HISTORY_TABLES,
     TOPIC_ROUTE_HISTORY,
 )
@@ -69,9 +69,9 @@ def _frame(history: History, table: str) -> pd.DataFrame:
     data = history[table]
     if isinstance(data, pd.DataFrame):
         return data
-    columns = [(c.split()[0], c.split()[1]) for c in HISTORY_TABLE_DDL[table].split(", ")]
-    frame = pd.DataFrame.from_records(list(data), columns=[name for name, _ in columns])
-    ints = {name: "Int64" for name, kind in columns if kind in ("BIGINT", "INT")}
+    columns = spec(table).columns
+    frame = pd.DataFrame.from_records(list(data), columns=[c.name for c in columns])
+    ints = {c.name: "Int64" for c in columns if c.type in (Scalar.BIGINT, Scalar.INT)}
     return frame.astype(ints)
 
 

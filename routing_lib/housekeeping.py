@@ -29,17 +29,11 @@ from typing import Any
 
 from routing_lib import storage
 from routing_lib.config import Config
-from routing_lib.core.history import HISTORY_PARTITION_COLUMNS, HISTORY_TABLES
-from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, PROGRESS, ROUTE_TABLES
+from routing_lib.core.catalog import TABLE_NAMES, TABLES
 
 DEFAULT_VACUUM_HOURS = 168
-WAREHOUSE_TABLES: tuple[str, ...] = (
-    *ROUTE_TABLES,
-    DEAD_LETTER,
-    LATE_EVENT,
-    PROGRESS,
-    *HISTORY_TABLES,
-)
+# every table of the catalog, in its order
+WAREHOUSE_TABLES: tuple[str, ...] = TABLE_NAMES
 
 
 @dataclass
@@ -71,10 +65,12 @@ def partition_filters(
     table: str, since: str | None, before: str | None
 ) -> list[tuple[str, str, str]] | None:
     """delta-rs partition filters restricting a history table to event_date in
-    [since, before) (dates as 'YYYY-MM-DD' strings, like the partition values)."""
-    if table not in HISTORY_TABLES:
+    [since, before) (dates as 'YYYY-MM-DD' strings, like the partition values); None for a
+    table without partitions."""
+    spec = TABLES.get(table)
+    if spec is None or not spec.partition_by:
         return None
-    column = HISTORY_PARTITION_COLUMNS[0]
+    (column,) = spec.partition_by  # the day column: one partition column
     filters = [(column, ">=", since)] if since else []
     filters += [(column, "<", before)] if before else []
     return filters or None

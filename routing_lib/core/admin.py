@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from routing_lib.core.catalog import ADMIN_EVENTS as ADMIN_EVENTS
+from routing_lib.core.catalog import spec
 from routing_lib.core.clock import Arrival, GroupClock
 from routing_lib.core.topic_table import TopicTable
 from routing_lib.core.wire import Event, topic_names
@@ -27,13 +29,8 @@ from schemas.route_event import DeleteKvEvent, DeleteTopicEvent, PutKvEvent, Reg
 ADMIN_KEY = "\x00admin"  # DELETE_TOPIC as it arrives: logged here, fanned out to holders
 KV_KEY = "\x00kv"  # the KV store (KVConfigManager) is one global group
 
-ADMIN_EVENTS = "admin_events"
-ADMIN_EVENTS_DDL = (
-    "event_time BIGINT, event_type STRING, broker_name STRING, topic STRING, "
-    "cluster_name STRING, namespace STRING, key STRING, value STRING, "
-    "requested_by STRING, source STRING, position BIGINT, event_date STRING"
-)
-ADMIN_EVENTS_IDENTITY = ("source", "position")
+# The admin_events table's DDL (the Arrow schema of test warehouses is parsed from it).
+ADMIN_EVENTS_DDL = spec(ADMIN_EVENTS).ddl
 
 
 def group_key(event: Event) -> str:

@@ -40,69 +40,33 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from routing_lib.core.admin import ADMIN_EVENTS, ADMIN_EVENTS_DDL, ADMIN_EVENTS_IDENTITY
+from routing_lib.core.catalog import ADMIN_EVENTS as ADMIN_EVENTS
+from routing_lib.core.catalog import BROKER_LIVENESS_EVENTS as BROKER_LIVENESS_EVENTS
+from routing_lib.core.catalog import BROKER_MEMBERSHIP_HISTORY as BROKER_MEMBERSHIP_HISTORY
+from routing_lib.core.catalog import CLUSTER_MEMBERSHIP_HISTORY as CLUSTER_MEMBERSHIP_HISTORY
+from routing_lib.core.catalog import HISTORY_SPECS, names, spec
+from routing_lib.core.catalog import TOPIC_ROUTE_HISTORY as TOPIC_ROUTE_HISTORY
 from routing_lib.core.clock import Advance, Expiry, GroupClock, apply_guarded
 from routing_lib.core.group_routes import BrokerKey, GroupRoutes, RouteFlags
 from routing_lib.core.rows import RowOp
 from routing_lib.core.tables import RoutesSnapshot, Row
 
-TOPIC_ROUTE_HISTORY = "topic_route_history"
-BROKER_MEMBERSHIP_HISTORY = "broker_membership_history"
-CLUSTER_MEMBERSHIP_HISTORY = "cluster_membership_history"
-BROKER_LIVENESS_EVENTS = "broker_liveness_events"
-INTERVAL_TABLES = (TOPIC_ROUTE_HISTORY, BROKER_MEMBERSHIP_HISTORY, CLUSTER_MEMBERSHIP_HISTORY)
-# admin_events (routing_lib.core.admin): administrative events as they arrived, the audit
-# trail and the DELETE_TOPIC log; appended by identity like the liveness events.
-HISTORY_TABLES = INTERVAL_TABLES + (BROKER_LIVENESS_EVENTS, ADMIN_EVENTS)
+INTERVAL_TABLES = tuple(s.name for s in HISTORY_SPECS if s.close_columns)
+# The interval tables, broker_liveness_events and admin_events (the audit trail and the
+# DELETE_TOPIC log, appended by identity like the liveness events).
+HISTORY_TABLES = names(HISTORY_SPECS)
 
 # Interval table -> the key whose versions never overlap in time.
-HISTORY_KEYS: dict[str, tuple[str, ...]] = {
-    TOPIC_ROUTE_HISTORY: ("topic", "broker_name"),
-    BROKER_MEMBERSHIP_HISTORY: ("cluster", "broker_name", "broker_id", "broker_addr"),
-    CLUSTER_MEMBERSHIP_HISTORY: ("cluster_name", "broker_name"),
-}
+HISTORY_KEYS: dict[str, tuple[str, ...]] = {t: spec(t).keys for t in INTERVAL_TABLES}
 # Table -> columns identifying one row: the MERGE condition (plus event_date, for pruning).
-HISTORY_IDENTITY: dict[str, tuple[str, ...]] = {
-    **{t: keys + ("valid_from",) for t, keys in HISTORY_KEYS.items()},
-    BROKER_LIVENESS_EVENTS: ("broker_name", "cluster_name", "broker_addr", "event_time", "seq"),
-    ADMIN_EVENTS: ADMIN_EVENTS_IDENTITY,
-}
+HISTORY_IDENTITY: dict[str, tuple[str, ...]] = {s.name: s.identity for s in HISTORY_SPECS}
 # Interval table -> the columns a `close` sets.
 HISTORY_CLOSE_COLUMNS: dict[str, tuple[str, ...]] = {
-    TOPIC_ROUTE_HISTORY: ("valid_to", "ended_by", "end_event", "end_broker_addr"),
-    BROKER_MEMBERSHIP_HISTORY: ("valid_to", "end_reason", "end_event", "end_broker_addr"),
-    CLUSTER_MEMBERSHIP_HISTORY: ("valid_to", "end_reason", "end_event", "end_broker_addr"),
+    t: spec(t).close_columns for t in INTERVAL_TABLES
 }
-HISTORY_PARTITION_COLUMNS = ("event_date",)
-
-_START_END = (
-    "start_event STRING, start_broker_addr STRING, {end} STRING, end_event STRING, "
-    "end_broker_addr STRING, event_date STRING"
-)
-# Delta schemas (Spark DDL strings: this module stays Spark-free). event_date is 'YYYY-MM-DD'
-# (UTC) of valid_from / event_time: the partition column.
-HISTORY_TABLE_DDL: dict[str, str] = {
-    TOPIC_ROUTE_HISTORY: (
-        "topic STRING, broker_name STRING, valid_from BIGINT, valid_to BIGINT, "
-        "read_queue_nums INT, write_queue_nums INT, perm INT, topic_sys_flag INT, "
-        "started_by STRING, " + _START_END.format(end="ended_by")
-    ),
-    BROKER_MEMBERSHIP_HISTORY: (
-        "cluster STRING, broker_name STRING, broker_id BIGINT, broker_addr STRING, "
-        "valid_from BIGINT, valid_to BIGINT, start_reason STRING, "
-        + _START_END.format(end="end_reason")
-    ),
-    CLUSTER_MEMBERSHIP_HISTORY: (
-        "cluster_name STRING, broker_name STRING, valid_from BIGINT, valid_to BIGINT, "
-        "start_reason STRING, " + _START_END.format(end="end_reason")
-    ),
-    BROKER_LIVENESS_EVENTS: (
-        "broker_name STRING, cluster_name STRING, broker_addr STRING, event_time BIGINT, "
-        "seq INT, event_type STRING, broker_id BIGINT, last_update_timestamp BIGINT, "
-        "heartbeat_timeout_millis BIGINT, deadline BIGINT, event_date STRING"
-    ),
-    ADMIN_EVENTS: ADMIN_EVENTS_DDL,
-}
+# Delta schemas as Spark DDL strings. event_date is 'YYYY-MM-DD' (UTC) of valid_from /
+# event_time: the partition column.
+HISTORY_TABLE_DDL: dict[str, str] = {s.name: s.ddl for s in HISTORY_SPECS}
 
 # Transition kinds: the input event types, plus the clock's expiry.
 REGISTER, HEARTBEAT, UNREGISTER, EXPIRE = "REGISTER", "HEARTBEAT", "UNREGISTER", "EXPIRE"

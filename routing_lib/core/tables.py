@@ -1,35 +1,36 @@
-"""The five route tables as rows (snake_case, one dict per row) and the changes between two
-states of a group. Row keys are the Delta tables' merge keys."""
+"""The route tables as rows (snake_case, one dict per row) and the changes between two states
+of a group. Row keys are the Delta tables' merge keys. The tables themselves (names, columns,
+keys) are described in routing_lib/core/catalog.py; the names are re-exported here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from routing_lib.core.catalog import (
+    BROKER_ADDR,
+    BROKER_LIVE,
+    CLUSTER_ADDR,
+    FILTER_SERVER,
+    KV_CONFIG,
+    ROUTE_SPECS,
+    SIDE_SPECS,
+    TOPIC_QUEUE,
+    names,
+)
+
+# re-exported: the side tables' names, imported from here by the job, readers and tests
+from routing_lib.core.catalog import DEAD_LETTER as DEAD_LETTER
+from routing_lib.core.catalog import LATE_EVENT as LATE_EVENT
+from routing_lib.core.catalog import PROGRESS as PROGRESS
 from routing_lib.core.group_routes import BrokerData, BrokerKey, BrokerLive, GroupRoutes, QueueData
 from routing_lib.core.topic_table import EMPTY_TOPICS, TopicTable
 
 Row = dict[str, Any]
 
-TOPIC_QUEUE = "topic_queue_table"
-BROKER_ADDR = "broker_addr_table"
-CLUSTER_ADDR = "cluster_addr_table"
-BROKER_LIVE = "broker_live_table"
-FILTER_SERVER = "filter_server_table"
-# KVConfigManager's table. A namespace is a row with key NULL (value NULL) as long as it
-# exists, so an emptied namespace stays visible (contract §4).
-KV_CONFIG = "kv_config_table"
-
 # table -> its key columns, in order
-TABLE_KEYS: dict[str, tuple[str, ...]] = {
-    TOPIC_QUEUE: ("topic", "broker_name"),
-    BROKER_ADDR: ("broker_name", "broker_id"),
-    CLUSTER_ADDR: ("cluster_name", "broker_name"),
-    BROKER_LIVE: ("cluster_name", "broker_addr"),
-    FILTER_SERVER: ("cluster_name", "broker_addr"),
-    KV_CONFIG: ("namespace", "key"),
-}
-ROUTE_TABLES = tuple(TABLE_KEYS)
+TABLE_KEYS: dict[str, tuple[str, ...]] = {spec.name: spec.keys for spec in ROUTE_SPECS}
+ROUTE_TABLES = names(ROUTE_SPECS)
 
 
 @dataclass(frozen=True)
@@ -199,35 +200,9 @@ def rows_of(routes: GroupRoutes) -> dict[str, list[Row]]:
     return tables
 
 
-# Delta schemas of the route tables (Spark DDL strings: this module stays Spark-free).
-TABLE_DDL: dict[str, str] = {
-    TOPIC_QUEUE: "topic STRING, broker_name STRING, read_queue_nums INT, write_queue_nums INT, "
-    "perm INT, topic_sys_flag INT",
-    BROKER_ADDR: "broker_name STRING, broker_id BIGINT, broker_addr STRING, cluster STRING, "
-    "enable_acting_master BOOLEAN, zone_name STRING",
-    CLUSTER_ADDR: "cluster_name STRING, broker_name STRING",
-    BROKER_LIVE: "cluster_name STRING, broker_addr STRING, broker_name STRING, "
-    "last_update_timestamp BIGINT, heartbeat_timeout_millis BIGINT, "
-    "ha_server_addr STRING, "
-    "data_version STRUCT<state_version: BIGINT, timestamp: BIGINT, counter: BIGINT>",
-    FILTER_SERVER: "cluster_name STRING, broker_addr STRING, broker_name STRING, "
-    "filter_server_list ARRAY<STRING>",
-    KV_CONFIG: "namespace STRING, key STRING, value STRING",
-}
-DEAD_LETTER = "dead_letter_table"
-LATE_EVENT = "late_event_table"
-PROGRESS = "route_progress"
-SIDE_TABLE_DDL: dict[str, str] = {
-    DEAD_LETTER: "raw BINARY, raw_text STRING, source STRING, position BIGINT, reason STRING, "
-    "seen_at_ms BIGINT, batch_id BIGINT",
-    LATE_EVENT: "event_time BIGINT, broker_name STRING, event_type STRING, source STRING, "
-    "position BIGINT, payload STRING, published_watermark BIGINT, seen_at_ms BIGINT, "
-    "batch_id BIGINT",
-    # One row per published micro-batch: the watermark its tables show, and its counts.
-    PROGRESS: "batch_id BIGINT, watermark BIGINT, input_rows BIGINT, accepted BIGINT, "
-    "applied BIGINT, late BIGINT, dead_lettered BIGINT, expired BIGINT, "
-    "changes BIGINT, committed_at_ms BIGINT",
-}
+# Delta schemas as Spark DDL strings (the test warehouses parse them into Arrow schemas).
+TABLE_DDL: dict[str, str] = {spec.name: spec.ddl for spec in ROUTE_SPECS}
+SIDE_TABLE_DDL: dict[str, str] = {spec.name: spec.ddl for spec in SIDE_SPECS}
 
 
 def ddl_columns(ddl: str) -> list[str]:

@@ -11,12 +11,15 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from routing_lib import storage
+from routing_lib.core.catalog import CATALOG, PROGRESS, Reader, read_by
 from routing_lib.core.dump import canonical_dump
-from routing_lib.core.tables import KV_CONFIG, PROGRESS, ROUTE_TABLES, Row
+from routing_lib.core.tables import ROUTE_TABLES, Row
 
 # Tables a warehouse written by an older version of the job lacks (it had no KV config): read
 # as empty, and left out of the versions until they appear (which then counts as a change).
-OPTIONAL_TABLES = frozenset({KV_CONFIG})
+OPTIONAL_TABLES = frozenset(spec.name for spec in CATALOG if spec.optional)
+# What a snapshot reads: the route tables and route_progress.
+SNAPSHOT_TABLES = read_by(Reader.DUMP)
 
 
 class WarehouseError(Exception):
@@ -65,7 +68,7 @@ def _open(warehouse: str | Path, table: str) -> DeltaTable | None:
 
 def table_versions(warehouse: str | Path) -> dict[str, int]:
     versions = {}
-    for table in (*ROUTE_TABLES, PROGRESS):
+    for table in SNAPSHOT_TABLES:
         delta = _open(warehouse, table)
         if delta is not None:
             versions[table] = delta.version()

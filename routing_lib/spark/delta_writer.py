@@ -27,39 +27,32 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from routing_lib import storage
-from routing_lib.core.history import (
-    HISTORY_CLOSE_COLUMNS,
-    HISTORY_IDENTITY,
-    HISTORY_TABLE_DDL,
-    HISTORY_TABLES,
-)
+from routing_lib.core.catalog import CATALOG, PROGRESS, TABLE_NAMES, TableSpec, WriteMode
 from routing_lib.core.rows import WRITES, RowKind, RowOp
-from routing_lib.core.tables import (
-    DEAD_LETTER,
-    LATE_EVENT,
-    PROGRESS,
-    ROUTE_TABLES,
-    SIDE_TABLE_DDL,
-    TABLE_DDL,
-    TABLE_KEYS,
-    ddl_columns,
-)
 
 log = logging.getLogger("routelake.writer")
-ALL_TABLES = {**TABLE_DDL, **SIDE_TABLE_DDL, **HISTORY_TABLE_DDL}
+ALL_TABLES = TABLE_NAMES  # every table the job creates
+# The tables whose rows the step emits (route_progress: the writer makes its row).
+STEP_TABLES: tuple[tuple[RowKind, TableSpec], ...] = tuple(
+    (spec.row_kind, spec) for spec in CATALOG if spec.row_kind is not None
+)
+
+
+def create_table_sql(spec: TableSpec, path: str) -> str:
+    partitioning = f"PARTITIONED BY ({', '.join(spec.partition_by)}) " if spec.partition_by else ""
+    return (
+        f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({spec.ddl}) USING delta "
+        f"{partitioning}TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+    )
 
 
 def ensure_tables(spark: SparkSession, warehouse: str) -> None:
     """Create every table (Change Data Feed on) that does not exist yet."""
-    for table, ddl in ALL_TABLES.items():
-        path = storage.join(warehouse, table)  # a folder or an s3a:// URI
+    for spec in CATALOG:
+        path = storage.join(warehouse, spec.name)  # a folder or an s3a:// URI
         if storage.is_dir(storage.join(path, "_delta_log")):
             continue
-        partitioning = "PARTITIONED BY (event_date) " if table in HISTORY_TABLE_DDL else ""
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({ddl}) USING delta "
-            f"{partitioning}TBLPROPERTIES (delta.enableChangeDataFeed = true)"
-        )
+        spark.sql(create_table_sql(spec, path))
 
 
 @dataclass
@@ -95,19 +88,9 @@ class DeltaRouteWriter:
             stepped = time.monotonic()
             counts, per_table = _read_stats(r["row_json"] for r in stats)
             writes = [
-                partial(self._merge, batch, batch_id, t)
-                for t in ROUTE_TABLES
-                if (RowKind.CHANGE, t) in per_table
-            ]
-            writes += [
-                partial(self._merge_history, batch, batch_id, t)
-                for t in HISTORY_TABLES
-                if (RowKind.HISTORY, t) in per_table
-            ]
-            writes += [
-                partial(self._append, batch.filter(F.col("kind") == kind.value), batch_id, table)
-                for kind, table in ((RowKind.DEAD, DEAD_LETTER), (RowKind.LATE, LATE_EVENT))
-                if (kind, table) in per_table
+                partial(self._write, batch, batch_id, kind, spec)
+                for kind, spec in STEP_TABLES
+                if (kind, spec.name) in per_table
             ]
             watermark = self.watermark_of_batch(batch_id)
             # Tables are independent Delta logs: commit them concurrently (the Arrow collects
@@ -134,15 +117,24 @@ class DeltaRouteWriter:
         if self.on_batch:
             self.on_batch(report)
 
-    def _merge(self, batch: DataFrame, batch_id: int, table: str) -> None:
+    def _write(self, batch: DataFrame, batch_id: int, kind: RowKind, spec: TableSpec) -> None:
+        """Commit one table's rows of the batch the way the catalog says."""
+        if spec.write_mode is WriteMode.APPEND:
+            self._append(batch.filter(F.col("kind") == kind.value), batch_id, spec)
+        elif spec.identity:  # a history table: rows merge by identity
+            self._merge_history(batch, batch_id, spec)
+        else:
+            self._merge(batch, batch_id, spec)
+
+    def _merge(self, batch: DataFrame, batch_id: int, spec: TableSpec) -> None:
         """The batch's row changes of one route table: upserts and deletes by key."""
         # null-safe, as a key column may be null
-        on = " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in TABLE_KEYS[table])
-        every = _from_source(column_names(TABLE_DDL[table]))
+        on = " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in spec.keys)
+        every = _from_source(spec.column_names)
         self._delta_merge(
             batch_id,
-            table,
-            _exploded(_rows_of(batch, RowKind.CHANGE, table), TABLE_DDL[table]),
+            spec.name,
+            _exploded(_rows_of(batch, RowKind.CHANGE, spec.name), spec.ddl),
             on,
             lambda merge: (
                 merge.when_matched_delete(_op_is(RowOp.DELETE))
@@ -151,13 +143,12 @@ class DeltaRouteWriter:
             ),
         )
 
-    def _merge_history(self, batch: DataFrame, batch_id: int, table: str) -> None:
+    def _merge_history(self, batch: DataFrame, batch_id: int, spec: TableSpec) -> None:
         """Insert opened intervals, close them later by identity (valid_from stays fixed)."""
-        ddl = HISTORY_TABLE_DDL[table]
-        identity = ("event_date", *HISTORY_IDENTITY[table])  # event_date first: pruning
+        identity = (*spec.partition_by, *spec.identity)  # event_date first: pruning
         on = " AND ".join(f't."{c}" = s."{c}"' for c in identity)
-        every = _from_source(column_names(ddl))
-        close = _from_source(HISTORY_CLOSE_COLUMNS.get(table, ()))
+        every = _from_source(spec.column_names)
+        close = _from_source(spec.close_columns)
 
         def clauses(merge: TableMerger) -> TableMerger:
             if close:  # an interval table
@@ -168,9 +159,8 @@ class DeltaRouteWriter:
                 )
             return merge.when_not_matched_insert(every, _op_is(RowOp.UPSERT, RowOp.APPEND))
 
-        self._delta_merge(
-            batch_id, table, _exploded(_rows_of(batch, RowKind.HISTORY, table), ddl), on, clauses
-        )
+        rows = _exploded(_rows_of(batch, RowKind.HISTORY, spec.name), spec.ddl)
+        self._delta_merge(batch_id, spec.name, rows, on, clauses)
 
     def _delta_merge(
         self,
@@ -215,17 +205,18 @@ class DeltaRouteWriter:
         """The txn action (appId, batch id) that marks a commit as this batch's."""
         return CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)])
 
-    def _append(self, rows: DataFrame, batch_id: int, table: str) -> None:
-        ddl = SIDE_TABLE_DDL[table]
-        parsed = rows.select(F.from_json("row_json", ddl).alias("r"), F.col("raw").alias("_raw"))
+    def _append(self, rows: DataFrame, batch_id: int, spec: TableSpec) -> None:
+        parsed = rows.select(
+            F.from_json("row_json", spec.ddl).alias("r"), F.col("raw").alias("_raw")
+        )
         # Raw bytes travel in their own binary column (JSON cannot carry them).
         out = parsed.select(
             *[
                 (F.col("_raw") if c == "raw" else F.col(f"r.{c}")).alias(c)
-                for c in column_names(ddl)
+                for c in spec.column_names
             ]
         )
-        target = self._unless_written(table, batch_id)
+        target = self._unless_written(spec.name, batch_id)
         if target is None:
             return
         write_deltalake(
@@ -294,8 +285,3 @@ def _read_stats(stats_json: Iterable[str]) -> tuple[dict[str, int], set[tuple[Ro
             else:
                 totals[name] = totals.get(name, 0) + int(value)
     return totals, writes
-
-
-def column_names(ddl: str) -> list[str]:
-    """Top-level column names of a DDL string."""
-    return [c.split()[0] for c in ddl_columns(ddl)]

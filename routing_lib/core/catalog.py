@@ -1,0 +1,453 @@
+"""The table catalog: every Delta table of a routelake warehouse, once.
+
+Each table's name, columns, key and identity columns, partitioning, how the writer commits it
+and who reads it. The other modules derive from here: the DDL the job creates tables with
+(`TableSpec.ddl`), the writer's per-table plans, housekeeping's table list, the readers' table
+lists and the table list of docs/tables.md. Pure Python on purpose (core stays free of Spark
+and Arrow): the edges turn a column type into a Spark DDL string here, into an Arrow type in
+routing_lib/read/arrow_schema.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from routing_lib.core.rows import RowKind
+
+
+class Scalar(StrEnum):
+    """A column's scalar type, spelled as in Spark SQL DDL."""
+
+    STRING = "STRING"
+    INT = "INT"  # 32 bit
+    BIGINT = "BIGINT"  # 64 bit: epoch milliseconds, ids, counts
+    BOOLEAN = "BOOLEAN"
+    BINARY = "BINARY"
+
+
+@dataclass(frozen=True)
+class ArrayOf:
+    element: ColumnType
+
+
+@dataclass(frozen=True)
+class StructOf:
+    fields: tuple[Column, ...]
+
+
+ColumnType = Scalar | ArrayOf | StructOf
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: ColumnType
+    # Every column is nullable today: the tables were created from DDL without NOT NULL, and
+    # a key column can be null (a KV namespace's own row has key NULL).
+    nullable: bool = True
+
+
+class Family(StrEnum):
+    ROUTE = "route"  # the current State(W) of one NameServer table
+    HISTORY = "history"  # event-time history: intervals, events, the admin log
+    SIDE = "side"  # what the job set aside: dead letters, late events
+    PROGRESS = "progress"  # one row per published batch
+
+
+class WriteMode(StrEnum):
+    """How the writer (routing_lib/spark/delta_writer.py) commits a batch's rows."""
+
+    MERGE = "merge"  # MERGE on the key (route tables) or the identity (history tables)
+    APPEND = "append"  # appended as they come
+
+
+class Reader(StrEnum):
+    """Who reads a table, besides housekeeping (which compacts every table)."""
+
+    DUMP = "dump"  # read/warehouse.py: routectl dump, the lookup's first load, as-of's watermark
+    LOOKUP = "lookup"  # routing_lib/lookup: the served route snapshot, pinned by progress
+    HISTORY = "history"  # read/history.py: routectl as-of / topic and broker history
+    RECIPES = "recipes"  # history_recipes.py: the analysts' recipes
+    PLOT = "plot"  # history_plot.py: routectl history plot
+    CONSOLE = "console"  # routing_lib/console: the web console
+    JOB = "job"  # the streaming job itself: the admin log and DELETE_TOPIC's fan-out
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    family: Family
+    columns: tuple[Column, ...]
+    write_mode: WriteMode
+    # The step's output rows that carry this table's rows (None: the writer makes them).
+    row_kind: RowKind | None
+    readers: frozenset[Reader]
+    # Route table: the MERGE key (one row per key). Interval history table: the key whose
+    # versions never overlap in time.
+    keys: tuple[str, ...] = ()
+    # History table: the columns identifying one row, the MERGE condition.
+    identity: tuple[str, ...] = ()
+    # Interval history table: the columns a `close` sets.
+    close_columns: tuple[str, ...] = ()
+    partition_by: tuple[str, ...] = ()
+    # A warehouse written by an older version of the job may lack it: read as empty.
+    optional: bool = False
+    doc: str = ""
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def ddl(self) -> str:
+        """The columns as a Spark DDL string ("name TYPE, ...")."""
+        return ", ".join(_column_ddl(c, " ") for c in self.columns)
+
+    def column(self, name: str) -> Column:
+        return next(c for c in self.columns if c.name == name)
+
+
+def spark_type(kind: ColumnType) -> str:
+    """A column type in Spark SQL DDL."""
+    if isinstance(kind, ArrayOf):
+        return f"ARRAY<{spark_type(kind.element)}>"
+    if isinstance(kind, StructOf):
+        return "STRUCT<{}>".format(", ".join(_column_ddl(f, ": ") for f in kind.fields))
+    return kind.value
+
+
+def _column_ddl(column: Column, separator: str) -> str:
+    not_null = "" if column.nullable else " NOT NULL"
+    return f"{column.name}{separator}{spark_type(column.type)}{not_null}"
+
+
+def _columns(*spec: tuple[str, ColumnType]) -> tuple[Column, ...]:
+    return tuple(Column(name, kind) for name, kind in spec)
+
+
+S, INT, L, B = Scalar.STRING, Scalar.INT, Scalar.BIGINT, Scalar.BOOLEAN
+
+# ---- names --------------------------------------------------------------------------------------
+
+TOPIC_QUEUE = "topic_queue_table"
+BROKER_ADDR = "broker_addr_table"
+CLUSTER_ADDR = "cluster_addr_table"
+BROKER_LIVE = "broker_live_table"
+FILTER_SERVER = "filter_server_table"
+KV_CONFIG = "kv_config_table"
+DEAD_LETTER = "dead_letter_table"
+LATE_EVENT = "late_event_table"
+PROGRESS = "route_progress"
+TOPIC_ROUTE_HISTORY = "topic_route_history"
+BROKER_MEMBERSHIP_HISTORY = "broker_membership_history"
+CLUSTER_MEMBERSHIP_HISTORY = "cluster_membership_history"
+BROKER_LIVENESS_EVENTS = "broker_liveness_events"
+ADMIN_EVENTS = "admin_events"
+
+# ---- the tables -----------------------------------------------------------------------------
+
+_DATA_VERSION = StructOf(_columns(("state_version", L), ("timestamp", L), ("counter", L)))
+_ROUTE_READERS = frozenset({Reader.DUMP, Reader.LOOKUP})
+_HISTORY_READERS = frozenset({Reader.HISTORY, Reader.RECIPES, Reader.PLOT, Reader.CONSOLE})
+
+
+def _route(
+    name: str,
+    keys: tuple[str, ...],
+    *columns: tuple[str, ColumnType],
+    doc: str,
+    readers: frozenset[Reader] = frozenset(),
+    optional: bool = False,
+) -> TableSpec:
+    return TableSpec(
+        name,
+        Family.ROUTE,
+        _columns(*columns),
+        WriteMode.MERGE,
+        RowKind.CHANGE,
+        _ROUTE_READERS | readers,
+        keys=keys,
+        optional=optional,
+        doc=doc,
+    )
+
+
+ROUTE_SPECS = (
+    _route(
+        TOPIC_QUEUE,
+        ("topic", "broker_name"),
+        ("topic", S),
+        ("broker_name", S),
+        ("read_queue_nums", INT),
+        ("write_queue_nums", INT),
+        ("perm", INT),
+        ("topic_sys_flag", INT),
+        # the console reads the served snapshot's topics; the job fans DELETE_TOPIC out to
+        # the groups holding the topic in the published table
+        readers=frozenset({Reader.CONSOLE, Reader.JOB}),
+        doc="topicQueueTable: one row per (topic, brokerName)",
+    ),
+    _route(
+        BROKER_ADDR,
+        ("broker_name", "broker_id"),
+        ("broker_name", S),
+        ("broker_id", L),
+        ("broker_addr", S),
+        ("cluster", S),
+        ("enable_acting_master", B),
+        ("zone_name", S),
+        readers=frozenset({Reader.CONSOLE}),
+        doc="brokerAddrTable: one row per (brokerName, brokerId)",
+    ),
+    _route(
+        CLUSTER_ADDR,
+        ("cluster_name", "broker_name"),
+        ("cluster_name", S),
+        ("broker_name", S),
+        readers=frozenset({Reader.CONSOLE}),
+        doc="clusterAddrTable: one row per (cluster, brokerName)",
+    ),
+    _route(
+        BROKER_LIVE,
+        ("cluster_name", "broker_addr"),
+        ("cluster_name", S),
+        ("broker_addr", S),
+        ("broker_name", S),
+        ("last_update_timestamp", L),
+        ("heartbeat_timeout_millis", L),
+        ("ha_server_addr", S),
+        ("data_version", _DATA_VERSION),
+        doc="brokerLiveTable: one row per live (cluster, broker address)",
+    ),
+    _route(
+        FILTER_SERVER,
+        ("cluster_name", "broker_addr"),
+        ("cluster_name", S),
+        ("broker_addr", S),
+        ("broker_name", S),
+        ("filter_server_list", ArrayOf(S)),
+        doc="filterServerTable: one row per (cluster, broker address) with filter servers",
+    ),
+    _route(
+        KV_CONFIG,
+        ("namespace", "key"),
+        ("namespace", S),
+        ("key", S),
+        ("value", S),
+        # older warehouses had no KV config
+        optional=True,
+        # A namespace is a row with key NULL (value NULL) as long as it exists, so an emptied
+        # namespace stays visible (contract §4).
+        doc="KVConfigManager's table: one row per (namespace, key), a namespace row key NULL",
+    ),
+)
+
+SIDE_SPECS = (
+    TableSpec(
+        DEAD_LETTER,
+        Family.SIDE,
+        _columns(
+            ("raw", Scalar.BINARY),
+            ("raw_text", S),
+            ("source", S),
+            ("position", L),
+            ("reason", S),
+            ("seen_at_ms", L),
+            ("batch_id", L),
+        ),
+        WriteMode.APPEND,
+        RowKind.DEAD,
+        frozenset({Reader.CONSOLE}),
+        doc="records the job could not use, with the reason",
+    ),
+    TableSpec(
+        LATE_EVENT,
+        Family.SIDE,
+        _columns(
+            ("event_time", L),
+            ("broker_name", S),
+            ("event_type", S),
+            ("source", S),
+            ("position", L),
+            ("payload", S),
+            ("published_watermark", L),
+            ("seen_at_ms", L),
+            ("batch_id", L),
+        ),
+        WriteMode.APPEND,
+        RowKind.LATE,
+        frozenset({Reader.CONSOLE}),
+        doc="events older than the published watermark",
+    ),
+    TableSpec(
+        PROGRESS,
+        Family.PROGRESS,
+        _columns(
+            *(
+                (name, L)
+                for name in (
+                    "batch_id",
+                    "watermark",
+                    "input_rows",
+                    "accepted",
+                    "applied",
+                    "late",
+                    "dead_lettered",
+                    "expired",
+                    "changes",
+                    "committed_at_ms",
+                )
+            )
+        ),
+        WriteMode.APPEND,
+        None,  # committed by the writer last, after the batch's other tables
+        frozenset({Reader.DUMP, Reader.LOOKUP, Reader.CONSOLE, Reader.PLOT}),
+        doc="one row per published batch: the watermark its tables show, and its counts",
+    ),
+)
+
+# event_date is 'YYYY-MM-DD' (UTC) of valid_from / event_time.
+_EVENT_DATE = ("event_date",)
+
+
+def _start_end(end: str) -> tuple[tuple[str, ColumnType], ...]:
+    return (
+        ("start_event", S),
+        ("start_broker_addr", S),
+        (end, S),
+        ("end_event", S),
+        ("end_broker_addr", S),
+        ("event_date", S),
+    )
+
+
+def _interval(
+    name: str, keys: tuple[str, ...], end: str, *columns: tuple[str, ColumnType], doc: str
+) -> TableSpec:
+    return TableSpec(
+        name,
+        Family.HISTORY,
+        _columns(*columns, *_start_end(end)),
+        WriteMode.MERGE,
+        RowKind.HISTORY,
+        _HISTORY_READERS,
+        keys=keys,
+        identity=(*keys, "valid_from"),
+        close_columns=("valid_to", end, "end_event", "end_broker_addr"),
+        partition_by=_EVENT_DATE,
+        doc=doc,
+    )
+
+
+HISTORY_SPECS = (
+    _interval(
+        TOPIC_ROUTE_HISTORY,
+        ("topic", "broker_name"),
+        "ended_by",
+        ("topic", S),
+        ("broker_name", S),
+        ("valid_from", L),
+        ("valid_to", L),
+        ("read_queue_nums", INT),
+        ("write_queue_nums", INT),
+        ("perm", INT),
+        ("topic_sys_flag", INT),
+        ("started_by", S),
+        doc="one row per version of topicQueueTable[topic][brokerName]",
+    ),
+    _interval(
+        BROKER_MEMBERSHIP_HISTORY,
+        ("cluster", "broker_name", "broker_id", "broker_addr"),
+        "end_reason",
+        ("cluster", S),
+        ("broker_name", S),
+        ("broker_id", L),
+        ("broker_addr", S),
+        ("valid_from", L),
+        ("valid_to", L),
+        ("start_reason", S),
+        doc="one row per interval in which broker_addr held broker_id in brokerAddrTable",
+    ),
+    _interval(
+        CLUSTER_MEMBERSHIP_HISTORY,
+        ("cluster_name", "broker_name"),
+        "end_reason",
+        ("cluster_name", S),
+        ("broker_name", S),
+        ("valid_from", L),
+        ("valid_to", L),
+        ("start_reason", S),
+        doc="one row per interval in which clusterAddrTable[cluster] listed broker_name",
+    ),
+    TableSpec(
+        BROKER_LIVENESS_EVENTS,
+        Family.HISTORY,
+        _columns(
+            ("broker_name", S),
+            ("cluster_name", S),
+            ("broker_addr", S),
+            ("event_time", L),
+            ("seq", INT),
+            ("event_type", S),
+            ("broker_id", L),
+            ("last_update_timestamp", L),
+            ("heartbeat_timeout_millis", L),
+            ("deadline", L),
+            ("event_date", S),
+        ),
+        WriteMode.MERGE,
+        RowKind.HISTORY,
+        _HISTORY_READERS,
+        identity=("broker_name", "cluster_name", "broker_addr", "event_time", "seq"),
+        partition_by=_EVENT_DATE,
+        doc="REGISTERED / UNREGISTERED / EXPIRED / REJECTED of a (cluster, broker address)",
+    ),
+    TableSpec(
+        ADMIN_EVENTS,
+        Family.HISTORY,
+        _columns(
+            ("event_time", L),
+            ("event_type", S),
+            ("broker_name", S),
+            ("topic", S),
+            ("cluster_name", S),
+            ("namespace", S),
+            ("key", S),
+            ("value", S),
+            ("requested_by", S),
+            ("source", S),
+            ("position", L),
+            ("event_date", S),
+        ),
+        WriteMode.MERGE,
+        RowKind.HISTORY,
+        _HISTORY_READERS | {Reader.JOB},  # the job merges logged DELETE_TOPICs from it
+        identity=("source", "position"),
+        partition_by=_EVENT_DATE,
+        doc="administrative events as they arrived: the audit trail and the DELETE_TOPIC log",
+    ),
+)
+
+# Every table, in the order the job creates them and housekeeping visits them.
+CATALOG: tuple[TableSpec, ...] = (*ROUTE_SPECS, *SIDE_SPECS, *HISTORY_SPECS)
+TABLES: dict[str, TableSpec] = {spec.name: spec for spec in CATALOG}
+TABLE_NAMES: tuple[str, ...] = tuple(TABLES)
+
+
+def spec(name: str) -> TableSpec:
+    return TABLES[name]
+
+
+def names(specs: Iterable[TableSpec]) -> tuple[str, ...]:
+    return tuple(s.name for s in specs)
+
+
+def of_family(family: Family) -> tuple[TableSpec, ...]:
+    return tuple(s for s in CATALOG if s.family is family)
+
+
+def read_by(reader: Reader) -> tuple[str, ...]:
+    """The tables `reader` reads, in catalog order."""
+    return tuple(s.name for s in CATALOG if reader in s.readers)
