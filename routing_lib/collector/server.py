@@ -8,21 +8,18 @@ import logging
 import socket
 from pathlib import Path
 
-import uvicorn
 from fastapi import FastAPI, Response
 
 from routing_lib.collector.admin import LOOPBACK_ONLY
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
 from routing_lib.lookup.refresher import Refresher, SnapshotHolder
-from routing_lib.lookup.server import http_server
-from routing_lib.remoting.limits import Limits, Rejections
-from routing_lib.remoting.listener import RemotingListener, serve_until_signal, until_stopped
+from routing_lib.remoting.limits import Limits
+from routing_lib.remoting.service import LOOPBACK, NetworkService, serve_until_signal
 from routing_lib.remoting.service_metrics import Metrics
 from routing_lib.remoting.tls import PLAIN, ListenerTls
 
 log = logging.getLogger("routelake.collector")
-LOOPBACK = "127.0.0.1"
 
 
 def default_collector_id(port: int) -> str:
@@ -60,7 +57,7 @@ def create_http_app(
     return app
 
 
-class CollectorServer:
+class CollectorServer(NetworkService):
     """The collector's listener (same limits and codec as the lookup's) and its TICKs; with a
     warehouse, RegisterBrokerResult comes from the published snapshot (else from memory)."""
 
@@ -80,78 +77,50 @@ class CollectorServer:
         """`http_port` (0 = ephemeral): also serve /healthz, /readyz, /metrics over HTTP;
         `tls`, `http_tls`: the TLS of the remoting and HTTP listeners (remoting/tls.py)."""
         self.collector = collector
-        self.host = host
-        self.port = port
-        self.http_port = http_port
-        self.limits = limits
         self.metrics = Metrics()
-        self.rejections = Rejections(self.metrics, log)
-        self.listener = RemotingListener(
+        super().__init__(
             "collector",
             collector.handle,
             limits,
             self.metrics,
-            self.rejections,
             log,
+            host=host,
+            port=port,
+            http_port=http_port,
+            tls=tls,
+            http_tls=http_tls,
             known_codes=collector.codes,
             max_frame_bytes=limits.collector_max_frame_bytes,
             large_frame_codes=collector.large_frame_codes,
-            tls=tls,
         )
-        self.http_tls = http_tls
         self.refresher: Refresher | None = None
         self.poll_interval_s = poll_interval_s
         holder = SnapshotHolder() if warehouse else None
         self.holder = holder
-        self._http: uvicorn.Server | None = None
         if warehouse and holder is not None:
             self.refresher = Refresher(warehouse, holder, self.metrics)
         collector.attach(holder, self.metrics)
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
-        self.port = await self.listener.start(self.host, self.port)
-        self._tasks = [asyncio.create_task(self.collector.run(self._stop), name="ticker")]
+        await self.start_remoting()
+        self.in_background(self.collector.run(self.stopping), "ticker")
         if self.http_port is not None:
-            app = create_http_app(self.collector, self.metrics, self.holder)
-            self._http, sock = http_server(
-                app, self.limits, self.rejections, self.host, self.http_port, self.http_tls
-            )
-            self.http_port = sock.getsockname()[1]
-            self._tasks.append(
-                asyncio.create_task(self._http.serve(sockets=[sock]), name="collector-http")
-            )
+            self.start_http(create_http_app(self.collector, self.metrics, self.holder))
         if self.refresher is not None:
-            self._tasks.append(
-                asyncio.create_task(
-                    self.refresher.run(self.poll_interval_s, self._stop), name="refresher"
-                )
-            )
+            self.in_background(self.refresher.run(self.poll_interval_s, self.stopping), "refresher")
         log.info(
             "collector %s: remoting on %s:%d%s, publishing to %s; tls: remoting %s, http %s",
             self.collector.collector_id,
             self.host,
             self.port,
-            f", http on {self.http_port}" if self._http is not None else "",
+            f", http on {self.http_port}" if self.http_port is not None else "",
             getattr(self.collector.publisher, "topic", "?"),
             self.listener.tls.mode,
             self.http_tls.mode,
         )
 
-    async def wait(self, stop: asyncio.Event) -> None:
-        await until_stopped(stop, self._tasks)
-
     async def stop(self) -> None:
-        self._stop.set()
-        self.listener.close()
-        if self._http is not None:
-            self._http.should_exit = True
-        pending = [*self._tasks, *self.listener.connections]
-        if pending:
-            _, late = await asyncio.wait(pending, timeout=30)
-            for task in late:
-                task.cancel()
+        await self.stop_serving(30, cancel_at_once=frozenset())
         await self.collector.close()
 
 

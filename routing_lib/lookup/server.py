@@ -10,16 +10,13 @@ they refuse is counted per reason in /metrics and logged rate-limited (limits.py
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
-
-import uvicorn
 
 try:
     import uvloop
@@ -34,21 +31,15 @@ from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
 from routing_lib.lookup.routes import Body, RouteIndex
 from routing_lib.lookup.topics import validate_topic
 from routing_lib.remoting.frames import RemotingCommand
-from routing_lib.remoting.http_guard import guarded_protocol
-from routing_lib.remoting.limits import Limits, Rejections, clip
-from routing_lib.remoting.listener import (
-    RemotingListener,
-    Reply,
-    serve_until_signal,
-    until_stopped,
-)
+from routing_lib.remoting.limits import Limits, clip
+from routing_lib.remoting.listener import Reply
 from routing_lib.remoting.protocol import READ_CODES, ResponseCode
+from routing_lib.remoting.service import LOOPBACK, NetworkService, serve_until_signal
 from routing_lib.remoting.service_metrics import Metrics
-from routing_lib.remoting.tls import PLAIN, ListenerTls, TlsAcceptor
+from routing_lib.remoting.tls import PLAIN, ListenerTls
 
 log = logging.getLogger("routelake.lookup")
 
-LOOPBACK = "127.0.0.1"
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -240,73 +231,6 @@ def _add_health_api(app: FastAPI, holder: SnapshotHolder, metrics: Metrics) -> N
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-class _Uvicorn(uvicorn.Server):
-    def __init__(
-        self, config: uvicorn.Config, limits: Limits, tls: ListenerTls, rejections: Rejections
-    ) -> None:
-        super().__init__(config)
-        self.limits = limits
-        self.tls = tls
-        self.rejections = rejections
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # Signals belong to serve(), which stops this server with the rest of the service.
-        yield
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        """With TLS, uvicorn starts without listeners and a TlsAcceptor serves the socket
-        with uvicorn's own protocol (built as uvicorn's startup builds it): one port can then
-        take https and, when permissive, http."""
-        if not self.tls.enabled or not sockets:
-            await super().startup(sockets)
-            return
-        await super().startup([])
-        loop = asyncio.get_running_loop()
-        config = self.config
-
-        def http_protocol() -> asyncio.Protocol:
-            return config.http_protocol_class(  # type: ignore[call-arg]
-                config=config,
-                server_state=self.server_state,
-                app_state=self.lifespan.state,
-                _loop=loop,
-            )
-
-        acceptors = [
-            TlsAcceptor(sock, http_protocol, self.tls, self.limits, self.rejections, "http")
-            for sock in sockets
-        ]
-        # uvicorn's shutdown only calls close() on what it started
-        self.servers = [acceptor.start() for acceptor in acceptors]  # type: ignore[misc]
-
-
-def http_server(
-    app: FastAPI,
-    limits: Limits,
-    rejections: Rejections,
-    host: str,
-    port: int,
-    tls: ListenerTls = PLAIN,
-) -> tuple[uvicorn.Server, socket.socket]:
-    """A uvicorn server for `app` with the listeners' limits, on a socket bound now (port 0 =
-    ephemeral); run it with `server.serve(sockets=[sock])`, stop it with `should_exit`."""
-    sock = socket.create_server((host, port))
-    config = uvicorn.Config(
-        app,
-        lifespan="off",
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=5,
-        http=guarded_protocol(limits, rejections),
-        ws="none",
-        server_header=False,
-        # uvicorn declares an int but hands it to loop.call_later: fractions work
-        timeout_keep_alive=limits.http_keepalive_timeout_s,  # type: ignore[arg-type]
-    )
-    return _Uvicorn(config, limits, tls, rejections), sock
-
-
 # -- the service --
 
 
@@ -325,7 +249,7 @@ class BrokerRequests(Protocol):
     def attach(self, holder: SnapshotHolder | None, metrics: Metrics) -> None: ...
 
 
-class LookupService:
+class LookupService(NetworkService):
     """Both listeners plus the refresher on the running event loop. Port 0 = ephemeral.
     With a `collector`, the remoting port also takes the brokers' requests (serve --collect)."""
 
@@ -357,18 +281,13 @@ class LookupService:
         self.warehouse = warehouse
         self.remoting_socket = remoting_socket
         self.serves_http = http
-        self.host = host
-        self.port = port
-        self.http_port = http_port
         self.poll_interval_s = poll_interval_s
         limits = limits or Limits()
         if max_frame_bytes is not None:
             limits = replace(limits, max_frame_bytes=max_frame_bytes)
         if idle_timeout_s is not None:
             limits = replace(limits, idle_timeout_s=idle_timeout_s)
-        self.limits = limits
         self.metrics = Metrics(max_watermark_age_s=max_watermark_age_s)
-        self.rejections = Rejections(self.metrics, log)
         self.holder = SnapshotHolder()
         self.refresher = Refresher(
             warehouse,
@@ -380,23 +299,22 @@ class LookupService:
         self.collector = collector
         if collector is not None:  # it answers from the served snapshot, counts in /metrics
             collector.attach(self.holder, self.metrics)
-        self._remoting = RemotingListener(
+        super().__init__(
             "remoting",
             self._respond,
-            self.limits,
+            limits,
             self.metrics,
-            self.rejections,
             log,
+            host=host,
+            port=port,
+            http_port=http_port,
+            tls=tls,
+            http_tls=http_tls,
             known_codes=READ_CODES | (collector.codes if collector else frozenset()),
             # REGISTER_BROKER bodies reach MBs; client requests keep the small limit.
-            max_frame_bytes=self.limits.collector_max_frame_bytes if collector else None,
+            max_frame_bytes=limits.collector_max_frame_bytes if collector else None,
             large_frame_codes=collector.large_frame_codes if collector else frozenset(),
-            tls=tls,
         )
-        self.http_tls = http_tls
-        self._stop = asyncio.Event()
-        self._http: uvicorn.Server | None = None
-        self._tasks: list[asyncio.Task] = []
 
     def _respond(self, command: RemotingCommand) -> Reply | Awaitable[Reply]:
         if self.collector is not None and command.code in self.collector.codes:
@@ -405,31 +323,16 @@ class LookupService:
         return answer(served.index if served else None, command)
 
     async def start(self) -> None:
-        self.port = await self._remoting.start(self.host, self.port, self.remoting_socket)
-        self._tasks = [
-            asyncio.create_task(
-                self.refresher.run(self.poll_interval_s, self._stop), name="lookup-refresher"
-            )
-        ]
+        await self.start_remoting(self.remoting_socket)
+        self.in_background(
+            self.refresher.run(self.poll_interval_s, self.stopping), "lookup-refresher"
+        )
         if not self.serves_http:
             log.debug("lookup worker: remoting on %s:%d", self.host, self.port)
             return
-        self._http, http_socket = http_server(
-            create_app(self.holder, self.metrics, self.warehouse),
-            self.limits,
-            self.rejections,
-            self.host,
-            self.http_port,
-            self.http_tls,
-        )
-        self.http_port = http_socket.getsockname()[1]
-        self._tasks.append(
-            asyncio.create_task(self._http.serve(sockets=[http_socket]), name="lookup-http")
-        )
+        self.start_http(create_app(self.holder, self.metrics, self.warehouse))
         if self.collector is not None:
-            self._tasks.append(
-                asyncio.create_task(self.collector.run(self._stop), name="collector-ticker")
-            )
+            self.in_background(self.collector.run(self.stopping), "collector-ticker")
         log.info(
             "lookup service: remoting on %s:%d, http on %s:%d, warehouse %s%s; "
             "tls: remoting %s, http %s",
@@ -439,30 +342,13 @@ class LookupService:
             self.http_port,
             self.warehouse,
             " (collecting broker requests)" if self.collector else "",
-            self._remoting.tls.mode,
+            self.listener.tls.mode,
             self.http_tls.mode,
         )
 
-    async def wait(self, stop: asyncio.Event) -> None:
-        """Until `stop` is set or a listener dies."""
-        await until_stopped(stop, self._tasks)
-        for task in self._tasks:
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                log.error("lookup service: %s failed: %r", task.get_name(), task.exception())
-
     async def stop(self) -> None:
-        self._stop.set()
-        self._remoting.close()  # no new connections; open ones end (after awaited answers)
-        if self._http is not None:
-            self._http.should_exit = True
-        refresher = [t for t in self._tasks if t.get_name() == "lookup-refresher"]
-        for task in refresher:
-            task.cancel()  # may be inside a warehouse read: no need to wait for it
-        pending = [*self._tasks, *self._remoting.connections]
-        if pending:
-            _, late = await asyncio.wait(pending, timeout=10)
-            for task in late:
-                task.cancel()
+        # The refresher may be inside a warehouse read: no need to wait for it.
+        await self.stop_serving(10, cancel_at_once=frozenset({"lookup-refresher"}))
         if self.collector is not None:
             await self.collector.close()
         log.info("lookup service stopped")

@@ -30,7 +30,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from routing_lib.remoting.listener import serve_until_signal
+from routing_lib.remoting.service import serve_until_signal
 
 log = logging.getLogger("routelake.lookup")
 REPORT_INTERVAL_S = 1.0

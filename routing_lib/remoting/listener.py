@@ -13,12 +13,10 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Protocol
 
 from routing_lib.remoting.frames import (
     FrameDecoder,
@@ -324,37 +322,3 @@ def _internal_error(command: RemotingCommand) -> Reply:
     if command.is_oneway or command.is_response:
         return None
     return command.response(ResponseCode.SYSTEM_ERROR, "internal error", version=NAMESRV_VERSION)
-
-
-class Serving(Protocol):
-    """A server with the lookup service's lifecycle (LookupService, CollectorServer)."""
-
-    async def start(self) -> None: ...
-
-    async def wait(self, stop: asyncio.Event) -> None: ...
-
-    async def stop(self) -> None: ...
-
-
-async def until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task]) -> None:
-    """Until `stop` is set or one of a server's tasks (a listener, the refresher) ends."""
-    stopper = asyncio.create_task(stop.wait())
-    try:
-        await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopper.cancel()
-
-
-async def serve_until_signal(server: Serving) -> None:
-    """Run `server` until SIGINT/SIGTERM, then stop it."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await server.start()
-        await server.wait(stop)
-    finally:
-        await server.stop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
