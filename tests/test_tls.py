@@ -17,9 +17,9 @@ import pytest
 
 from routing_lib import cli
 from routing_lib.config import load_config
-from routing_lib.lookup.processor import NAMESRV_VERSION, RequestCode, ResponseCode
-from routing_lib.lookup.remoting import FrameDecoder, RemotingCommand, encode
-from routing_lib.lookup.tls import (
+from routing_lib.remoting.frames import FrameDecoder, RemotingCommand, encode
+from routing_lib.remoting.protocol import NAMESRV_VERSION, RequestCode, ResponseCode
+from routing_lib.remoting.tls import (
     PLAIN,
     ClientAuth,
     ListenerTls,
@@ -249,7 +249,7 @@ def test_routectl_flags_override_the_config(
 ) -> None:
     flags = ["--tls-mode", "enforcing", "--tls-cert", str(tls_files.cert)]
     args = cli.build_parser().parse_args(["collect", *flags, "--tls-key", str(tls_files.key)])
-    remoting, http = cli._tls(args, load_config())
+    remoting, http = cli.listeners.listener_tls(args, load_config())
     assert (remoting.mode, http.mode) == (TlsMode.ENFORCING, TlsMode.ENFORCING)
     # a key that does not fit: refused before anything listens, with the key's name
     assert cli.main(["serve", *flags, "--tls-key", str(tls_files.client_key)]) == 2
