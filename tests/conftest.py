@@ -6,12 +6,15 @@ from collections.abc import Iterator
 import pytest
 
 from routing_lib.config import load_config
+from tests.support import tiers
 
 RUN_LAST = ("s3", "cluster")  # start servers of their own (moto, a Spark cluster) and take minutes
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked s3 or cluster run after all the others, in their collected order."""
+    """Each test gets its tier markers (tests/support/tiers.py); tests marked s3 or cluster run
+    after all the others, in their collected order."""
+    tiers.apply(items)
     items.sort(key=lambda item: any(item.get_closest_marker(m) for m in RUN_LAST))
 
 
@@ -32,8 +35,8 @@ def spark(config):
 @pytest.fixture
 def backfill(spark, config, tmp_path):
     """backfill(inputs, **kw) -> projected dump of the resulting warehouse."""
-    from routing_lib.backfill import run_backfill
     from routing_lib.core.dump import project
+    from routing_lib.jobs.backfill import run_backfill
     from routing_lib.read.warehouse import load_snapshot
 
     warehouse = tmp_path / "warehouse"
@@ -81,8 +84,8 @@ def topic(kafka_bootstrap: str) -> Iterator[str]:
 def job(config, kafka_bootstrap, topic, tmp_path):
     """job(**kafka_overrides) runs `routectl run --available-now` in-process; returns the dump."""
     from routing_lib.core.dump import project
+    from routing_lib.jobs.route_state import run_route_state
     from routing_lib.read.warehouse import load_snapshot
-    from routing_lib.stream_job import run_stream
 
     warehouse, checkpoint = tmp_path / "warehouse", tmp_path / "checkpoint"
     job_config = config.with_overrides(
@@ -93,7 +96,7 @@ def job(config, kafka_bootstrap, topic, tmp_path):
         cfg = job_config.with_overrides(
             "kafka", topic=topic, bootstrap_servers=kafka_bootstrap, **kafka
         )
-        run_stream(cfg, available_now=True, install_signal_handlers=False)
+        run_route_state(cfg, available_now=True, install_signal_handlers=False)
         return project(load_snapshot(warehouse).dump())
 
     run.warehouse, run.checkpoint, run.topic, run.bootstrap = (
