@@ -1,4 +1,5 @@
-"""Prometheus text exposition for the lookup service (no client library needed).
+"""Prometheus text exposition for the network services, the lookup and the collector (no
+client library needed): requests and rejections per listener, and the served snapshot.
 
 All updates happen on the server's event loop thread, so plain counters suffice.
 """
@@ -8,9 +9,10 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from routing_lib.lookup.routes import RouteIndex
+if TYPE_CHECKING:  # the served snapshot's index, rendered; the network layer needs no more
+    from routing_lib.lookup.routes import RouteIndex
 
 LATENCY_BUCKETS = (
     0.0001,
