@@ -1,0 +1,218 @@
+"""The table catalog (routing_lib/core/catalog.py) is consistent, and what derives from it
+stays in step: the step's output rows, housekeeping's list, the readers' lists, the Arrow
+schemas and the docs. Pure Python: no Spark, no Kafka."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from routing_lib.console.pins import PINNED_TABLES
+from routing_lib.core import catalog_doc
+from routing_lib.core.admin import ADMIN_KEY, group_key
+from routing_lib.core.catalog import (
+    CATALOG,
+    PROGRESS,
+    TABLE_NAMES,
+    TABLES,
+    ArrayOf,
+    Family,
+    Reader,
+    Scalar,
+    StructOf,
+    WriteMode,
+    read_by,
+    spark_type,
+)
+from routing_lib.core.group_routes import DEFAULT_FLAGS
+from routing_lib.core.history import HISTORY_TABLES
+from routing_lib.core.rows import WRITES, RowKind, RowOp, StepRow
+from routing_lib.core.step import (
+    BatchContext,
+    InputRow,
+    StepConfig,
+    admin_log_rows,
+    dead_row,
+    step_group,
+)
+from routing_lib.core.tables import ROUTE_TABLES, ddl_columns
+from routing_lib.core.wire import externalize, pack_event
+from routing_lib.housekeeping import WAREHOUSE_TABLES, partition_filters
+from routing_lib.lookup.routes import SMALL_TABLES
+from routing_lib.read.arrow_schema import arrow_schema
+from routing_lib.read.warehouse import OPTIONAL_TABLES, SNAPSHOT_TABLES
+from schemas import parse_event
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).parent / "golden"
+NO_CONTENT_REFS = 1 << 62  # every state value stays inline
+
+
+# ---- the catalog itself ------------------------------------------------------------------------
+
+
+def test_table_names_are_unique_and_column_names_unique_per_table():
+    assert len(set(TABLE_NAMES)) == len(CATALOG) == 14
+    for spec in CATALOG:
+        assert len(set(spec.column_names)) == len(spec.columns), spec.name
+
+
+@pytest.mark.parametrize("spec", CATALOG, ids=lambda s: s.name)
+def test_keys_identity_close_and_partition_columns_are_columns(spec):
+    columns = set(spec.column_names)
+    for role in ("keys", "identity", "close_columns", "partition_by"):
+        assert set(getattr(spec, role)) <= columns, (spec.name, role)
+
+
+@pytest.mark.parametrize("spec", CATALOG, ids=lambda s: s.name)
+def test_each_family_has_the_shape_its_writer_relies_on(spec):
+    if spec.family is Family.ROUTE:  # merged on the key: one row per key
+        assert spec.write_mode is WriteMode.MERGE and spec.row_kind is RowKind.CHANGE
+        assert spec.keys and not spec.identity and not spec.partition_by
+    elif spec.family is Family.HISTORY:  # merged on (event_date, identity)
+        assert spec.write_mode is WriteMode.MERGE and spec.row_kind is RowKind.HISTORY
+        assert spec.identity and spec.partition_by == ("event_date",)
+        if spec.close_columns:  # an interval: one version of a key per valid_from
+            assert spec.identity == (*spec.keys, "valid_from")
+            assert "valid_to" in spec.close_columns
+    else:  # appended, no key
+        assert spec.write_mode is WriteMode.APPEND
+        assert not spec.keys and not spec.identity and not spec.partition_by
+    assert spec.readers, f"{spec.name}: nobody reads it"
+    assert spec.doc
+
+
+def test_the_writer_makes_the_progress_row_itself():
+    assert [s.name for s in CATALOG if s.row_kind is None] == [PROGRESS]
+
+
+def test_ddl_lists_every_column_in_order_with_its_spark_type():
+    for spec in CATALOG:
+        items = ddl_columns(spec.ddl)
+        assert [i.split(" ", 1)[0] for i in items] == list(spec.column_names), spec.name
+        assert [i.split(" ", 1)[1] for i in items] == [spark_type(c.type) for c in spec.columns]
+    assert spark_type(TABLES["broker_live_table"].column("data_version").type) == (
+        "STRUCT<state_version: BIGINT, timestamp: BIGINT, counter: BIGINT>"
+    )
+    assert spark_type(ArrayOf(Scalar.STRING)) == "ARRAY<STRING>"
+
+
+def test_arrow_schemas_follow_the_columns():
+    expected = {Scalar.INT: pa.int32(), Scalar.BIGINT: pa.int64(), Scalar.STRING: pa.string()}
+    for spec in CATALOG:
+        schema = arrow_schema(spec.name)
+        assert schema.names == list(spec.column_names), spec.name
+        for column in spec.columns:
+            field = schema.field(column.name)
+            assert field.nullable == column.nullable
+            if column.type in expected:
+                assert field.type == expected[column.type], (spec.name, column.name)
+            if isinstance(column.type, StructOf):
+                assert pa.types.is_struct(field.type)
+    live = arrow_schema(TABLES["filter_server_table"])
+    assert live.field("filter_server_list").type == pa.list_(pa.string())
+
+
+# ---- what derives from it ----------------------------------------------------------------------
+
+
+def test_housekeeping_covers_every_table_and_filters_the_partitioned_ones_by_day():
+    assert WAREHOUSE_TABLES == TABLE_NAMES
+    for spec in CATALOG:
+        filters = partition_filters(spec.name, "2025-11-24", "2025-11-26")
+        if spec.partition_by:
+            assert filters == [
+                ("event_date", ">=", "2025-11-24"),
+                ("event_date", "<", "2025-11-26"),
+            ]
+        else:
+            assert filters is None, spec.name
+    assert partition_filters("no_such_table", "2025-11-24", None) is None
+
+
+def test_readers_table_lists_are_the_catalogs():
+    assert SNAPSHOT_TABLES == (*ROUTE_TABLES, PROGRESS) == read_by(Reader.DUMP)
+    assert OPTIONAL_TABLES == {"kv_config_table"}
+    assert set(SMALL_TABLES) | {"topic_queue_table", PROGRESS} == set(read_by(Reader.LOOKUP))
+    assert set(PINNED_TABLES) <= set(read_by(Reader.CONSOLE))
+    assert set(HISTORY_TABLES) == set(read_by(Reader.HISTORY)) == set(read_by(Reader.RECIPES))
+
+
+def _golden_step_rows() -> list[StepRow]:
+    """Every output row of the shipped step over every golden fixture: each group's events in
+    one call, then a call whose watermark passes every deadline, then its first event again as
+    a late one; and the admin group's log rows."""
+    rows: list[StepRow] = []
+    config = StepConfig(DEFAULT_FLAGS)
+    for fixture in sorted(GOLDEN.iterdir()):
+        groups: dict[str, list[InputRow]] = defaultdict(list)
+        for n, line in enumerate((fixture / "events.jsonl").read_text().splitlines()):
+            if not line.strip() or '"TICK"' in line:
+                continue
+            event = parse_event(line)
+            payload = externalize(pack_event(event), None, NO_CONTENT_REFS)
+            groups[group_key(event)].append(InputRow(event.eventTime, ("f", n), payload))
+        last = max(r.event_time for group in groups.values() for r in group)
+        now, later = BatchContext(last, 0), BatchContext(last + 10**9, last)
+        for key, inputs in groups.items():
+            if key == ADMIN_KEY:
+                rows += admin_log_rows(inputs, now, None)
+                continue
+            first = step_group(key, None, inputs, now, config)
+            # every deadline passes: expiries, deletes, intervals closed
+            rest = step_group(key, first.state, [], later, config) if first.state else None
+            # the first event again, behind the published watermark: a late one
+            late = step_group(key, None, inputs[:1], BatchContext(later.watermark, last), config)
+            rows += first.rows + (rest.rows if rest else []) + late.rows
+    return rows
+
+
+def test_every_table_the_step_writes_is_in_the_catalog_with_its_columns():
+    rows = _golden_step_rows()
+    rows.append(dead_row("{not json", ("f", 0), "unparseable", BatchContext(0, 0)))
+    plans = {(s.row_kind, s.name): s for s in CATALOG if s.row_kind is not None}
+    written: set[tuple[RowKind, str]] = set()
+    listed: set[str] = set()
+    for row in rows:
+        if row.kind is RowKind.STATS:
+            listed |= set(json.loads(row.row_json)[WRITES])
+            continue
+        assert row.table is not None
+        spec = plans[row.kind, row.table]  # KeyError: a table the catalog does not know
+        written.add((row.kind, row.table))
+        bundle = json.loads(row.row_json)
+        for written_row in bundle if isinstance(bundle, list) else [bundle]:
+            names = set(written_row) | ({"raw"} if row.kind is RowKind.DEAD else set())
+            if row.op is RowOp.DELETE and spec.family is Family.ROUTE:
+                assert names == set(spec.keys), spec.name
+            elif row.op is RowOp.CLOSE:
+                assert set(spec.identity) <= names <= set(spec.column_names), spec.name
+            else:
+                assert names == set(spec.column_names), (spec.name, row.op)
+    # the goldens reach every table the step writes, so the check above saw each one
+    assert {t for _, t in written} == set(TABLE_NAMES) - {PROGRESS}
+    assert {w.split("/", 1)[1] for w in listed} <= set(TABLE_NAMES)
+
+
+# ---- the docs ----------------------------------------------------------------------------------
+
+
+def test_docs_table_list_is_generated_from_the_catalog():
+    text = (ROOT / "docs" / "tables.md").read_text()
+    assert catalog_doc.synced(text) == text, (
+        "docs/tables.md is out of date: run "
+        ".venv/bin/python -m routing_lib.core.catalog_doc --sync docs/tables.md"
+    )
+    assert all(f"| `{name}` |" in text for name in TABLE_NAMES)
+
+
+def test_housekeeping_docs_list_every_table():
+    text = (ROOT / "docs" / "housekeeping.md").read_text()
+    section = text.split("## What it does, table by table", 1)[1].split("A table that", 1)[0]
+    listed = set(re.findall(r"`([a-z_]+)`", section))
+    assert listed == set(TABLE_NAMES)
