@@ -19,8 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
-from routelake_dev import kafka_local
-from routing_lib.collector import brokerside
+from routelake_dev import broker_requests, kafka_local
 from routing_lib.config import load_config
 from routing_lib.remoting.frames import FrameDecoder, encode
 from tests.support.collector_support import start_collector, stop_collector
@@ -30,11 +29,11 @@ def fleet_frames(brokers: int, topics: int, round_no: int) -> list[bytes]:
     """One REGISTER_BROKER frame per broker: `topics` topics, a dataVersion per round."""
     frames = []
     for b in range(brokers):
-        table = {f"Topic{t}": brokerside.topic_config(f"Topic{t}", 8) for t in range(topics)}
+        table = {f"Topic{t}": broker_requests.topic_config(f"Topic{t}", 8) for t in range(topics)}
         version = {"stateVersion": 0, "timestamp": 1_764_000_000_000 + b, "counter": round_no}
         frames.append(
             encode(
-                brokerside.register_request(
+                broker_requests.register_request(
                     "BenchCluster",
                     f"broker-{b:03d}",
                     f"127.0.{b // 250}.{b % 250 + 1}:10911",

@@ -51,8 +51,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from routelake_dev import mqadmin
 from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, FILTER_SERVER, TOPIC_QUEUE
-from routing_lib.lookup import jsonbody, mqadmin
+from routing_lib.lookup import jsonbody
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.read.warehouse import RouteSnapshot
 from routing_lib.remoting.frames import (

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from routing_lib.collector import brokerside
+from routelake_dev import broker_requests, mqadmin
 from routing_lib.collector.codec import (
     BrokerRequestError,
     crc32,
@@ -22,15 +22,14 @@ from routing_lib.collector.codec import (
     register_event,
     topic_config_from_string,
 )
-from routing_lib.lookup import mqadmin
 from routing_lib.remoting.frames import RemotingCommand, SerializeType, decode, encode
 from routing_lib.remoting.protocol import RequestCode
 from schemas import parse_event
 
 DV = {"stateVersion": 3, "timestamp": 1_700_000_000_000, "counter": 7}
 TOPICS = {
-    "Orders": brokerside.topic_config("Orders", 8),
-    "Audit": brokerside.topic_config("Audit", 4, perm=4, sys_flag=1, order=True),
+    "Orders": broker_requests.topic_config("Orders", 8),
+    "Audit": broker_requests.topic_config("Audit", 4, perm=4, sys_flag=1, order=True),
 }
 
 
@@ -42,7 +41,7 @@ def test_crc32_is_javas_masked_value():
 
 @pytest.mark.parametrize("kind", [SerializeType.JSON, SerializeType.ROCKETMQ])
 def test_register_header_and_json_body_become_a_register_event(kind):
-    request = brokerside.register_request(
+    request = broker_requests.register_request(
         "C1",
         "broker-a",
         "127.0.0.1:10911",
@@ -93,7 +92,7 @@ def test_register_header_and_json_body_become_a_register_event(kind):
 
 
 def test_compressed_body_loses_sys_flag_and_order_like_java():
-    request = brokerside.register_request(
+    request = broker_requests.register_request(
         "C1", "b", "127.0.0.1:1", topics=TOPICS, data_version=DV, compressed=True
     )
     _, event = register_event(request, 5)
@@ -110,7 +109,7 @@ def test_compressed_body_loses_sys_flag_and_order_like_java():
 
 
 def test_wrong_crc32_is_refused_and_zero_crc32_is_not_checked():
-    request = brokerside.register_request("C1", "b", "127.0.0.1:1", topics=TOPICS)
+    request = broker_requests.register_request("C1", "b", "127.0.0.1:1", topics=TOPICS)
     bad = RemotingCommand(
         **{
             **request.__dict__,
@@ -119,7 +118,7 @@ def test_wrong_crc32_is_refused_and_zero_crc32_is_not_checked():
     )
     with pytest.raises(BrokerRequestError, match="^crc32 not match$"):
         register_event(bad, 1)
-    unchecked = brokerside.register_request("C1", "b", "127.0.0.1:1", topics=TOPICS, crc=False)
+    unchecked = broker_requests.register_request("C1", "b", "127.0.0.1:1", topics=TOPICS, crc=False)
     assert register_event(unchecked, 1)[1]["topicConfigTable"].keys() == TOPICS.keys()
 
 
@@ -127,7 +126,7 @@ def test_wrong_crc32_is_refused_and_zero_crc32_is_not_checked():
     "field", ["brokerName", "brokerAddr", "clusterName", "haServerAddr", "brokerId"]
 )
 def test_missing_required_header_field(field):
-    request = brokerside.register_request("C1", "b", "127.0.0.1:1")
+    request = broker_requests.register_request("C1", "b", "127.0.0.1:1")
     ext = {k: v for k, v in request.ext_fields.items() if k != field}
     with pytest.raises(BrokerRequestError, match=f"<{field}> is null"):
         register_event(RemotingCommand(code=103, ext_fields=ext, body=request.body), 1)
@@ -135,7 +134,7 @@ def test_missing_required_header_field(field):
 
 @pytest.mark.parametrize("value", ["x", "1.0", "", "99999999999999999999", "0x10"])
 def test_unparsable_numbers_are_refused(value):
-    request = brokerside.register_request("C1", "b", "127.0.0.1:1")
+    request = broker_requests.register_request("C1", "b", "127.0.0.1:1")
     ext = {**request.ext_fields, "brokerId": value}
     with pytest.raises(BrokerRequestError, match="brokerId"):
         register_event(RemotingCommand(code=103, ext_fields=ext, body=request.body), 1)
@@ -217,7 +216,7 @@ def test_topic_config_string_form():
     [RequestCode.UNREGISTER_BROKER, RequestCode.BROKER_HEARTBEAT, RequestCode.QUERY_DATA_VERSION],
 )
 def test_identity_headers(code):
-    request = brokerside.identity_request(code, "C1", "b", "127.0.0.1:1", 2)
+    request = broker_requests.identity_request(code, "C1", "b", "127.0.0.1:1", 2)
     assert identity(request).event("HEARTBEAT", 9) == {
         "eventType": "HEARTBEAT",
         "eventTime": 9,
@@ -236,7 +235,7 @@ def test_identity_headers(code):
 
 
 def test_query_data_version_body():
-    request = brokerside.identity_request(322, "C1", "b", "a:1", body=json.dumps(DV).encode())
+    request = broker_requests.identity_request(322, "C1", "b", "a:1", body=json.dumps(DV).encode())
     assert query_data_version(request) == DV
 
 
@@ -311,7 +310,7 @@ def java_bodies(tmp_path_factory) -> dict[bool, tuple[int, bytes]]:
 def test_bodies_encoded_by_rocketmq_itself(java_bodies, compressed):
     crc, body = java_bodies[compressed]
     assert crc32(body) == crc
-    request = brokerside.register_request("C1", "b", "127.0.0.1:1")
+    request = broker_requests.register_request("C1", "b", "127.0.0.1:1")
     ext = {**request.ext_fields, "compressed": str(compressed).lower(), "bodyCrc32": str(crc)}
     _, event = register_event(RemotingCommand(code=103, version=479, ext_fields=ext, body=body), 1)
     assert event["dataVersion"] == DV

@@ -16,14 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from routelake_dev import kafka_local
-from routing_lib.collector import brokerside
+from routelake_dev import broker_requests, kafka_local
 from routing_lib.remoting.frames import SerializeType, encode
 from routing_lib.remoting.protocol import ResponseCode
 from tests.support.collector_support import start_collector, stop_collector
 from tests.support.rocketmq_support import call, events, exchange, exchange_bytes
 
-TOPICS = {f"T{i}": brokerside.topic_config(f"T{i}", 4) for i in range(20)}
+TOPICS = {f"T{i}": broker_requests.topic_config(f"T{i}", 4) for i in range(20)}
 SMALL_LIMITS = """[serve]
 request_timeout_s = 1.5
 idle_timeout_s = 2.5
@@ -69,7 +68,7 @@ def nothing_published_and_healthy(collect: Collect, kafka_bootstrap) -> Iterator
 
 def good(**kw) -> bytes:
     return encode(
-        brokerside.register_request("C1", "broker-a", "127.0.0.1:10911", topics=TOPICS, **kw)
+        broker_requests.register_request("C1", "broker-a", "127.0.0.1:10911", topics=TOPICS, **kw)
     )
 
 
@@ -107,19 +106,19 @@ def test_bad_frames_close_the_connection(collect, data):
 
 def test_large_frame_of_another_code_is_refused(collect):
     """Only REGISTER_BROKER may use the large frame limit; others keep [serve] max_frame_bytes."""
-    big = brokerside.identity_request(904, "C1", "b", "127.0.0.1:1", body=b"x" * 100_000)
+    big = broker_requests.identity_request(904, "C1", "b", "127.0.0.1:1", body=b"x" * 100_000)
     answers, closed = exchange(collect.port, big, timeout=10)
     assert answers == [] and closed
 
 
 @pytest.mark.parametrize("kind", [SerializeType.JSON, SerializeType.ROCKETMQ])
 def test_error_answers(collect, kind):
-    request = brokerside.register_request(
+    request = broker_requests.register_request(
         "C1", "broker-a", "127.0.0.1:10911", topics=TOPICS, serialize_type=kind
     )
     wrong = request.ext_fields | {"bodyCrc32": "12345"}
     cases = {
-        "crc": brokerside.register_request(
+        "crc": broker_requests.register_request(
             "C1", "b", "a:1", opaque=1, serialize_type=kind, extra={"bodyCrc32": "12345"}
         ),
         "truncated": type(request)(
@@ -134,7 +133,7 @@ def test_error_answers(collect, kind):
             **{**request.__dict__, "opaque": 3, "body": request.body[:-40], "ext_fields": wrong}
         ),
         "unknown": type(request)(code=9999, opaque=4, serialize_type=kind),
-        "no-id": brokerside.identity_request(104, "C1", "b", "a:x", opaque=5),
+        "no-id": broker_requests.identity_request(104, "C1", "b", "a:x", opaque=5),
     }
     cases["no-id"] = type(request)(
         **{
@@ -181,7 +180,7 @@ def test_seeded_fuzz_of_register_frames(collect):
 def test_valid_request_still_answered_and_published(collect, kafka_bootstrap):
     response = call(
         collect.port,
-        brokerside.register_request("C1", "broker-a", "127.0.0.1:10911", topics=TOPICS),
+        broker_requests.register_request("C1", "broker-a", "127.0.0.1:10911", topics=TOPICS),
     )
     assert response.code == ResponseCode.SUCCESS
     published = events(kafka_bootstrap, collect.topic)

@@ -8,7 +8,7 @@ import json
 import socket
 import time
 
-from routing_lib.collector import brokerside
+from routelake_dev import broker_requests
 from routing_lib.remoting.frames import RemotingCommand
 from routing_lib.remoting.protocol import NAMESRV_VERSION, RequestCode, ResponseCode
 from schemas import parse_event
@@ -17,7 +17,7 @@ from tests.support.rocketmq_support import CollectorThread, call, events, record
 ADDR = "127.0.0.1:10911"
 DV1 = {"stateVersion": 0, "timestamp": 1_700_000_000_000, "counter": 1}
 DV2 = {**DV1, "counter": 2}
-TOPICS = {"Orders": brokerside.topic_config("Orders", 8)}
+TOPICS = {"Orders": broker_requests.topic_config("Orders", 8)}
 
 
 def now_ms() -> int:
@@ -26,14 +26,16 @@ def now_ms() -> int:
 
 def test_each_request_is_published_before_it_is_answered(kafka_bootstrap, topic):
     requests = [
-        brokerside.register_request(
+        broker_requests.register_request(
             "C1", "broker-a", ADDR, topics=TOPICS, data_version=DV1, opaque=1
         ),
-        brokerside.register_request(
+        broker_requests.register_request(
             "C1", "broker-b", "127.0.0.1:10921", compressed=True, topics=TOPICS, opaque=2
         ),
-        brokerside.identity_request(RequestCode.BROKER_HEARTBEAT, "C1", "broker-a", ADDR, opaque=3),
-        brokerside.identity_request(
+        broker_requests.identity_request(
+            RequestCode.BROKER_HEARTBEAT, "C1", "broker-a", ADDR, opaque=3
+        ),
+        broker_requests.identity_request(
             RequestCode.QUERY_DATA_VERSION,
             "C1",
             "broker-a",
@@ -41,7 +43,7 @@ def test_each_request_is_published_before_it_is_answered(kafka_bootstrap, topic)
             opaque=4,
             body=json.dumps(DV1).encode(),
         ),
-        brokerside.identity_request(
+        broker_requests.identity_request(
             RequestCode.UNREGISTER_BROKER, "C1", "broker-a", ADDR, opaque=5
         ),
     ]
@@ -83,7 +85,7 @@ def test_ticks_are_published_every_interval(kafka_bootstrap, topic):
 
 
 def test_refused_requests_publish_nothing(kafka_bootstrap, topic):
-    good = brokerside.register_request("C1", "broker-a", ADDR, topics=TOPICS, opaque=1)
+    good = broker_requests.register_request("C1", "broker-a", ADDR, topics=TOPICS, opaque=1)
     bad_crc = RemotingCommand(
         **{
             **good.__dict__,
@@ -94,7 +96,7 @@ def test_refused_requests_publish_nothing(kafka_bootstrap, topic):
             },
         }
     )
-    packed = brokerside.register_request(
+    packed = broker_requests.register_request(
         "C1", "broker-a", ADDR, compressed=True, crc=False, topics=TOPICS, opaque=3
     )
     truncated = RemotingCommand(**{**packed.__dict__, "body": packed.body[:-8]})
@@ -127,7 +129,7 @@ def _closed_port() -> int:
 
 
 def test_unreachable_kafka_is_an_error_answer():
-    request = brokerside.register_request("C1", "broker-a", ADDR, topics=TOPICS)
+    request = broker_requests.register_request("C1", "broker-a", ADDR, topics=TOPICS)
     with CollectorThread(
         f"127.0.0.1:{_closed_port()}", "nowhere", publish_timeout_ms=1500
     ) as collector:
@@ -136,7 +138,7 @@ def test_unreachable_kafka_is_an_error_answer():
         took = time.monotonic() - started
         beat = call(
             collector.port,
-            brokerside.identity_request(
+            broker_requests.identity_request(
                 RequestCode.BROKER_HEARTBEAT, "C1", "broker-a", ADDR, opaque=2
             ),
         )
@@ -148,13 +150,13 @@ def test_unreachable_kafka_is_an_error_answer():
 
 
 def test_register_result_and_data_version_from_memory(kafka_bootstrap, topic):
-    master = brokerside.register_request(
+    master = broker_requests.register_request(
         "C1", "broker-a", ADDR, 0, data_version=DV1, ha_server_addr="127.0.0.1:10912"
     )
-    slave = brokerside.register_request("C1", "broker-a", "127.0.0.1:10931", 1, opaque=2)
+    slave = broker_requests.register_request("C1", "broker-a", "127.0.0.1:10931", 1, opaque=2)
 
     def query(version: dict, opaque: int) -> RemotingCommand:
-        return brokerside.identity_request(
+        return broker_requests.identity_request(
             RequestCode.QUERY_DATA_VERSION,
             "C1",
             "broker-a",

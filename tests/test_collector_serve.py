@@ -9,7 +9,7 @@ import time
 
 import httpx
 
-from routing_lib.collector import brokerside
+from routelake_dev import broker_requests
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
 from routing_lib.core.tables import BROKER_LIVE
@@ -36,8 +36,8 @@ def test_one_port_for_brokers_and_clients(tmp_path, kafka_bootstrap, topic):
         for row in routes[BROKER_LIVE]
     ]
     Warehouse(tmp_path).publish(0, OLD_WATERMARK, routes)
-    many = {f"Topic{i}": brokerside.topic_config(f"Topic{i}", 8) for i in range(800)}
-    slave = brokerside.register_request(
+    many = {f"Topic{i}": broker_requests.topic_config(f"Topic{i}", 8) for i in range(800)}
+    slave = broker_requests.register_request(
         "ClusterA", "broker-a", "10.0.0.2:10911", 1, topics=many, opaque=7
     )
     assert slave.frame_bytes == 0 and len(slave.body) > 65536  # past the lookup's limit

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from routing_lib.lookup import mqadmin
+from routelake_dev import mqadmin
 from routing_lib.lookup.routes import RouteIndex
 from tests.support.lookup_support import ServerThread, Warehouse, fixture_tables, wait_until
 

@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from routelake_dev import mqadmin
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
-from routing_lib.lookup import mqadmin
 from tests.support.lookup_support import (
     KV_TABLES,
     KV_WATERMARK,

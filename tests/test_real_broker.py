@@ -26,9 +26,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from routelake_dev import kafka_local
+from routelake_dev import kafka_local, mqadmin
 from routing_lib.history_recipes import load_frames, write_perm_changes
-from routing_lib.lookup import mqadmin
 from routing_lib.remoting.frames import FrameDecoder, RemotingCommand, encode
 from tests.support.rocketmq_support import (
     JavaProcess,

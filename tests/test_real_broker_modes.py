@@ -29,10 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from routelake_dev import kafka_local
+from routelake_dev import kafka_local, mqadmin
 from routing_lib.core.dump import project
 from routing_lib.core.replay import default_watermark, replay_dump
-from routing_lib.lookup import mqadmin
 from routing_lib.read.warehouse import load_snapshot
 from tests.support.broker_modes_support import (
     ClusterView,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from routing_lib.lookup import mqadmin
+from routelake_dev import mqadmin
 from routing_lib.remoting.tls import ListenerTls, TlsMode, server_context
 from tests.support.lookup_support import ServerThread, Warehouse, fixture_tables, wait_until
 from tests.support.rocketmq_support import CollectorThread, broker, events, run_mqadmin_batch

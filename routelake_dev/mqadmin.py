@@ -30,7 +30,7 @@ from pathlib import Path
 
 from routing_lib.lookup import jsonbody
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 JARS_ENV = "ROUTELAKE_ROCKETMQ_JARS"
 MQADMIN_MAIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
 NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
