@@ -10,33 +10,36 @@ GET_ALL_TOPIC_LIST and GET_ROUTEINFO_BY_TOPIC answers.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import socket
-import struct
-import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from routelake_dev import mqadmin
 from routing_lib.core.replay import fleet_rows, replay
-from routing_lib.lookup import jsonbody, mqadmin
+from routing_lib.lookup import jsonbody
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.read.warehouse import RouteSnapshot
 from routing_lib.remoting.frames import (
     FrameDecoder,
-    RemotingCodecError,
     RemotingCommand,
-    decode_frame,
     encode,
 )
 from routing_lib.remoting.protocol import BROKER_CODES
 from schemas import parse_event
 from schemas.route_event import TickEvent
-from tests.support.rocketmq_support import BROKER_JVM, BROKER_MAIN, NAMESRV_JVM, JavaProcess
+from tests.support.rocketmq_support import (
+    BROKER_JVM,
+    BROKER_MAIN,
+    NAMESRV_JVM,
+    Exchange,
+    JavaProcess,
+    RecordingProxy,
+)
 
 # -- free ports --
 
@@ -148,20 +151,8 @@ def write_topics_json(home: Path, topics: list[dict]) -> None:
 
 # -- the tap: what brokers list as routelake's address --
 
-_LENGTH = struct.Struct(">i")
 
-
-@dataclass
-class TapExchange:
-    code: int
-    broker_addr: str | None
-    sent_ms: int
-    answered_ms: int | None = None
-    answer_code: int | None = None
-    answer_ext: dict[str, str] = field(default_factory=dict)
-
-
-class RegistrationTap:
+class RegistrationTap(RecordingProxy):
     """A NameServer address for real brokers: their registration requests (REGISTER_BROKER,
     UNREGISTER_BROKER, QUERY_DATA_VERSION, BROKER_HEARTBEAT) go to `target`, everything else
     (the broker's own route and member-group lookups) to `lookups` (default: `target` too),
@@ -173,79 +164,7 @@ class RegistrationTap:
     master) does not depend on which NameServer its client picked at random."""
 
     def __init__(self, target: int, lookups: int | None = None) -> None:
-        self.target, self.lookups = target, lookups
-        self.exchanges: list[TapExchange] = []
-        self.port = 0
-        self._ready = threading.Event()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-
-    async def _main(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._client, "127.0.0.1", 0)
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        await self._stop.wait()
-        server.close()
-
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            upstream = await asyncio.open_connection("127.0.0.1", self.target)
-            other = (
-                await asyncio.open_connection("127.0.0.1", self.lookups)
-                if self.lookups is not None
-                else None
-            )
-        except OSError:
-            writer.close()  # a NameServer that is away: the broker's connection fails
-            return
-        pending: dict[int, TapExchange] = {}
-
-        def to_upstream(cmd: RemotingCommand, frame: bytes) -> None:
-            if cmd.is_response or cmd.code not in BROKER_CODES:
-                (other or upstream)[1].write(frame)
-                return
-            exchange = TapExchange(cmd.code, cmd.ext_fields.get("brokerAddr"), _now_ms())
-            self.exchanges.append(exchange)
-            pending[cmd.opaque] = exchange
-            upstream[1].write(frame)
-
-        def from_upstream(cmd: RemotingCommand, frame: bytes) -> None:
-            if cmd.is_response and (exchange := pending.pop(cmd.opaque, None)) is not None:
-                exchange.answered_ms, exchange.answer_code = _now_ms(), cmd.code
-                exchange.answer_ext = dict(cmd.ext_fields)
-            writer.write(frame)
-
-        def from_other(cmd: RemotingCommand, frame: bytes) -> None:
-            writer.write(frame)
-
-        writers = (upstream[1],) if other is None else (upstream[1], other[1])
-        pumps = [
-            _pump(reader, to_upstream, writers),
-            _pump(upstream[0], from_upstream, (writer,)),
-        ]
-        if other is not None:
-            pumps.append(_pump(other[0], from_other, (writer,)))
-        try:
-            await asyncio.gather(*pumps)
-        except asyncio.CancelledError:
-            pass  # the tap stops: end quietly (a cancelled handler task is logged as an error)
-
-    def __enter__(self) -> RegistrationTap:
-        self.thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.loop.call_soon_threadsafe(self._stop.set)
-        self.thread.join(10)
-
-    def of(self, broker_addr: str, code: int | None = None) -> list[TapExchange]:
-        return [
-            x
-            for x in list(self.exchanges)
-            if x.broker_addr == broker_addr and (code is None or x.code == code)
-        ]
+        super().__init__(target, lookups, recorded=lambda cmd: cmd.code in BROKER_CODES)
 
 
 # What a NameServer's answer to a registration request tells the broker.
@@ -254,42 +173,16 @@ ANSWER_FIELDS = {103: ("masterAddr", "haServerAddr"), 322: ("changed",)}
 
 def answer_pairs(
     java: RegistrationTap, routelake: RegistrationTap, broker_addr: str, code: int
-) -> list[tuple[TapExchange, TapExchange]]:
+) -> list[tuple[Exchange, Exchange]]:
     """The broker's requests of `code` to both NameServers, paired in sending order (a broker
     sends each registration to every NameServer at once); only pairs both answered."""
     pairs = zip(java.of(broker_addr, code), routelake.of(broker_addr, code), strict=False)
     return [(j, r) for j, r in pairs if j.answer_code is not None and r.answer_code is not None]
 
 
-def answer(exchange: TapExchange) -> tuple:
+def answer(exchange: Exchange) -> tuple:
     fields = ANSWER_FIELDS.get(exchange.code, ())
     return (exchange.answer_code, *(exchange.answer_ext.get(f) for f in fields))
-
-
-async def _pump(
-    src: asyncio.StreamReader,
-    forward: Callable[[RemotingCommand, bytes], None],
-    close: tuple[asyncio.StreamWriter, ...],
-) -> None:
-    """Whole frames only (two upstreams answer on one connection: chunks must not mix)."""
-    buffer = bytearray()
-    try:
-        while data := await src.read(65536):
-            buffer += data
-            while len(buffer) >= 4 and len(buffer) >= 4 + _LENGTH.unpack_from(buffer)[0]:
-                end = 4 + _LENGTH.unpack_from(buffer)[0]
-                frame = bytes(buffer[:end])
-                del buffer[:end]
-                forward(decode_frame(frame[4:]), frame)
-    except (OSError, RemotingCodecError):
-        pass
-    finally:
-        for writer in close:  # one side gone: the connection is gone, as with a NameServer
-            writer.close()
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # -- what each NameServer answers, for one cluster --

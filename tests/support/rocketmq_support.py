@@ -12,23 +12,25 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
+from routelake_dev import mqadmin
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.server import CollectorServer
 from routing_lib.collector.service import Collector
-from routing_lib.lookup import mqadmin
 from routing_lib.remoting.frames import (
     FrameDecoder,
     RemotingCodecError,
     RemotingCommand,
+    decode_frame,
     encode,
 )
 from routing_lib.remoting.limits import Limits
@@ -348,14 +350,22 @@ class Exchange:
     sent_ms: int
     answered_ms: int | None = None
     answer_code: int | None = None
+    answer_ext: dict[str, str] = field(default_factory=dict)
 
 
 class RecordingProxy:
-    """Forwards 127.0.0.1:port -> 127.0.0.1:target and records each request and its answer
-    (matched by opaque), so a test knows exactly what the collector acknowledged."""
+    """Forwards 127.0.0.1:port -> 127.0.0.1:target frame by frame and records each request that
+    `recorded` selects (default: every one) with its answer, matched by opaque, so a test knows
+    exactly what the upstream acknowledged. With `lookups`, the requests not recorded go to that
+    port instead (one client connection, two upstreams)."""
 
-    def __init__(self, target: int) -> None:
-        self.target = target
+    def __init__(
+        self,
+        target: int,
+        lookups: int | None = None,
+        recorded: Callable[[RemotingCommand], bool] = lambda cmd: True,
+    ) -> None:
+        self.target, self.lookups, self.recorded = target, lookups, recorded
         self.exchanges: list[Exchange] = []
         self.port = 0
         self._ready = threading.Event()
@@ -372,35 +382,48 @@ class RecordingProxy:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+            upstream = await asyncio.open_connection("127.0.0.1", self.target)
+            other = (
+                await asyncio.open_connection("127.0.0.1", self.lookups)
+                if self.lookups is not None
+                else None
+            )
         except OSError:
-            writer.close()
+            writer.close()  # an upstream that is away: the client's connection fails
             return
-        open_requests: dict[int, Exchange] = {}
+        pending: dict[int, Exchange] = {}
 
-        async def pump(
-            src: asyncio.StreamReader, dst: asyncio.StreamWriter, requests: bool
-        ) -> None:
-            decoder = FrameDecoder()
-            try:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    for cmd in decoder.feed(data):
-                        now = time.time_ns() // 1_000_000
-                        if requests and not cmd.is_response:
-                            ex = Exchange(cmd.code, cmd.ext_fields.get("brokerAddr"), now)
-                            self.exchanges.append(ex)
-                            open_requests[cmd.opaque] = ex
-                        elif not requests and (ex := open_requests.pop(cmd.opaque, None)):
-                            ex.answered_ms, ex.answer_code = now, cmd.code
-            except (OSError, RemotingCodecError):
-                pass
-            finally:
-                dst.close()
+        def to_upstream(cmd: RemotingCommand, frame: bytes) -> None:
+            if cmd.is_response or not self.recorded(cmd):
+                (other or upstream)[1].write(frame)
+                return
+            exchange = Exchange(cmd.code, cmd.ext_fields.get("brokerAddr"), _now_ms())
+            self.exchanges.append(exchange)
+            pending[cmd.opaque] = exchange
+            upstream[1].write(frame)
 
-        await asyncio.gather(pump(reader, up_writer, True), pump(up_reader, writer, False))
+        def from_upstream(cmd: RemotingCommand, frame: bytes) -> None:
+            if cmd.is_response and (exchange := pending.pop(cmd.opaque, None)) is not None:
+                exchange.answered_ms, exchange.answer_code = _now_ms(), cmd.code
+                exchange.answer_ext = dict(cmd.ext_fields)
+            writer.write(frame)
 
-    def __enter__(self) -> RecordingProxy:
+        def from_other(cmd: RemotingCommand, frame: bytes) -> None:
+            writer.write(frame)
+
+        writers = (upstream[1],) if other is None else (upstream[1], other[1])
+        pumps = [
+            _pump(reader, to_upstream, writers),
+            _pump(upstream[0], from_upstream, (writer,)),
+        ]
+        if other is not None:
+            pumps.append(_pump(other[0], from_other, (writer,)))
+        try:
+            await asyncio.gather(*pumps)
+        except asyncio.CancelledError:
+            pass  # the proxy stops: end quietly (a cancelled handler task is logged as an error)
+
+    def __enter__(self) -> Self:
         self.thread.start()
         assert self._ready.wait(10)
         return self
@@ -408,3 +431,40 @@ class RecordingProxy:
     def __exit__(self, *exc: object) -> None:
         self.loop.call_soon_threadsafe(self._stop.set)
         self.thread.join(10)
+
+    def of(self, broker_addr: str, code: int | None = None) -> list[Exchange]:
+        """The recorded requests of one broker (of one code), in sending order."""
+        return [
+            x
+            for x in list(self.exchanges)
+            if x.broker_addr == broker_addr and (code is None or x.code == code)
+        ]
+
+
+_LENGTH = struct.Struct(">i")
+
+
+async def _pump(
+    src: asyncio.StreamReader,
+    forward: Callable[[RemotingCommand, bytes], None],
+    close: tuple[asyncio.StreamWriter, ...],
+) -> None:
+    """Whole frames only (two upstreams answer on one connection: chunks must not mix)."""
+    buffer = bytearray()
+    try:
+        while data := await src.read(65536):
+            buffer += data
+            while len(buffer) >= 4 and len(buffer) >= 4 + _LENGTH.unpack_from(buffer)[0]:
+                end = 4 + _LENGTH.unpack_from(buffer)[0]
+                frame = bytes(buffer[:end])
+                del buffer[:end]
+                forward(decode_frame(frame[4:]), frame)
+    except (OSError, RemotingCodecError):
+        pass
+    finally:
+        for writer in close:  # one side gone: the connection is gone, as with a NameServer
+            writer.close()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
