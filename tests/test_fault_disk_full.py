@@ -25,11 +25,10 @@ from routing_lib.core.dump import project
 from routing_lib.read.warehouse import load_snapshot
 from routing_lib.spark.delta_writer import ALL_TABLES
 from tests.support.fault_support import (
+    JobProcess,
     assert_matches_reference,
     caught_up,
     published,
-    running,
-    start_job,
     wait_for,
 )
 from tests.support.helpers import random_history
@@ -85,9 +84,6 @@ def test_full_disk_stops_the_job_clearly_and_a_restart_resumes(
     """Both on the disk: Spark's checkpoint files are the first writes of a micro-batch, so
     they meet the full disk. The warehouse alone on it: the Delta commits of a batch whose
     checkpoint entries went in do (some tables of the batch may be in, others not)."""
-    warehouse = small_disk / "warehouse"
-    checkpoint = (small_disk if checkpoint_on_it else tmp_path) / "checkpoint"
-    log = tmp_path / "job.log"
     lines = fleet_lines(31)
     first, second, third = (
         lines[: len(lines) // 3],
@@ -95,13 +91,18 @@ def test_full_disk_stops_the_job_clearly_and_a_restart_resumes(
         lines[2 * len(lines) // 3 :],
     )
     produce(kafka_bootstrap, topic, first)
-    job = start_job(kafka_bootstrap, topic, warehouse, checkpoint, log)
-    try:
+    with JobProcess(
+        kafka_bootstrap,
+        topic,
+        tmp_path,
+        warehouse=small_disk / "warehouse",
+        checkpoint=(small_disk if checkpoint_on_it else tmp_path) / "checkpoint",
+    ) as job:
+        warehouse = job.warehouse
+        job.start()
         as_text = [line.decode() for line in first]
-        wait_for(
-            lambda: running(job, log) and caught_up(warehouse, as_text),
-            600,
-            "the first part to be published",
+        job.wait_running_until(
+            lambda: caught_up(warehouse, as_text), 600, "the first part to be published"
         )
         before = project(load_snapshot(warehouse).dump())
         versions = {t: DeltaTable(str(warehouse / t)).version() for t in ALL_TABLES}
@@ -112,8 +113,8 @@ def test_full_disk_stops_the_job_clearly_and_a_restart_resumes(
 
             filler = fill(small_disk)
             produce(kafka_bootstrap, topic, second)
-            code = job.wait(300)
-            output = log.read_text(errors="replace")
+            code = job.process.wait(300)
+            output = job.log.read_text(errors="replace")
             assert code != 0
             said = [line for line in output.splitlines() if line.startswith("routectl run:")]
             assert said, output[-3000:]
@@ -134,12 +135,10 @@ def test_full_disk_stops_the_job_clearly_and_a_restart_resumes(
 
             filler.unlink()
             produce(kafka_bootstrap, topic, third)
-            job = start_job(kafka_bootstrap, topic, warehouse, checkpoint, log)
+            job.start()
             everything = [line.decode() for line in lines]
-            wait_for(
-                lambda: running(job, log) and caught_up(warehouse, everything),
-                600,
-                "the restarted job",
+            job.wait_running_until(
+                lambda: caught_up(warehouse, everything), 600, "the restarted job"
             )
             wait_for(
                 lambda: (
@@ -151,10 +150,6 @@ def test_full_disk_stops_the_job_clearly_and_a_restart_resumes(
             )
         assert_matches_reference(warehouse, everything)
         assert len(published(warehouse)) == len({r["batch_id"] for r in published(warehouse)})
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait(30)
 
 
 def _a_route(http: httpx.Client, dump: dict) -> dict:

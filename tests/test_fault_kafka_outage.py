@@ -9,14 +9,13 @@ holds, with nothing written twice.
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.support.fault_support import (
+    JobProcess,
     LiveFleet,
     OwnBroker,
     ReadyzWatcher,
@@ -24,9 +23,7 @@ from tests.support.fault_support import (
     caught_up,
     published,
     read_topic,
-    running,
     staleness_bound,
-    start_job,
     wait_for,
 )
 from tests.support.lookup_support import ServerThread
@@ -49,105 +46,79 @@ def broker(config, tmp_path_factory) -> Iterator[OwnBroker]:
 
 def test_job_rides_out_a_stopped_and_a_killed_broker(broker, tmp_path):
     topic = broker.create_topic("rides-out")
-    warehouse, checkpoint, log = (tmp_path / n for n in ("warehouse", "checkpoint", "job.log"))
-    job = None
-    try:
-        with LiveFleet(broker.bootstrap, topic) as fleet:
-            job = start_job(broker.bootstrap, topic, warehouse, checkpoint, log)
-            wait_for(
-                lambda: running(job, log) and len(published(warehouse)) >= 4,
-                600,
-                "the job's first batches",
+    with (
+        JobProcess(broker.bootstrap, topic, tmp_path) as job,
+        LiveFleet(broker.bootstrap, topic) as fleet,
+    ):
+        job.start()
+        job.wait_running_until(
+            lambda: len(published(job.warehouse)) >= 4, 600, "the job's first batches"
+        )
+        bound = staleness_bound(job.warehouse)
+        with (
+            ServerThread(job.warehouse, max_watermark_age_s=bound) as lookup,
+            ReadyzWatcher(lookup.service.http_port) as readyz,
+        ):
+            wait_for(lambda: readyz.last() == 200, 180, "a ready lookup")
+
+            broker.stop()  # a clean shutdown; down for OUTAGE_S, or until /readyz says so
+            down = time.monotonic()
+            wait_for(lambda: readyz.last() == 503, bound + 10, "/readyz to report staleness")
+            stale_after = time.monotonic() - down
+            time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down)))
+            assert job.process.poll() is None, "the job stopped while Kafka was away:\n" + (
+                job.tail()
             )
-            bound = staleness_bound(warehouse)
-            with (
-                ServerThread(warehouse, max_watermark_age_s=bound) as lookup,
-                ReadyzWatcher(lookup.service.http_port) as readyz,
-            ):
-                wait_for(lambda: readyz.last() == 200, 180, "a ready lookup")
+            broker.start()
+            wait_for(lambda: readyz.last() == 200, 180, "fresh routes after the restart")
 
-                broker.stop()  # a clean shutdown; down for OUTAGE_S, or until /readyz says so
-                down = time.monotonic()
-                wait_for(lambda: readyz.last() == 503, bound + 10, "/readyz to report staleness")
-                stale_after = time.monotonic() - down
-                time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down)))
-                assert job.poll() is None, "the job stopped while Kafka was away:\n" + _tail(log)
-                broker.start()
-                wait_for(lambda: readyz.last() == 200, 180, "fresh routes after the restart")
-
-                broker.kill()
-                time.sleep(KILLED_S)
-                assert job.poll() is None, "the job stopped while Kafka was dead:\n" + _tail(log)
-                broker.start()
-                wait_for(lambda: readyz.last() == 200, 180, "fresh routes after the kill")
-                remarks = [remark for _, status, remark in readyz.seen if status == 503]
-            fleet.stop()
+            broker.kill()
+            time.sleep(KILLED_S)
+            assert job.process.poll() is None, "the job stopped while Kafka was dead:\n" + (
+                job.tail()
+            )
+            broker.start()
+            wait_for(lambda: readyz.last() == 200, 180, "fresh routes after the kill")
+            remarks = [remark for _, status, remark in readyz.seen if status == 503]
+        fleet.stop()
         assert fleet.errors == [], "the producer lost events"
         lines = read_topic(broker.bootstrap, topic)
         assert len(lines) == fleet.sent  # idempotent producer: each event once, none lost
-        wait_for(lambda: caught_up(warehouse, lines), 180, "the job to publish every event")
-        assert job.poll() is None, "the job stopped:\n" + _tail(log)
-        job.send_signal(signal.SIGTERM)
-        assert job.wait(60) == 0
-        assert_matches_reference(warehouse, lines)
-        assert stale_after <= bound + 10  # within a few polls of the bound
-        assert remarks and all("watermark is" in r for r in remarks), remarks
-    finally:
-        _stop(job)
+        wait_for(lambda: caught_up(job.warehouse, lines), 180, "the job to publish every event")
+        job.stop_cleanly()
+    assert_matches_reference(job.warehouse, lines)
+    assert stale_after <= bound + 10  # within a few polls of the bound
+    assert remarks and all("watermark is" in r for r in remarks), remarks
 
 
 def test_a_longer_outage_stops_the_job_clearly_and_a_restart_resumes(broker, tmp_path):
     topic = broker.create_topic("gives-up")
-    warehouse, checkpoint, log = (tmp_path / n for n in ("warehouse", "checkpoint", "job.log"))
-    job = None
-    try:
-        with LiveFleet(broker.bootstrap, topic) as fleet:
-            job = start_job(
-                broker.bootstrap,
-                topic,
-                warehouse,
-                checkpoint,
-                log,
-                ROUTELAKE_KAFKA_OUTAGE_TIMEOUT_S=SHORT_PATIENCE_S,
-            )
-            wait_for(
-                lambda: running(job, log) and len(published(warehouse)) >= 2,
-                600,
-                "the job's first batches",
-            )
-            before = len(published(warehouse))
-            broker.stop()
-            code = job.wait(180)  # the driver tries its offset lookups 3 times
-            said = [line for line in log.read_text().splitlines() if line.startswith("routectl")]
-            assert code == 1 and said, _tail(log)
-            assert said[-1].startswith(
-                f"routectl run: Kafka at {broker.bootstrap} (topic {topic}) did not answer in time"
-            ), said[-1]
-            assert "resumes from its checkpoint" in said[-1]
-            broker.start()
-            job = start_job(broker.bootstrap, topic, warehouse, checkpoint, log)
-            wait_for(
-                lambda: running(job, log) and len(published(warehouse)) > before,
-                600,
-                "the restarted job",
-            )
-            fleet.stop()
+    with (
+        JobProcess(broker.bootstrap, topic, tmp_path) as job,
+        LiveFleet(broker.bootstrap, topic) as fleet,
+    ):
+        job.start(ROUTELAKE_KAFKA_OUTAGE_TIMEOUT_S=SHORT_PATIENCE_S)
+        job.wait_running_until(
+            lambda: len(published(job.warehouse)) >= 2, 600, "the job's first batches"
+        )
+        before = len(published(job.warehouse))
+        broker.stop()
+        code = job.process.wait(180)  # the driver tries its offset lookups 3 times
+        said = [line for line in job.log.read_text().splitlines() if line.startswith("routectl")]
+        assert code == 1 and said, job.tail()
+        assert said[-1].startswith(
+            f"routectl run: Kafka at {broker.bootstrap} (topic {topic}) did not answer in time"
+        ), said[-1]
+        assert "resumes from its checkpoint" in said[-1]
+        broker.start()
+        job.start()
+        job.wait_running_until(
+            lambda: len(published(job.warehouse)) > before, 600, "the restarted job"
+        )
+        fleet.stop()
         assert fleet.errors == [], "the producer lost events"
         lines = read_topic(broker.bootstrap, topic)
         assert len(lines) == fleet.sent
-        wait_for(lambda: caught_up(warehouse, lines), 180, "the job to publish every event")
-        job.send_signal(signal.SIGTERM)
-        assert job.wait(60) == 0
-        assert_matches_reference(warehouse, lines)
-    finally:
-        _stop(job)
-
-
-def _stop(job) -> None:
-    if job is not None and job.poll() is None:
-        job.kill()
-        job.wait(30)
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        wait_for(lambda: caught_up(job.warehouse, lines), 180, "the job to publish every event")
+        job.stop_cleanly()
+    assert_matches_reference(job.warehouse, lines)

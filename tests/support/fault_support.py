@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
@@ -230,6 +231,60 @@ def start_job(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+
+class JobProcess:
+    """One `routectl run` (start_job) at a time over warehouse, checkpoint and log under
+    `folder` unless given: what each fault test sets up around the job, and kills on the way
+    out if the test ends while it runs."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        folder: Path,
+        *,
+        warehouse: Path | None = None,
+        checkpoint: Path | None = None,
+    ) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self.warehouse = warehouse or folder / "warehouse"
+        self.checkpoint = checkpoint or folder / "checkpoint"
+        self.log = folder / "job.log"
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def process(self) -> subprocess.Popen:
+        assert self._process is not None, "the job was not started"
+        return self._process
+
+    def start(self, **settings: str) -> None:
+        self._process = start_job(
+            self.bootstrap, self.topic, self.warehouse, self.checkpoint, self.log, **settings
+        )
+
+    def wait_running_until(
+        self, predicate: Callable[[], bool], timeout_s: float, what: str
+    ) -> None:
+        """Waits for predicate while the job runs (its exit fails the test with its log)."""
+        wait_for(lambda: running(self.process, self.log) and predicate(), timeout_s, what)
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop_cleanly(self) -> None:
+        """SIGTERM to a job that is still running; it exits 0."""
+        assert self.process.poll() is None, "the job stopped:\n" + self.tail()
+        self.process.send_signal(signal.SIGTERM)
+        assert self.process.wait(60) == 0, self.tail()
+
+    def __enter__(self) -> JobProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait(30)
 
 
 def running(job: subprocess.Popen, log_path: Path) -> bool:
