@@ -6,9 +6,9 @@ StructType in `schemas.spark`) is derived from them.
 
 from schemas.route_event import (
     AdminEvent,
-    DataVersion,
     DeleteKvEvent,
     DeleteTopicEvent,
+    EventDataVersion,
     HeartbeatEvent,
     PutKvEvent,
     RegisterEvent,
@@ -24,9 +24,9 @@ from schemas.route_event import (
 
 __all__ = [
     "AdminEvent",
-    "DataVersion",
     "DeleteKvEvent",
     "DeleteTopicEvent",
+    "EventDataVersion",
     "HeartbeatEvent",
     "PutKvEvent",
     "RegisterEvent",

@@ -57,7 +57,10 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class DataVersion(_Model):
+class EventDataVersion(_Model):
+    """An event's dataVersion as brokers send it (camelCase JSON), validated; the state
+    machine keeps it as routing_lib.core.group_routes.DataVersion."""
+
     stateVersion: Int64 = 0
     timestamp: Int64 = 0
     counter: Int64 = 0
@@ -83,7 +86,7 @@ class _BrokerEvent(_Model):
 class RegisterEvent(_BrokerEvent):
     eventType: Literal["REGISTER"]
     haServerAddr: StrictStr | None = None
-    dataVersion: DataVersion
+    dataVersion: EventDataVersion
     topicConfigTable: dict[TopicName, TopicConfig]
     filterServerList: list[StrictStr] | None = None
     heartbeatTimeoutMillis: Annotated[StrictInt, Field(gt=0, le=INT64_MAX)] | None = None

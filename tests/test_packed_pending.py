@@ -24,7 +24,7 @@ from routing_lib.core.wire import (
     unpack_event,
 )
 from schemas import parse_event
-from schemas.route_event import DataVersion, TickEvent
+from schemas.route_event import EventDataVersion, TickEvent
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -60,7 +60,7 @@ def test_unpacking_equals_model_construct(event):
     head_json, *topics = packed.split(RS)
     head = json.loads(head_json)
     if event.eventType == "REGISTER":  # what unpacking did before its fast path
-        head["dataVersion"] = DataVersion.model_construct(**head["dataVersion"])
+        head["dataVersion"] = EventDataVersion.model_construct(**head["dataVersion"])
         head["topicConfigTable"] = LazyTopicTable(*topics)
     plain = type(event).model_construct(**head)
     assert type(fast) is type(event)

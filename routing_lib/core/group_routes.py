@@ -33,6 +33,9 @@ BrokerKey = tuple[str, str]  # (clusterName, brokerAddr): RocketMQ's BrokerAddrI
 
 @dataclass(frozen=True)
 class DataVersion:
+    """RocketMQ's DataVersion of a live broker, as the state machine holds it (the event's
+    validated form is schemas.route_event.EventDataVersion)."""
+
     state_version: int = 0
     timestamp: int = 0
     counter: int = 0

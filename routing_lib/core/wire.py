@@ -29,9 +29,9 @@ from schemas.route_event import (
     DEFAULT_PERM,
     DEFAULT_QUEUE_NUMS,
     AdminEvent,
-    DataVersion,
     DeleteKvEvent,
     DeleteTopicEvent,
+    EventDataVersion,
     HeartbeatEvent,
     PipelineRegister,
     PutKvEvent,
@@ -229,7 +229,7 @@ def _trusted_constructor(cls: type[BaseModel]) -> Callable[[dict], Any]:
 
 
 _CONSTRUCTORS = {name: _trusted_constructor(cls) for name, cls in _TYPES.items()}
-_data_version = _trusted_constructor(DataVersion)
+_data_version = _trusted_constructor(EventDataVersion)
 
 
 def externalize(packed: str, backend: ContentBackend | None, min_chars: int) -> str:
