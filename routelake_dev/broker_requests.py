@@ -1,5 +1,6 @@
 """The broker's side of the wire: requests as a RocketMQ 5.x broker builds them (BrokerOuterAPI),
-for tests and bench/collector_bench.py. Written from the formats described in codec.py."""
+for tests and bench/collector_bench.py. Written from the formats described in
+routing_lib/collector/broker_events.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from routing_lib.collector.codec import crc32
+from routing_lib.collector.broker_events import crc32
 from routing_lib.remoting.frames import RemotingCommand, SerializeType
 from routing_lib.remoting.protocol import V5_3_3, RequestCode
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from routing_lib.collector.admin import allowed, parse_networks, peer_text
+from routing_lib.collector.admin_events import allowed, parse_networks, peer_text
 from routing_lib.lookup.refresher import Served, SnapshotHolder
 from routing_lib.remoting.frames import RemotingCommand
 from routing_lib.remoting.protocol import NAMESRV_VERSION, ResponseCode

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from routelake_dev import broker_requests, mqadmin
-from routing_lib.collector.codec import (
+from routing_lib.collector.broker_events import (
     BrokerRequestError,
     crc32,
     identity,

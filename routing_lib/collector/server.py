@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Response
 
-from routing_lib.collector.admin import LOOPBACK_ONLY
+from routing_lib.collector.admin_events import LOOPBACK_ONLY
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
 from routing_lib.lookup.refresher import Refresher, SnapshotHolder

@@ -7,7 +7,7 @@ and retries on its next registration period: an answered request is never lost. 
 NameServer would refuse (bad crc32, an undecodable body) is refused the same way, and
 nothing is published. A TICK is published every `tick_interval_ms`.
 
-Operators' requests (collector/admin.py: wipe/add write perm, delete topic, put/delete KV
+Operators' requests (collector/admin_events.py: wipe/add write perm, delete topic, put/delete KV
 config) are published the same way, as the contract's administrative events, with
 `requestedBy` = the client address, once the client passed `admin_allow` (else NO_PERMISSION,
 nothing published). WIPE/ADD answer wipeTopicCount/addTopicCount = how many topics the broker
@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any, Final, Literal, Protocol
 
-from routing_lib.collector.admin import (
+from routing_lib.collector.admin_events import (
     COUNT_FIELD,
     LOOPBACK_ONLY,
     admin_event,
@@ -36,7 +36,7 @@ from routing_lib.collector.admin import (
     peer_host,
     peer_text,
 )
-from routing_lib.collector.codec import (
+from routing_lib.collector.broker_events import (
     BrokerRequestError,
     encode_event,
     identity,

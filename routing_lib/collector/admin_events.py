@@ -15,7 +15,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from routing_lib.collector.codec import BrokerRequestError
+from routing_lib.collector.broker_events import BrokerRequestError
 from routing_lib.remoting.frames import RemotingCommand
 from routing_lib.remoting.protocol import RequestCode
 
