@@ -61,19 +61,13 @@ from routing_lib.remoting.frames import (
     SerializeType,
     encode,
 )
-from routing_lib.remoting.protocol import NAMESRV_VERSION
+from routing_lib.remoting.protocol import NAMESRV_VERSION, RequestCode
 from tests.support.lookup_support import RemotingClient, Warehouse, fixture_tables
 
 REPO = Path(__file__).resolve().parents[1]
 
 GOLDEN = REPO / "tests" / "golden"
 LOOPBACK = "127.0.0.1"
-REGISTER_BROKER = 103
-GET_ROUTEINFO_BY_TOPIC = 105
-GET_BROKER_CLUSTER_INFO = 106
-GET_ALL_TOPIC_LIST = 206
-GET_TOPICS_BY_CLUSTER = 224
-GET_SYSTEM_TOPIC_LIST = 304
 # distribution/bin/runserver.sh (JDK 9+) for 5.3.3, with a 1 GiB heap instead of 4 GiB.
 NAMESRV_JVM_OPTS = (
     "-server",
@@ -329,7 +323,7 @@ def register_brokers(client: RemotingClient, tables: dict[str, list[dict]]) -> i
                 "topicConfigTable": topic_table,
             },
         }
-        response = client.call(REGISTER_BROKER, body=json.dumps(body).encode(), **ext)
+        response = client.call(RequestCode.REGISTER_BROKER, body=json.dumps(body).encode(), **ext)
         if response.code != 0:
             raise RuntimeError(f"REGISTER_BROKER {key} answered {response.code} {response.remark}")
 
@@ -377,7 +371,7 @@ def compare(
     """(topics with identical routes, differences)."""
     same, diffs = [], []
     for topic in topics:
-        answers = [c.call(GET_ROUTEINFO_BY_TOPIC, topic=topic) for c in (java, ours)]
+        answers = [c.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=topic) for c in (java, ours)]
         if answers[0].code != answers[1].code:
             diffs.append(f"{topic}: code java {answers[0].code} ours {answers[1].code}")
             continue
@@ -387,19 +381,23 @@ def compare(
         else:
             diffs.append(f"{topic}: java {routes[0]} ours {routes[1]}")
     infos = [
-        canonical_cluster_info(jsonbody.parse_legacy(c.call(GET_BROKER_CLUSTER_INFO).body))
+        canonical_cluster_info(
+            jsonbody.parse_legacy(c.call(RequestCode.GET_BROKER_CLUSTER_INFO).body)
+        )
         for c in (java, ours)
     ]
     if infos[0] != infos[1]:
         diffs.append(f"ClusterInfo: java {infos[0]} ours {infos[1]}")
     # Topic lists (HashSet orders in Java: compared as sets; the system list's brokerAddr is
     # any one broker's address on both sides).
-    requests: list[tuple[str, int, dict[str, str]]] = [("all topics (206)", GET_ALL_TOPIC_LIST, {})]
+    requests: list[tuple[str, int, dict[str, str]]] = [
+        ("all topics (206)", RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})
+    ]
     requests += [
-        (f"topics of {c} (224)", GET_TOPICS_BY_CLUSTER, {"cluster": c})
+        (f"topics of {c} (224)", RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": c})
         for c in sorted(infos[0]["clusterAddrTable"])
     ]
-    requests.append(("system topics (304)", GET_SYSTEM_TOPIC_LIST, {}))
+    requests.append(("system topics (304)", RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, {}))
     addrs = {a for b in infos[0]["brokerAddrTable"].values() for a in b["brokerAddrs"].values()}
     for what, code, ext in requests:
         answers = [c.call(code, SerializeType.JSON, b"", **ext) for c in (java, ours)]
@@ -450,7 +448,7 @@ def remoting_templates(load: Load) -> list[tuple[bytes, int]]:
     for topic in load.topics:
         frame = encode(
             RemotingCommand(
-                code=GET_ROUTEINFO_BY_TOPIC,
+                code=RequestCode.GET_ROUTEINFO_BY_TOPIC,
                 version=NAMESRV_VERSION,
                 opaque=OPAQUE_BASE,
                 ext_fields={"topic": topic},
@@ -836,7 +834,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(result)
             print(f"  {name}: {result.rps:,.0f} req/s", flush=True)
         # The brokers must still be registered: a route still answers after the runs.
-        still = java_client.call(GET_ROUTEINFO_BY_TOPIC, topic=same[0]).code == 0
+        still = java_client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=same[0]).code == 0
 
         print()
         head = (

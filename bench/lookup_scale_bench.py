@@ -36,11 +36,11 @@ from pathlib import Path
 
 from bench.lookup_bench import free_port
 from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, CLUSTER_ADDR, TOPIC_QUEUE, Row
+from routing_lib.remoting.protocol import RequestCode
 from tests.support.lookup_support import RemotingClient
 from tests.support.snapshot_support import Change, MergeWarehouse, fleet, queue
 
 REPO = Path(__file__).resolve().parents[1]
-GET_ROUTEINFO_BY_TOPIC = 105
 
 
 def tree_rss_mb(pid: int) -> float:
@@ -80,7 +80,7 @@ def client_loop(port: int, topics: list[str], seconds: float, out) -> None:
     while time.monotonic() < end:
         topic = rng.choice(topics)
         t0 = time.perf_counter()
-        response = client.call(GET_ROUTEINFO_BY_TOPIC, topic=topic)
+        response = client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=topic)
         latencies.append(time.perf_counter() - t0)
         missing += response.code == 17  # TOPIC_NOT_EXIST: its only group expired
         errors += response.code not in (0, 17)

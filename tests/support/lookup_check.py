@@ -8,10 +8,8 @@ from pathlib import Path
 import httpx
 
 from routing_lib.remoting.frames import SerializeType
-from routing_lib.remoting.protocol import ResponseCode
+from routing_lib.remoting.protocol import RequestCode, ResponseCode
 from tests.support.lookup_support import RemotingClient, ServerThread, wait_until
-
-GET_ROUTEINFO_BY_TOPIC = 105
 
 
 def _expected_route(dump: dict, topic: str) -> tuple[list, list] | None:
@@ -48,7 +46,7 @@ def assert_lookup_matches_dump(warehouse: Path, dump: dict) -> None:
             for i, topic in enumerate(sorted(dump["topicQueueTable"])):
                 expected = _expected_route(dump, topic)
                 kind = SerializeType.JSON if i % 2 else SerializeType.ROCKETMQ
-                response = tcp.call(GET_ROUTEINFO_BY_TOPIC, kind, topic=topic)
+                response = tcp.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, kind, topic=topic)
                 answer = http.get(f"/topics/{topic}/route")
                 if expected is None:
                     assert response.code == ResponseCode.TOPIC_NOT_EXIST, topic
