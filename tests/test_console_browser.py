@@ -25,7 +25,6 @@ from routing_lib.core.tables import (
     CLUSTER_ADDR,
     FILTER_SERVER,
     LATE_EVENT,
-    SIDE_TABLE_DDL,
     TOPIC_QUEUE,
 )
 from routing_lib.read.history import as_of_dump, load_history
@@ -121,7 +120,7 @@ def _append_late_event(warehouse: Path, start: int) -> None:
         "seen_at_ms": watermark + 60_000,
         "batch_id": 2,
     }
-    data = pa.Table.from_pylist([row], schema=arrow_schema(SIDE_TABLE_DDL[LATE_EVENT]))
+    data = pa.Table.from_pylist([row], schema=arrow_schema(LATE_EVENT))
     write_deltalake(warehouse / LATE_EVENT, data, mode="append")
 
 

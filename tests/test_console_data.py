@@ -12,7 +12,7 @@ from routing_lib.console.fleet import fleet
 from routing_lib.console.pins import pin_versions
 from routing_lib.console.search import TopicNames
 from routing_lib.console.timelines import buckets, liveness_intervals
-from routing_lib.core.history import BROKER_LIVENESS_EVENTS, HISTORY_TABLE_DDL, TOPIC_ROUTE_HISTORY
+from routing_lib.core.history import BROKER_LIVENESS_EVENTS, TOPIC_ROUTE_HISTORY
 from routing_lib.lookup.routes import RouteIndex
 from tests.support.lookup_support import APP_ID, Warehouse, arrow_schema, snapshot
 
@@ -92,7 +92,7 @@ def test_history_tables_are_pinned_to_the_published_batch(tmp_path):
     root = tmp_path / "warehouse"
     writer = Warehouse(root)
     events = root / BROKER_LIVENESS_EVENTS
-    schema = arrow_schema(HISTORY_TABLE_DDL[BROKER_LIVENESS_EVENTS])
+    schema = arrow_schema(BROKER_LIVENESS_EVENTS)
 
     def liveness(batch: int) -> None:
         rows = pa.Table.from_pylist([], schema=schema)

@@ -12,6 +12,7 @@ import pytest
 from routelake_dev.simulator import encode_event, generate_history
 from routing_lib.core.admin import group_key
 from routing_lib.core.as_of import as_of, as_of_view
+from routing_lib.core.catalog import spec
 from routing_lib.core.clock import GroupClock
 from routing_lib.core.codec import decode_clock, encode_clock
 from routing_lib.core.group_routes import Event, GroupRoutes, RouteFlags
@@ -21,7 +22,6 @@ from routing_lib.core.history import (
     CLUSTER_MEMBERSHIP_HISTORY,
     HISTORY_IDENTITY,
     HISTORY_KEYS,
-    HISTORY_TABLE_DDL,
     HISTORY_TABLES,
     INTERVAL_TABLES,
     REGISTERED,
@@ -38,7 +38,7 @@ from routing_lib.core.history import (
     merge_history_batch,
 )
 from routing_lib.core.replay import default_watermark, replay_dump
-from routing_lib.core.tables import RoutesSnapshot, Row, ddl_columns
+from routing_lib.core.tables import RoutesSnapshot, Row
 from schemas import DeleteTopicEvent, TickEvent, parse_event
 from tests.support.helpers import DELAY_MS, FIXTURES, fixture_lines
 
@@ -185,7 +185,7 @@ def assert_well_formed(rows: Rows) -> None:
 
 def assert_columns_match_ddl(rows: Rows) -> None:
     for table, table_rows in rows.items():
-        columns = [c.split()[0] for c in ddl_columns(HISTORY_TABLE_DDL[table])]
+        columns = spec(table).column_names
         for r in table_rows:
             assert sorted(r) == sorted(columns), table
 

@@ -15,7 +15,7 @@ import pytest
 from deltalake import write_deltalake
 
 from routing_lib.cli import main
-from routing_lib.core.admin import ADMIN_EVENTS, ADMIN_EVENTS_DDL, admin_row
+from routing_lib.core.admin import ADMIN_EVENTS, admin_row
 from routing_lib.core.tables import KV_CONFIG
 from routing_lib.lookup import jsonbody
 from routing_lib.lookup.processor import answer
@@ -129,7 +129,7 @@ def write_admin_events(root: Path) -> None:
         and e.eventType not in ("REGISTER", "HEARTBEAT", "UNREGISTER")
     ]
     write_deltalake(
-        root / ADMIN_EVENTS, pa.Table.from_pylist(rows, schema=arrow_schema(ADMIN_EVENTS_DDL))
+        root / ADMIN_EVENTS, pa.Table.from_pylist(rows, schema=arrow_schema(ADMIN_EVENTS))
     )
 
 

@@ -19,7 +19,6 @@ from routing_lib.core.tables import (
     FILTER_SERVER,
     KV_CONFIG,
     PROGRESS,
-    TABLE_DDL,
     TOPIC_QUEUE,
     Row,
 )
@@ -345,7 +344,7 @@ def test_store_from_arrow_columns_equals_store_from_rows(big):
     for _ in range(400):
         topic, broker = f"T{rng.randint(0, 60)}", f"b{rng.randint(0, 9)}"
         rows[topic, broker] = queue(topic, broker, rng.choice([1, 8, 70_000 if big else 16]))
-    table = pa.Table.from_pylist(list(rows.values()), schema=arrow_schema(TABLE_DDL[TOPIC_QUEUE]))
+    table = pa.Table.from_pylist(list(rows.values()), schema=arrow_schema(TOPIC_QUEUE))
     from_columns = store_of(table)
     from_rows = TopicStore.of_rows(rows.values())
     assert dict(from_columns.items()) == dict(from_rows.items())

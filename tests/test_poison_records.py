@@ -14,10 +14,11 @@ import pytest
 
 from routing_lib import ingest
 from routing_lib.core import clock as clock_module
+from routing_lib.core.catalog import CATALOG, Column, Scalar, StructOf
 from routing_lib.core.clock import GroupClock
 from routing_lib.core.group_routes import DEFAULT_FLAGS, GroupRoutes
-from routing_lib.core.history import HISTORY_TABLE_DDL, HistoryTracker
-from routing_lib.core.tables import DEAD_LETTER, SIDE_TABLE_DDL, TABLE_DDL, rows_of
+from routing_lib.core.history import HistoryTracker
+from routing_lib.core.tables import DEAD_LETTER, rows_of
 from routing_lib.core.wire import pack_event
 from routing_lib.spark.sources import _classify_archives, make_kafka_classifier
 from schemas import parse_event
@@ -32,16 +33,17 @@ from tests.support.bad_records import INTEGER_RANGE_RECORDS, extreme_register
 from tests.support.helpers import fixture_lines
 from tests.support.step_support import group_state, run_step
 
-_RANGES = {"BIGINT": (INT64_MIN, INT64_MAX), "INT": (INT32_MIN, INT32_MAX)}
+_RANGES = {Scalar.BIGINT: (INT64_MIN, INT64_MAX), Scalar.INT: (INT32_MIN, INT32_MAX)}
 
 
-def _column_types(ddl: str) -> dict[str, str]:
-    """Top-level and struct-member integer columns of a DDL string: name -> INT | BIGINT."""
-    types: dict[str, str] = {}
-    for token in ddl.replace("STRUCT<", ", ").replace(">", "").split(","):
-        name, _, kind = token.strip().replace(":", "").partition(" ")
-        if kind.strip() in _RANGES:
-            types[name] = kind.strip()
+def _column_types(columns: tuple[Column, ...]) -> dict[str, Scalar]:
+    """Top-level and struct-member integer columns: name -> INT | BIGINT."""
+    types: dict[str, Scalar] = {}
+    for column in columns:
+        if isinstance(column.type, StructOf):
+            types |= _column_types(column.type.fields)
+        elif isinstance(column.type, Scalar) and column.type in _RANGES:
+            types[column.name] = column.type
     return types
 
 
@@ -63,8 +65,8 @@ def test_every_accepted_integer_fits_its_delta_column(low):
         clock.add(parse_event(json.dumps(record)), ("f", n))
     _, history = tracker.advance(clock, master["eventTime"], DEFAULT_FLAGS)
     columns = {}
-    for ddl in [*TABLE_DDL.values(), *SIDE_TABLE_DDL.values(), *HISTORY_TABLE_DDL.values()]:
-        columns |= _column_types(ddl)
+    for spec in CATALOG:
+        columns |= _column_types(spec.columns)
     rows = [
         (table, row) for table, table_rows in rows_of(clock.routes).items() for row in table_rows
     ] + [(change.table, change.row) for change in history]

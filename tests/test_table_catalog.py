@@ -17,6 +17,7 @@ from routing_lib.core import catalog_doc
 from routing_lib.core.admin import ADMIN_KEY, group_key
 from routing_lib.core.catalog import (
     CATALOG,
+    DEAD_LETTER,
     PROGRESS,
     TABLE_NAMES,
     TABLES,
@@ -40,7 +41,7 @@ from routing_lib.core.step import (
     dead_row,
     step_group,
 )
-from routing_lib.core.tables import ROUTE_TABLES, ddl_columns
+from routing_lib.core.tables import ROUTE_TABLES
 from routing_lib.core.wire import externalize, pack_event
 from routing_lib.housekeeping import WAREHOUSE_TABLES, partition_filters
 from routing_lib.lookup.routes import SMALL_TABLES
@@ -91,15 +92,18 @@ def test_the_writer_makes_the_progress_row_itself():
     assert [s.name for s in CATALOG if s.row_kind is None] == [PROGRESS]
 
 
-def test_ddl_lists_every_column_in_order_with_its_spark_type():
-    for spec in CATALOG:
-        items = ddl_columns(spec.ddl)
-        assert [i.split(" ", 1)[0] for i in items] == list(spec.column_names), spec.name
-        assert [i.split(" ", 1)[1] for i in items] == [spark_type(c.type) for c in spec.columns]
-    assert spark_type(TABLES["broker_live_table"].column("data_version").type) == (
-        "STRUCT<state_version: BIGINT, timestamp: BIGINT, counter: BIGINT>"
+def test_ddl_spells_every_column_in_order_as_spark_does():
+    assert TABLES["broker_live_table"].ddl == (
+        "cluster_name STRING, broker_addr STRING, broker_name STRING, "
+        "last_update_timestamp BIGINT, heartbeat_timeout_millis BIGINT, ha_server_addr STRING, "
+        "data_version STRUCT<state_version: BIGINT, timestamp: BIGINT, counter: BIGINT>"
     )
-    assert spark_type(ArrayOf(Scalar.STRING)) == "ARRAY<STRING>"
+    assert TABLES["filter_server_table"].ddl == (
+        "cluster_name STRING, broker_addr STRING, broker_name STRING, "
+        "filter_server_list ARRAY<STRING>"
+    )
+    assert TABLES[DEAD_LETTER].ddl.startswith("raw BINARY, raw_text STRING, source STRING, ")
+    assert spark_type(ArrayOf(Scalar.INT)) == "ARRAY<INT>"
 
 
 def test_arrow_schemas_follow_the_columns():

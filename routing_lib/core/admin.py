@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from routing_lib.core.catalog import ADMIN_EVENTS as ADMIN_EVENTS
-from routing_lib.core.catalog import spec
 from routing_lib.core.clock import Arrival, GroupClock
 from routing_lib.core.topic_table import TopicTable
 from routing_lib.core.wire import Event, topic_names
@@ -28,9 +27,6 @@ from schemas.route_event import DeleteKvEvent, DeleteTopicEvent, PutKvEvent, Reg
 # Group keys that are not broker names (a broker name is never empty, so these cannot clash).
 ADMIN_KEY = "\x00admin"  # DELETE_TOPIC as it arrives: logged here, fanned out to holders
 KV_KEY = "\x00kv"  # the KV store (KVConfigManager) is one global group
-
-# The admin_events table's DDL (the Arrow schema of test warehouses is parsed from it).
-ADMIN_EVENTS_DDL = spec(ADMIN_EVENTS).ddl
 
 
 def group_key(event: Event) -> str:

@@ -64,9 +64,6 @@ HISTORY_IDENTITY: dict[str, tuple[str, ...]] = {s.name: s.identity for s in HIST
 HISTORY_CLOSE_COLUMNS: dict[str, tuple[str, ...]] = {
     t: spec(t).close_columns for t in INTERVAL_TABLES
 }
-# Delta schemas as Spark DDL strings. event_date is 'YYYY-MM-DD' (UTC) of valid_from /
-# event_time: the partition column.
-HISTORY_TABLE_DDL: dict[str, str] = {s.name: s.ddl for s in HISTORY_SPECS}
 
 # Transition kinds: the input event types, plus the clock's expiry.
 REGISTER, HEARTBEAT, UNREGISTER, EXPIRE = "REGISTER", "HEARTBEAT", "UNREGISTER", "EXPIRE"

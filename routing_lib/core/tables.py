@@ -14,7 +14,6 @@ from routing_lib.core.catalog import (
     FILTER_SERVER,
     KV_CONFIG,
     ROUTE_SPECS,
-    SIDE_SPECS,
     TOPIC_QUEUE,
     names,
 )
@@ -198,22 +197,3 @@ def rows_of(routes: GroupRoutes) -> dict[str, list[Row]]:
         # a diff from EMPTY only adds rows: every change carries one
         tables[change.table].append(change.row)  # type: ignore[arg-type]
     return tables
-
-
-# Delta schemas as Spark DDL strings (the test warehouses parse them into Arrow schemas).
-TABLE_DDL: dict[str, str] = {spec.name: spec.ddl for spec in ROUTE_SPECS}
-SIDE_TABLE_DDL: dict[str, str] = {spec.name: spec.ddl for spec in SIDE_SPECS}
-
-
-def ddl_columns(ddl: str) -> list[str]:
-    """The top-level items of a DDL string ("name TYPE" columns, or "name: TYPE" struct
-    members); commas inside STRUCT<...> / ARRAY<...> do not split."""
-    items, depth, current = [], 0, ""
-    for ch in ddl:
-        depth += (ch == "<") - (ch == ">")
-        if ch == "," and depth == 0:
-            items.append(current.strip())
-            current = ""
-        else:
-            current += ch
-    return [*items, current.strip()]

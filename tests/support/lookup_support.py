@@ -24,13 +24,11 @@ from routing_lib.core.tables import (
     FILTER_SERVER,
     PROGRESS,
     ROUTE_TABLES,
-    SIDE_TABLE_DDL,
-    TABLE_DDL,
     TOPIC_QUEUE,
-    ddl_columns,
 )
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.server import LookupService
+from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.read.warehouse import RouteSnapshot
 from routing_lib.remoting.frames import FrameDecoder, RemotingCommand, SerializeType, encode
 from routing_lib.remoting.protocol import NAMESRV_VERSION
@@ -193,36 +191,12 @@ class AppClient:
 APP_ID = "test-writer"
 
 
-def _arrow_type(spec: str) -> pa.DataType:
-    spec = spec.strip()
-    upper = spec.upper()
-    if upper.startswith("STRUCT<"):
-        fields = [f.split(":", 1) for f in ddl_columns(spec[7:-1])]
-        return pa.struct([(n.strip(), _arrow_type(t)) for n, t in fields])
-    if upper.startswith("ARRAY<"):
-        return pa.list_(_arrow_type(spec[6:-1]))
-    return {
-        "STRING": pa.string(),
-        "INT": pa.int32(),
-        "BIGINT": pa.int64(),
-        "BOOLEAN": pa.bool_(),
-        "BINARY": pa.binary(),
-    }[upper]
-
-
-def arrow_schema(ddl: str) -> pa.Schema:
-    return pa.schema(
-        [(c.split(None, 1)[0], _arrow_type(c.split(None, 1)[1])) for c in ddl_columns(ddl)]
-    )
-
-
 class Warehouse:
     """Writes like the pipeline does: route tables, then the progress row, each commit
     carrying txn(appId, batch id)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.ddl = {**TABLE_DDL, PROGRESS: SIDE_TABLE_DDL[PROGRESS]}
 
     def write(
         self,
@@ -231,7 +205,7 @@ class Warehouse:
         batch: int,
         mode: Literal["overwrite", "append"] = "overwrite",
     ) -> None:
-        data = pa.Table.from_pylist(rows, schema=arrow_schema(self.ddl[table]))
+        data = pa.Table.from_pylist(rows, schema=arrow_schema(table))
         commit = CommitProperties(app_transactions=[Transaction(APP_ID, batch)])
         if mode == "append":  # two calls: write_deltalake's overloads split on the mode
             write_deltalake(self.root / table, data, mode="append", commit_properties=commit)

@@ -17,18 +17,15 @@ from routing_lib.core.tables import (
     CLUSTER_ADDR,
     PROGRESS,
     ROUTE_TABLES,
-    SIDE_TABLE_DDL,
-    TABLE_DDL,
     TABLE_KEYS,
     TOPIC_QUEUE,
     Row,
-    ddl_columns,
 )
-from tests.support.lookup_support import addr, arrow_schema, live, queue
+from routing_lib.read.arrow_schema import arrow_schema
+from tests.support.lookup_support import addr, live, queue
 
 APP_ID = "snapshot-test-writer"
 CDF = {"delta.enableChangeDataFeed": "true"}
-DDL = {**TABLE_DDL, PROGRESS: SIDE_TABLE_DDL[PROGRESS]}
 
 Change = tuple[str, Row]  # ("upsert" | "delete", row: all columns, or the key for a delete)
 
@@ -47,7 +44,7 @@ class MergeWarehouse:
     def create(self, tables: dict[str, list[Row]], watermark: int, batch: int = 0) -> None:
         """Every route table and route_progress, with these rows, as batch `batch`."""
         for table in ROUTE_TABLES:
-            data = pa.Table.from_pylist(tables.get(table, []), schema=arrow_schema(DDL[table]))
+            data = pa.Table.from_pylist(tables.get(table, []), schema=arrow_schema(table))
             write_deltalake(
                 self.root / table,
                 data,
@@ -58,7 +55,7 @@ class MergeWarehouse:
 
     def progress(self, batch: int, watermark: int, create: bool = False) -> None:
         data = pa.Table.from_pylist(
-            [{"batch_id": batch, "watermark": watermark}], schema=arrow_schema(DDL[PROGRESS])
+            [{"batch_id": batch, "watermark": watermark}], schema=arrow_schema(PROGRESS)
         )
         write_deltalake(
             self.root / PROGRESS,
@@ -71,8 +68,8 @@ class MergeWarehouse:
     def merge(self, table: str, changes: Iterable[Change], batch: int) -> None:
         """One MERGE like the job's writer (routing_lib/spark/delta_writer.py); like the job's,
         it has one change per key (the last one given)."""
-        schema = arrow_schema(DDL[table])
-        names = [c.split(None, 1)[0] for c in ddl_columns(DDL[table])]
+        schema = arrow_schema(table)
+        names = schema.names
         last = {key_of(table, row): (op, row) for op, row in changes}
         rows = [{"op": op, **{n: row.get(n) for n in names}} for op, row in last.values()]
         if not rows:
