@@ -20,7 +20,7 @@ if [ "${1:-}" = "--quick" ]; then
     tests/test_history_docs.py tests/test_packed_pending.py tests/test_known_records.py \
     tests/test_zip_imports.py tests/test_console_data.py tests/test_tls.py \
     tests/test_job_failures.py tests/test_lookup_snapshots.py tests/test_arrow_filters.py \
-    tests/test_content_refs.py tests/test_import_cycles.py "$@"
+    tests/test_content_refs.py tests/test_import_cycles.py tests/test_table_catalog.py "$@"
 fi
 
 started_kafka=0
