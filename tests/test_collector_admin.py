@@ -14,7 +14,7 @@ import pytest
 from routing_lib.collector.admin_events import allowed, parse_networks, peer_text
 from routing_lib.lookup.refresher import Served, SnapshotHolder
 from routing_lib.remoting.frames import RemotingCommand
-from routing_lib.remoting.protocol import NAMESRV_VERSION, ResponseCode
+from routing_lib.remoting.protocol import NAMESRV_VERSION, RequestCode, ResponseCode
 from schemas import parse_event
 from tests.support.lookup_support import kv_index
 from tests.support.rocketmq_support import CollectorThread, call, events, records
@@ -30,38 +30,49 @@ def admin(code: int, opaque: int, **ext: str) -> RemotingCommand:
 
 REQUESTS = [
     (
-        admin(205, 1, brokerName="broker-a"),
+        admin(RequestCode.WIPE_WRITE_PERM_OF_BROKER, 1, brokerName="broker-a"),
         "WIPE_WRITE_PERM",
         {"brokerName": "broker-a"},
         {"wipeTopicCount": "3"},
     ),
     (
-        admin(327, 2, brokerName="broker-a"),
+        admin(RequestCode.ADD_WRITE_PERM_OF_BROKER, 2, brokerName="broker-a"),
         "ADD_WRITE_PERM",
         {"brokerName": "broker-a"},
         {"addTopicCount": "3"},
     ),
     (
-        admin(327, 3, brokerName="unknown"),
+        admin(RequestCode.ADD_WRITE_PERM_OF_BROKER, 3, brokerName="unknown"),
         "ADD_WRITE_PERM",
         {"brokerName": "unknown"},
         {"addTopicCount": "0"},
     ),
-    (admin(216, 4, topic="Orders"), "DELETE_TOPIC", {"topic": "Orders"}, {}),
     (
-        admin(216, 5, topic="Orders", clusterName="DefaultCluster"),
+        admin(RequestCode.DELETE_TOPIC_IN_NAMESRV, 4, topic="Orders"),
+        "DELETE_TOPIC",
+        {"topic": "Orders"},
+        {},
+    ),
+    (
+        admin(RequestCode.DELETE_TOPIC_IN_NAMESRV, 5, topic="Orders", clusterName="DefaultCluster"),
         "DELETE_TOPIC",
         {"topic": "Orders", "clusterName": "DefaultCluster"},
         {},
     ),
     (
-        admin(100, 6, namespace="ORDER_TOPIC_CONFIG", key="Orders", value="broker-a:8"),
+        admin(
+            RequestCode.PUT_KV_CONFIG,
+            6,
+            namespace="ORDER_TOPIC_CONFIG",
+            key="Orders",
+            value="broker-a:8",
+        ),
         "PUT_KV",
         {"namespace": "ORDER_TOPIC_CONFIG", "key": "Orders", "value": "broker-a:8"},
         {},
     ),
     (
-        admin(102, 7, namespace="team", key="owner"),
+        admin(RequestCode.DELETE_KV_CONFIG, 7, namespace="team", key="owner"),
         "DELETE_KV",
         {"namespace": "team", "key": "owner"},
         {},
@@ -109,10 +120,16 @@ def test_each_admin_request_is_published_then_answered(kafka_bootstrap, topic):
 
 def test_missing_fields_are_refused_and_not_published(kafka_bootstrap, topic):
     with CollectorThread(kafka_bootstrap, topic) as collector:
-        no_broker = call(collector.port, admin(205, 1))
-        no_key = call(collector.port, admin(100, 2, namespace="ns", value="v"))
-        no_value = call(collector.port, admin(100, 3, namespace="ns", key="k"))
-        no_topic = call(collector.port, admin(216, 4, clusterName="C"))
+        no_broker = call(collector.port, admin(RequestCode.WIPE_WRITE_PERM_OF_BROKER, 1))
+        no_key = call(
+            collector.port, admin(RequestCode.PUT_KV_CONFIG, 2, namespace="ns", value="v")
+        )
+        no_value = call(
+            collector.port, admin(RequestCode.PUT_KV_CONFIG, 3, namespace="ns", key="k")
+        )
+        no_topic = call(
+            collector.port, admin(RequestCode.DELETE_TOPIC_IN_NAMESRV, 4, clusterName="C")
+        )
         refused = dict(collector.collector.metrics.refused)
     assert (no_broker.code, no_broker.remark) == (1, "the custom field <brokerName> is null")
     assert (no_key.code, no_key.remark) == (1, "namespace or key is null")
@@ -142,7 +159,12 @@ def test_client_outside_admin_allow_is_refused(kafka_bootstrap, topic):
 
 def test_default_allow_list_is_loopback(kafka_bootstrap, topic):
     with CollectorThread(kafka_bootstrap, topic) as collector:
-        assert call(collector.port, admin(102, 1, namespace="n", key="k")).code == 0
+        assert (
+            call(
+                collector.port, admin(RequestCode.DELETE_KV_CONFIG, 1, namespace="n", key="k")
+            ).code
+            == ResponseCode.SUCCESS
+        )
     assert [e["eventType"] for e in events(kafka_bootstrap, topic)] == ["DELETE_KV"]
 
 
@@ -151,7 +173,9 @@ def test_unreachable_kafka_is_an_error_answer():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     with CollectorThread(f"127.0.0.1:{port}", "nowhere", publish_timeout_ms=1500) as collector:
-        response = call(collector.port, admin(100, 1, namespace="n", key="k", value="v"))
+        response = call(
+            collector.port, admin(RequestCode.PUT_KV_CONFIG, 1, namespace="n", key="k", value="v")
+        )
         failures = dict(collector.collector.metrics.publish_failures)
     assert response.code == ResponseCode.SYSTEM_ERROR and "not published" in response.remark
     assert failures["PUT_KV"] == 1

@@ -18,7 +18,7 @@ import pytest
 
 from routelake_dev import broker_requests, kafka_local
 from routing_lib.remoting.frames import SerializeType, encode
-from routing_lib.remoting.protocol import ResponseCode
+from routing_lib.remoting.protocol import RequestCode, ResponseCode
 from tests.support.collector_support import start_collector, stop_collector
 from tests.support.rocketmq_support import call, events, exchange, exchange_bytes
 
@@ -106,7 +106,9 @@ def test_bad_frames_close_the_connection(collect, data):
 
 def test_large_frame_of_another_code_is_refused(collect):
     """Only REGISTER_BROKER may use the large frame limit; others keep [serve] max_frame_bytes."""
-    big = broker_requests.identity_request(904, "C1", "b", "127.0.0.1:1", body=b"x" * 100_000)
+    big = broker_requests.identity_request(
+        RequestCode.BROKER_HEARTBEAT, "C1", "b", "127.0.0.1:1", body=b"x" * 100_000
+    )
     answers, closed = exchange(collect.port, big, timeout=10)
     assert answers == [] and closed
 
@@ -133,7 +135,9 @@ def test_error_answers(collect, kind):
             **{**request.__dict__, "opaque": 3, "body": request.body[:-40], "ext_fields": wrong}
         ),
         "unknown": type(request)(code=9999, opaque=4, serialize_type=kind),
-        "no-id": broker_requests.identity_request(104, "C1", "b", "a:x", opaque=5),
+        "no-id": broker_requests.identity_request(
+            RequestCode.UNREGISTER_BROKER, "C1", "b", "a:x", opaque=5
+        ),
     }
     cases["no-id"] = type(request)(
         **{

@@ -101,12 +101,14 @@ def test_refused_requests_publish_nothing(kafka_bootstrap, topic):
     )
     truncated = RemotingCommand(**{**packed.__dict__, "body": packed.body[:-8]})
     no_name = RemotingCommand(
-        code=103,
+        code=RequestCode.REGISTER_BROKER,
         opaque=4,
         ext_fields={k: v for k, v in good.ext_fields.items() if k != "brokerName"},
         body=good.body,
     )
-    unknown = RemotingCommand(code=105, opaque=5, ext_fields={"topic": "Orders"})
+    unknown = RemotingCommand(
+        code=RequestCode.GET_ROUTEINFO_BY_TOPIC, opaque=5, ext_fields={"topic": "Orders"}
+    )
     with CollectorThread(kafka_bootstrap, topic) as collector:
         answers = {
             r.opaque: call(collector.port, r) for r in (bad_crc, truncated, no_name, unknown)

@@ -14,7 +14,7 @@ from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
 from routing_lib.core.tables import BROKER_LIVE
 from routing_lib.remoting.frames import RemotingCommand
-from routing_lib.remoting.protocol import ResponseCode
+from routing_lib.remoting.protocol import NAMESRV_VERSION, RequestCode, ResponseCode
 from tests.support.lookup_support import ServerThread, Warehouse, tables, wait_until
 from tests.support.rocketmq_support import call, events, exchange
 
@@ -46,10 +46,19 @@ def test_one_port_for_brokers_and_clients(tmp_path, kafka_bootstrap, topic):
         wait_until(lambda: server.service.holder.current is not None)
         registered = call(port, slave)
         route = call(
-            port, RemotingCommand(code=105, version=479, opaque=8, ext_fields={"topic": "Orders"})
+            port,
+            RemotingCommand(
+                code=RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                version=NAMESRV_VERSION,
+                opaque=8,
+                ext_fields={"topic": "Orders"},
+            ),
         )
         big_query = RemotingCommand(
-            code=105, opaque=9, ext_fields={"topic": "Orders"}, body=b"x" * 70_000
+            code=RequestCode.GET_ROUTEINFO_BY_TOPIC,
+            opaque=9,
+            ext_fields={"topic": "Orders"},
+            body=b"x" * 70_000,
         )
         refused, closed = exchange(port, big_query, timeout=10)
         metrics = httpx.get(f"http://127.0.0.1:{server.service.http_port}/metrics").text

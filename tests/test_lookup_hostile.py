@@ -39,7 +39,7 @@ from routing_lib.remoting.frames import (
     encode,
 )
 from routing_lib.remoting.limits import Limits, ThrottledLog, clip
-from routing_lib.remoting.protocol import NAMESRV_VERSION, ResponseCode
+from routing_lib.remoting.protocol import NAMESRV_VERSION, RequestCode, ResponseCode
 from tests.support.lookup_support import ServerThread, Warehouse, tables, wait_until
 
 REPO = Path(__file__).parent.parent
@@ -222,7 +222,11 @@ def test_lone_surrogate_topic_is_answered_and_the_connection_kept(server):
 
 
 def test_requests_before_a_bad_frame_are_answered_then_closed(server):
-    data = request(topic="Orders", opaque=1) + request(106, opaque=2) + b"\xff\xff\xff\xfb"
+    data = (
+        request(topic="Orders", opaque=1)
+        + request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=2)
+        + b"\xff\xff\xff\xfb"
+    )
     replies, closed = exchange(server.port, data + request(topic="Orders", opaque=3))
     assert [(r.opaque, r.code) for r in replies] == [(1, 0), (2, 0)] and closed
 
@@ -407,7 +411,7 @@ def test_remoting_idle_connection_is_closed(server):
     with connect(server.port) as sock:
         started = time.monotonic()
         sock.sendall(request(topic="Orders"))
-        assert answers(sock, 1)[0].code == 0
+        assert answers(sock, 1)[0].code == ResponseCode.SUCCESS
         raw, closed = read_until_eof(sock, TEST_LIMITS.idle_timeout_s + 3)
     assert closed and raw == b""
     assert time.monotonic() - started >= TEST_LIMITS.idle_timeout_s - 0.1
@@ -419,7 +423,9 @@ def test_remoting_client_that_never_reads_is_closed(server):
 
     def flood() -> None:
         try:
-            deaf.sendall(request(106) * 200_000)  # ~22 MB of requests, answers never read
+            deaf.sendall(
+                request(RequestCode.GET_BROKER_CLUSTER_INFO) * 200_000
+            )  # ~22 MB of requests, answers never read
         except OSError:
             pass
         done.set()
@@ -649,9 +655,9 @@ def test_seeded_random_frames(server):
     frames = [
         encode(RemotingCommand(code=c, version=v, opaque=9, ext_fields=e, serialize_type=k))
         for c, v, e in (
-            (105, 479, {"topic": "Orders"}),
-            (224, 0, {"cluster": "ClusterA"}),
-            (106, 0, {}),
+            (RequestCode.GET_ROUTEINFO_BY_TOPIC, NAMESRV_VERSION, {"topic": "Orders"}),
+            (RequestCode.GET_TOPICS_BY_CLUSTER, 0, {"cluster": "ClusterA"}),
+            (RequestCode.GET_BROKER_CLUSTER_INFO, 0, {}),
         )
         for k in (SerializeType.JSON, SerializeType.ROCKETMQ)
     ]
@@ -659,7 +665,11 @@ def test_seeded_random_frames(server):
     rss_before = server.rss_bytes()
     while runs < 400 and time.monotonic() - started < 20:
         runs += 1
-        data = request(topic="Orders", opaque=1) + _mutate(rng, frames) + request(106, opaque=2)
+        data = (
+            request(topic="Orders", opaque=1)
+            + _mutate(rng, frames)
+            + request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=2)
+        )
         with connect(server.port) as sock:
             try:
                 sock.sendall(data)

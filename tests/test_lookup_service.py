@@ -40,7 +40,7 @@ from routing_lib.remoting.frames import (
     SerializeType,
     encode,
 )
-from routing_lib.remoting.protocol import NAMESRV_VERSION, ResponseCode
+from routing_lib.remoting.protocol import NAMESRV_VERSION, RequestCode, ResponseCode
 from routing_lib.remoting.service_metrics import Metrics
 from schemas import parse_event
 from tests.support.lookup_support import (
@@ -260,47 +260,83 @@ def request(code, kind=SerializeType.JSON, version=NAMESRV_VERSION, flag=0, **ex
 
 @pytest.mark.parametrize("kind", [SerializeType.JSON, SerializeType.ROCKETMQ])
 def test_route_request(index, kind):
-    response = answer(index, request(105, kind, topic="Orders"))
+    response = answer(index, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, kind, topic="Orders"))
     assert (response.code, response.opaque, response.is_response) == (0, 77, True)
     assert response.serialize_type == kind and response.remark is None
     assert response.body == index.route_body("Orders").standard  # client >= V4_9_4
-    old = answer(index, request(105, kind, version=399, topic="Orders"))
+    old = answer(
+        index, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, kind, version=399, topic="Orders")
+    )
     assert old.body == index.route_body("Orders").legacy
     asked = answer(
-        index, request(105, kind, version=0, topic="Orders", acceptStandardJsonOnly="true")
+        index,
+        request(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC,
+            kind,
+            version=0,
+            topic="Orders",
+            acceptStandardJsonOnly="true",
+        ),
     )
     assert asked.body == index.route_body("Orders").standard
 
 
 def test_route_request_errors(index):
-    missing = answer(index, request(105, topic="Lonely"))
+    missing = answer(index, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Lonely"))
     assert missing.code == ResponseCode.TOPIC_NOT_EXIST == 17
     assert missing.remark == (
         "No topic route info in name server for the topic: Lonely"
         f"\nSee {FAQ_URL} for further details."
     )
     assert missing.body == b""
-    bad = answer(index, request(105, topic="no spaces"))
+    bad = answer(index, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="no spaces"))
     assert bad.code == ResponseCode.INVALID_PARAMETER and "illegal characters" in bad.remark
-    assert answer(index, request(105, topic="x" * 128)).code == ResponseCode.INVALID_PARAMETER
-    assert answer(index, request(105, topic="%RETRY%" + "x" * 200)).code == 17
-    assert answer(index, request(105)).code == ResponseCode.SYSTEM_ERROR
+    assert (
+        answer(index, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="x" * 128)).code
+        == ResponseCode.INVALID_PARAMETER
+    )
+    assert (
+        answer(index, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="%RETRY%" + "x" * 200)).code
+        == ResponseCode.TOPIC_NOT_EXIST
+    )
+    assert (
+        answer(index, request(RequestCode.GET_ROUTEINFO_BY_TOPIC)).code == ResponseCode.SYSTEM_ERROR
+    )
 
 
 def test_other_requests(index):
-    assert answer(index, request(106)).body == index.cluster_info_body.legacy
-    assert answer(index, request(206)).body == index.topic_list_body.legacy
-    assert answer(index, request(224, cluster="ClusterA")).body == (
+    assert (
+        answer(index, request(RequestCode.GET_BROKER_CLUSTER_INFO)).body
+        == index.cluster_info_body.legacy
+    )
+    assert (
+        answer(index, request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)).body
+        == index.topic_list_body.legacy
+    )
+    assert answer(index, request(RequestCode.GET_TOPICS_BY_CLUSTER, cluster="ClusterA")).body == (
         index.topics_by_cluster_body("ClusterA").legacy
     )
-    assert answer(index, request(224)).code == ResponseCode.SYSTEM_ERROR
-    assert answer(index, request(304)).body == index.system_topic_list_body.legacy
-    unsupported = answer(index, request(103))
+    assert (
+        answer(index, request(RequestCode.GET_TOPICS_BY_CLUSTER)).code == ResponseCode.SYSTEM_ERROR
+    )
+    assert (
+        answer(index, request(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)).body
+        == index.system_topic_list_body.legacy
+    )
+    unsupported = answer(index, request(RequestCode.REGISTER_BROKER))
     assert unsupported.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     assert unsupported.remark == " request type 103 not supported"
-    assert answer(index, request(105, flag=RPC_ONEWAY, topic="Orders")) is None
-    assert answer(index, request(105, flag=RPC_RESPONSE, topic="Orders")) is None
-    not_ready = answer(None, request(105, topic="Orders"))
+    assert (
+        answer(index, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, flag=RPC_ONEWAY, topic="Orders"))
+        is None
+    )
+    assert (
+        answer(
+            index, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, flag=RPC_RESPONSE, topic="Orders")
+        )
+        is None
+    )
+    not_ready = answer(None, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Orders"))
     assert (not_ready.code, not_ready.remark) == (1, "name server not ready")
 
 
@@ -407,25 +443,41 @@ def test_server_end_to_end(tmp_path):
         # Remoting, both serializations, several requests on one connection.
         client = RemotingClient(service.port)
         for kind in (SerializeType.JSON, SerializeType.ROCKETMQ):
-            response = client.call(105, kind, topic="Orders")
-            assert response.code == 0 and response.serialize_type == kind
+            response = client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, kind, topic="Orders")
+            assert response.code == ResponseCode.SUCCESS and response.serialize_type == kind
             route = json.loads(response.body)
             assert route["brokerDatas"][0]["brokerAddrs"] == {
                 "0": "10.0.0.1:10911",
                 "1": "10.0.0.2:10911",
             }
-            assert client.call(105, kind, topic="Lonely").code == 17
-            assert client.call(105, kind, topic="bad topic!").code == 29
-            assert client.call(999, kind).code == 3
-        info = jsonbody.parse_legacy(client.call(106).body)
+            assert (
+                client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, kind, topic="Lonely").code
+                == ResponseCode.TOPIC_NOT_EXIST
+            )
+            assert (
+                client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, kind, topic="bad topic!").code
+                == ResponseCode.INVALID_PARAMETER
+            )
+            assert client.call(999, kind).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        info = jsonbody.parse_legacy(client.call(RequestCode.GET_BROKER_CLUSTER_INFO).body)
         assert info["clusterAddrTable"]["ClusterA"] == ["broker-a", "broker-b"]
-        assert json.loads(client.call(206).body)["topicList"][0] == "Acting"
-        assert json.loads(client.call(224, cluster="ClusterB").body)["topicList"] == [
+        assert (
+            json.loads(client.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER).body)[
+                "topicList"
+            ][0]
+            == "Acting"
+        )
+        assert json.loads(client.call(RequestCode.GET_TOPICS_BY_CLUSTER, cluster="ClusterB").body)[
+            "topicList"
+        ] == [
             "Acting",
             "ActingRW",
             "rmq_sys_SYNC_BROKER_MEMBER_broker-c",
         ]
-        assert json.loads(client.call(304).body)["brokerAddr"] == "10.0.0.1:10911"
+        assert (
+            json.loads(client.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS).body)["brokerAddr"]
+            == "10.0.0.1:10911"
+        )
 
         # HTTP, with the snapshot's versions and watermark on every JSON response.
         got = http.get("/topics/Orders/route")
@@ -437,7 +489,13 @@ def test_server_end_to_end(tmp_path):
         # A stalled half-frame on one connection and a garbage frame on another do not
         # disturb a third client; the bad ones get closed.
         stalled = socket.create_connection(("127.0.0.1", service.port))
-        stalled.sendall(encode(RemotingCommand(code=105, ext_fields={"topic": "Orders"}))[:10])
+        stalled.sendall(
+            encode(
+                RemotingCommand(
+                    code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": "Orders"}
+                )
+            )[:10]
+        )
         garbage = socket.create_connection(("127.0.0.1", service.port))
         garbage.sendall(b"\x00\x00\x00\x08\x09\x00\x00\x00garbage!")
         oversize = socket.create_connection(("127.0.0.1", service.port))
@@ -448,13 +506,18 @@ def test_server_end_to_end(tmp_path):
 
         def flood() -> None:
             with contextlib.suppress(OSError):  # ~20 MB of requests, far beyond the buffers
-                deaf.sendall(encode(RemotingCommand(code=106)) * 200_000)
+                deaf.sendall(
+                    encode(RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO)) * 200_000
+                )
 
         flooder = threading.Thread(target=flood, daemon=True)
         flooder.start()
         time.sleep(0.5)
         assert flooder.is_alive()  # back-pressure: the server stopped reading from it
-        assert client.call(105, topic="Orders").code == 0
+        assert (
+            client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Orders").code
+            == ResponseCode.SUCCESS
+        )
         assert http.get("/clusters").status_code == 200
         stalled.close()
         deaf.shutdown(socket.SHUT_RDWR)
@@ -494,7 +557,9 @@ def test_server_end_to_end(tmp_path):
             c = RemotingClient(service.port)
             try:
                 while not stop.is_set():
-                    r = c.call(105, SerializeType.ROCKETMQ, topic="Orders")
+                    r = c.call(
+                        RequestCode.GET_ROUTEINFO_BY_TOPIC, SerializeType.ROCKETMQ, topic="Orders"
+                    )
                     if r.code != 0:
                         failures.append(f"remoting code {r.code}")
                         continue
@@ -527,7 +592,10 @@ def test_server_end_to_end(tmp_path):
         assert seen["http"] == {"old", "new"} and "new" in seen["remoting"]
         assert classify(old_route) == "old"
         assert (
-            json.loads(client.call(105, topic="Orders").body)["queueDatas"][0]["readQueueNums"] == 4
+            json.loads(client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Orders").body)[
+                "queueDatas"
+            ][0]["readQueueNums"]
+            == 4
         )
 
         # Metrics reflect it all; a broken warehouse keeps the last good snapshot.
@@ -540,7 +608,10 @@ def test_server_end_to_end(tmp_path):
             entry.unlink()
         wait_until(lambda: service.metrics.refreshes["error"] > 0)
         assert http.get("/topics/Orders/route").json()["watermark"] == new_w
-        assert client.call(105, topic="Orders").code == 0
+        assert (
+            client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Orders").code
+            == ResponseCode.SUCCESS
+        )
         client.close()
         http.close()
 
@@ -586,8 +657,11 @@ def test_a_request_whose_answer_raises_gets_system_error(tmp_path, monkeypatch):
         wait_until(lambda: server.service.holder.current is not None)
         client = RemotingClient(server.service.port)
         monkeypatch.setattr(RouteIndex, "route_body", broken)
-        failed = client.call(105, topic="Orders")
+        failed = client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Orders")
         assert (failed.code, failed.remark) == (ResponseCode.SYSTEM_ERROR, "internal error")
         monkeypatch.undo()
-        assert client.call(105, topic="Orders").code == ResponseCode.SUCCESS
+        assert (
+            client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Orders").code
+            == ResponseCode.SUCCESS
+        )
         client.close()

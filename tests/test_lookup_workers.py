@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from routing_lib.remoting.protocol import ResponseCode
+from routing_lib.remoting.protocol import RequestCode, ResponseCode
 from tests.support.lookup_support import RemotingClient, Warehouse, tables, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,7 +83,10 @@ def test_two_processes_share_the_remoting_port(tmp_path):
         before = {p: sockets(p) for p in (proc.pid, *workers)}
         clients = [RemotingClient(port) for _ in range(40)]
         for client in clients:
-            assert client.call(105, topic="Orders").code == ResponseCode.SUCCESS
+            assert (
+                client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Orders").code
+                == ResponseCode.SUCCESS
+            )
         gained = {p: sockets(p) - n for p, n in before.items()}
         for client in clients:
             client.close()

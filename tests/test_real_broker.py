@@ -29,6 +29,7 @@ import pytest
 from routelake_dev import kafka_local, mqadmin
 from routing_lib.history_recipes import load_frames, write_perm_changes
 from routing_lib.remoting.frames import FrameDecoder, RemotingCommand, encode
+from routing_lib.remoting.protocol import NAMESRV_VERSION, RequestCode, ResponseCode
 from tests.support.rocketmq_support import (
     JavaProcess,
     RecordingProxy,
@@ -192,7 +193,7 @@ def stack(config, tmp_path_factory) -> Iterator[Stack]:
 
 def ask(port: int, code: int, **ext: str) -> RemotingCommand:
     """One request, one answer (no half-close: Netty closes a half-closed channel unanswered)."""
-    request = RemotingCommand(code=code, version=479, opaque=1, ext_fields=ext)
+    request = RemotingCommand(code=code, version=NAMESRV_VERSION, opaque=1, ext_fields=ext)
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(encode(request))
         decoder, answers = FrameDecoder(), []
@@ -204,18 +205,18 @@ def ask(port: int, code: int, **ext: str) -> RemotingCommand:
 
 
 def cluster_info(port: int) -> dict:
-    answer = ask(port, 106)
-    assert answer.code == 0, answer.remark
+    answer = ask(port, RequestCode.GET_BROKER_CLUSTER_INFO)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
     from routing_lib.lookup import jsonbody
 
     return jsonbody.parse_legacy(answer.body)
 
 
 def route(port: int, topic: str) -> dict | None:
-    answer = ask(port, 105, topic=topic)
-    if answer.code == 17:
+    answer = ask(port, RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=topic)
+    if answer.code == ResponseCode.TOPIC_NOT_EXIST:
         return None
-    assert answer.code == 0, answer.remark
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
     doc = json.loads(answer.body)
     # Documented ordering differences only: Java lists come from HashMaps.
     return {
@@ -227,7 +228,7 @@ def route(port: int, topic: str) -> dict | None:
 
 def routelake_ready() -> bool:
     try:
-        return ask(ROUTELAKE, 106).code == 0
+        return ask(ROUTELAKE, RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
     except OSError:
         return False
 
@@ -347,17 +348,17 @@ def ok(result: mqadmin.MQAdminResult) -> str:
 
 def kv(namespace: str, key: str) -> str | None:
     """GET_KV_CONFIG through routelake: the value, None for QUERY_NOT_FOUND."""
-    answer = ask(ROUTELAKE, 101, namespace=namespace, key=key)
-    if answer.code == 22:
+    answer = ask(ROUTELAKE, RequestCode.GET_KV_CONFIG, namespace=namespace, key=key)
+    if answer.code == ResponseCode.QUERY_NOT_FOUND:
         return None
-    assert answer.code == 0, answer.remark
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
     return answer.ext_fields["value"]
 
 
 def broker_perms(port: int) -> dict[str, int]:
     """topic -> perm of broker NAME's queue data, for every topic the name server lists."""
-    answer = ask(port, 206)
-    assert answer.code == 0, answer.remark
+    answer = ask(port, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
     perms = {}
     for topic in json.loads(answer.body)["topicList"]:
         r = route(port, topic)
@@ -459,8 +460,8 @@ def test_mqadmin_operator_commands_through_routelake(stack):
     assert f"wipe write perm of broker[{NAME}] in name server[{namesrv}] OK, {len(before)}" in ok(
         wipe
     )
-    assert route_gone.code == 17  # TOPIC_NOT_EXIST, for the real client too
-    assert order_gone.code == 22  # QUERY_NOT_FOUND
+    assert route_gone.code == ResponseCode.TOPIC_NOT_EXIST  # for the real client too
+    assert order_gone.code == ResponseCode.QUERY_NOT_FOUND
     wiped = {topic: perm & ~2 for topic, perm in before.items()}
     wait_for(lambda: broker_perms(ROUTELAKE) == wiped, ROUTE_WAIT_S, "write perm wiped", step=0.5)
     # The registration is applied by now (event time before the wipe) and did not bring the
@@ -549,7 +550,12 @@ def test_broker_with_routelake_as_its_only_nameserver(stack):
 
 
 def _acknowledged_are_published(stack: Stack, since_ms: int) -> tuple[int, int]:
-    kinds = {103: "REGISTER", 104: "UNREGISTER", 322: "HEARTBEAT", 904: "HEARTBEAT"}
+    kinds = {
+        RequestCode.REGISTER_BROKER: "REGISTER",
+        RequestCode.UNREGISTER_BROKER: "UNREGISTER",
+        RequestCode.QUERY_DATA_VERSION: "HEARTBEAT",
+        RequestCode.BROKER_HEARTBEAT: "HEARTBEAT",
+    }
     published = [e for e in events(stack.bootstrap, TOPIC) if e["eventTime"] >= since_ms - 1000]
     acked = [
         x
@@ -566,7 +572,9 @@ def _acknowledged_are_published(stack: Stack, since_ms: int) -> tuple[int, int]:
     failed = [
         x
         for x in stack.proxy.exchanges
-        if x.sent_ms >= since_ms and x.code == 103 and x.answer_code not in (None, 0)
+        if x.sent_ms >= since_ms
+        and x.code == RequestCode.REGISTER_BROKER
+        and x.answer_code not in (None, 0)
     ]
     return len(acked), len(failed)
 
@@ -580,10 +588,15 @@ def test_collector_and_kafka_restarts_lose_nothing_acknowledged(stack):
     kafka_local.stop(stack.kafka)  # Kafka goes away: the collector must answer errors
     time.sleep(12)
     kafka_local.start(stack.kafka, heap="512m")
-    registers_before = sum(x.code == 103 and x.answer_code == 0 for x in stack.proxy.exchanges)
+    registers_before = sum(
+        x.code == RequestCode.REGISTER_BROKER and x.answer_code == 0 for x in stack.proxy.exchanges
+    )
     wait_for(
         lambda: (
-            sum(x.code == 103 and x.answer_code == 0 for x in stack.proxy.exchanges)
+            sum(
+                x.code == RequestCode.REGISTER_BROKER and x.answer_code == 0
+                for x in stack.proxy.exchanges
+            )
             > registers_before
         ),
         40,
