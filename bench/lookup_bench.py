@@ -55,7 +55,7 @@ from routelake_dev import mqadmin
 from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, FILTER_SERVER, TOPIC_QUEUE
 from routing_lib.lookup import jsonbody
 from routing_lib.lookup.routes import RouteIndex
-from routing_lib.read.warehouse import RouteSnapshot
+from routing_lib.read.warehouse import WarehouseSnapshot
 from routing_lib.remoting.frames import (
     RemotingCommand,
     SerializeType,
@@ -755,7 +755,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"machine: {machine()}", flush=True)
         tables, watermark = fixture_tables(GOLDEN / args.fixture)
         Warehouse(tmp / "warehouse").publish(0, watermark, tables)
-        index = RouteIndex(RouteSnapshot(tables, {}, watermark))
+        index = RouteIndex(WarehouseSnapshot(tables, {}, watermark))
         topics = [t for t in index.topics if index.route(t) is not None]
         print(
             f"warehouse: fixture {args.fixture}, {len(topics)} routable topics, "

@@ -32,7 +32,7 @@ from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.server import create_app
 from routing_lib.lookup.topics import validate_topic
-from routing_lib.read.warehouse import RouteSnapshot
+from routing_lib.read.warehouse import WarehouseSnapshot
 from routing_lib.remoting.frames import (
     RPC_ONEWAY,
     RPC_RESPONSE,
@@ -150,7 +150,7 @@ def test_acting_master_needs_the_broker_flag():
     rows = tables()
     for row in rows[BROKER_ADDR]:
         row["enable_acting_master"] = False
-    plain = RouteIndex(RouteSnapshot(rows, {}, None), support_acting_master=True)
+    plain = RouteIndex(WarehouseSnapshot(rows, {}, None), support_acting_master=True)
     assert 0 not in plain.route("Acting")["brokerDatas"][0]["brokerAddrs"]
 
 
@@ -213,7 +213,7 @@ def test_golden_states(name):
     lines = (GOLDEN / name / "events.jsonl").read_text().splitlines()
     events = [parse_event(line) for line in lines]
     until = default_watermark(events, 10_000)
-    built = RouteIndex(RouteSnapshot(fleet_rows(replay(events, until).values()), {}, until))
+    built = RouteIndex(WarehouseSnapshot(fleet_rows(replay(events, until).values()), {}, until))
     expected = json.loads((GOLDEN / name / "expected.json").read_text())
     info = json.loads(built.cluster_info_body.standard)
     assert info["clusterAddrTable"] == expected["clusterAddrTable"]
@@ -240,7 +240,7 @@ def test_golden_acting_master_fixture():
     lines = (GOLDEN / "11_acting_master_perm_wipe" / "events.jsonl").read_text().splitlines()
     events = [parse_event(line) for line in lines]
     until = default_watermark(events, 10_000)
-    snap = RouteSnapshot(fleet_rows(replay(events, until).values()), {}, until)
+    snap = WarehouseSnapshot(fleet_rows(replay(events, until).values()), {}, until)
     assert RouteIndex(snap).route("Orders")["brokerDatas"][0]["brokerAddrs"] == {
         1: "10.0.0.2:10911"
     }

@@ -27,7 +27,7 @@ from routing_lib.lookup.consistency import settled_versions
 from routing_lib.lookup.routes import ORDER_TOPIC_CONFIG, RouteIndex
 from routing_lib.lookup.snapshots import load_index, next_index, store_of
 from routing_lib.lookup.topic_store import TopicStore
-from routing_lib.read.warehouse import RouteSnapshot
+from routing_lib.read.warehouse import WarehouseSnapshot
 from schemas import parse_event
 from tests.support.lookup_support import (
     GOLDEN,
@@ -95,7 +95,7 @@ def test_fragments_equal_rendered_routes_on_golden_fixtures(flags):
     names = sorted(p.name for p in GOLDEN.iterdir() if (p / "events.jsonl").exists())
     for name in names:
         rows, until = golden_tables(name)
-        rendered_as_objects(RouteIndex(RouteSnapshot(rows, {}, until), **flags))
+        rendered_as_objects(RouteIndex(WarehouseSnapshot(rows, {}, until), **flags))
 
 
 @pytest.mark.parametrize("flags", FLAGS)
@@ -105,7 +105,7 @@ def test_fragments_equal_rendered_routes_by_hand(flags):
         {"namespace": ORDER_TOPIC_CONFIG, "key": "Orders", "value": "broker-a:8;broker-b:4"},
         {"namespace": ORDER_TOPIC_CONFIG, "key": "Half", "value": "broker-b:2 \u00e9"},
     ]
-    rendered_as_objects(RouteIndex(RouteSnapshot(rows, {}, 1), **flags))
+    rendered_as_objects(RouteIndex(WarehouseSnapshot(rows, {}, 1), **flags))
 
 
 # -- incremental = full reload, over random histories --
@@ -225,7 +225,7 @@ def test_incremental_refresh_equals_full_reload(tmp_path, seed):
         kinds.add(built.how)
         assert built.how == "incremental", built.reason
         same_answers(built.index, load_index(tmp_path, pinned, **flags))
-        reference = RouteIndex(RouteSnapshot(model.rows(), pinned, 1_000 + step), **flags)
+        reference = RouteIndex(WarehouseSnapshot(model.rows(), pinned, 1_000 + step), **flags)
         same_answers(built.index, reference)
         # the served index is untouched by the build (copy on write)
         assert {t: current.route_body(t).standard for t in before_bytes} == before_bytes

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from routing_lib import storage
 from routing_lib.core.tables import PROGRESS, ROUTE_TABLES
-from routing_lib.read.warehouse import RouteSnapshot, load_snapshot, open_table, table_versions
+from routing_lib.read.warehouse import WarehouseSnapshot, load_snapshot, open_table, table_versions
 
 
 class SnapshotNotSettledError(Exception):
@@ -117,7 +117,7 @@ def _settled_version(warehouse: str | Path, table: str, version: int, progress: 
     raise SnapshotNotSettledError(f"{table} is more than {MAX_WALK_BACK} commits ahead")
 
 
-def load_settled(warehouse: str | Path) -> RouteSnapshot:
+def load_settled(warehouse: str | Path) -> WarehouseSnapshot:
     snapshot = load_snapshot(warehouse)
     after = table_versions(warehouse)
     if after != snapshot.versions:

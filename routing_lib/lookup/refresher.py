@@ -22,7 +22,7 @@ from pathlib import Path
 from routing_lib.lookup.consistency import SnapshotNotSettledError, settled_versions
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.snapshots import next_index
-from routing_lib.read.warehouse import RouteSnapshot, table_versions
+from routing_lib.read.warehouse import WarehouseSnapshot, table_versions
 from routing_lib.remoting.service_metrics import Metrics
 
 log = logging.getLogger("routelake.lookup")
@@ -67,7 +67,7 @@ class Refresher:
         holder: SnapshotHolder,
         metrics: Metrics,
         support_acting_master: bool = False,
-        loader: Callable[[str | Path], RouteSnapshot] | None = None,
+        loader: Callable[[str | Path], WarehouseSnapshot] | None = None,
         order_message_enable: bool = False,
     ) -> None:
         """`loader`: read whole snapshots with it instead (tests inject failures this way)."""
@@ -106,7 +106,7 @@ class Refresher:
         return "swapped", Served.of(built.index)
 
     def _load_whole(
-        self, loader: Callable[[str | Path], RouteSnapshot]
+        self, loader: Callable[[str | Path], WarehouseSnapshot]
     ) -> tuple[str, Served | None]:
         current = self.holder.current
         if current is not None and table_versions(self.warehouse) == dict(current.index.versions):

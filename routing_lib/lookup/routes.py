@@ -38,7 +38,7 @@ from routing_lib.core.tables import (
 from routing_lib.lookup import jsonbody
 from routing_lib.lookup.topic_store import SHARDS, Entry, Queue, TopicStore, queues_of
 from routing_lib.lookup.topics import SYNC_BROKER_MEMBER_GROUP_PREFIX, is_system_topic
-from routing_lib.read.warehouse import RouteSnapshot
+from routing_lib.read.warehouse import WarehouseSnapshot
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG
 # The tables sized by brokers (not topics): held as rows, re-read whole when they change.
@@ -305,7 +305,7 @@ class RouteIndex:
 
     def __init__(
         self,
-        snapshot: RouteSnapshot,
+        snapshot: WarehouseSnapshot,
         support_acting_master: bool = False,
         order_message_enable: bool = False,
     ) -> None:

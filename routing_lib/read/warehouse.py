@@ -27,7 +27,10 @@ class WarehouseError(Exception):
 
 
 @dataclass(frozen=True)
-class RouteSnapshot:
+class WarehouseSnapshot:
+    """The published route tables as read from the warehouse at one version each (one
+    group's tables inside the state machine are a core.tables.RoutesSnapshot)."""
+
     tables: dict[str, list[Row]]
     versions: dict[str, int]  # Delta table version of each table read
     watermark: int | None  # of the last published batch; None before the first one
@@ -75,7 +78,7 @@ def table_versions(warehouse: str | Path) -> dict[str, int]:
     return versions
 
 
-def load_snapshot(warehouse: str | Path) -> RouteSnapshot:
+def load_snapshot(warehouse: str | Path) -> WarehouseSnapshot:
     tables: dict[str, list[Row]] = {}
     versions: dict[str, int] = {}
     for table in ROUTE_TABLES:
@@ -89,7 +92,7 @@ def load_snapshot(warehouse: str | Path) -> RouteSnapshot:
     versions[PROGRESS] = progress.version()
     rows = progress.to_pyarrow_table(columns=["batch_id", "watermark"]).to_pylist()
     watermark = max(rows, key=lambda r: r["batch_id"])["watermark"] if rows else None
-    return RouteSnapshot(tables, versions, watermark)
+    return WarehouseSnapshot(tables, versions, watermark)
 
 
 # -- reads pinned to one version (the lookup's snapshots) --

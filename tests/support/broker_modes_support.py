@@ -23,7 +23,7 @@ from routelake_dev import mqadmin
 from routing_lib.core.replay import fleet_rows, replay
 from routing_lib.lookup import jsonbody
 from routing_lib.lookup.routes import RouteIndex
-from routing_lib.read.warehouse import RouteSnapshot
+from routing_lib.read.warehouse import WarehouseSnapshot
 from routing_lib.remoting.frames import (
     FrameDecoder,
     RemotingCommand,
@@ -311,7 +311,7 @@ class EventLog:
         until = max(e.eventTime for e in self.events)
         groups = replay([e for e in self.events if not isinstance(e, TickEvent)], until)
         index = RouteIndex(
-            RouteSnapshot(fleet_rows(groups.values()), {}, until), support_acting_master
+            WarehouseSnapshot(fleet_rows(groups.values()), {}, until), support_acting_master
         )
         info = jsonbody.parse_legacy(index.cluster_info_body.legacy)
         routes = {}

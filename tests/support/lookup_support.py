@@ -29,7 +29,7 @@ from routing_lib.core.tables import (
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.server import LookupService
 from routing_lib.read.arrow_schema import arrow_schema
-from routing_lib.read.warehouse import RouteSnapshot
+from routing_lib.read.warehouse import WarehouseSnapshot
 from routing_lib.remoting.frames import FrameDecoder, RemotingCommand, SerializeType, encode
 from routing_lib.remoting.protocol import NAMESRV_VERSION
 from schemas import parse_event
@@ -126,8 +126,8 @@ VERSIONS = {
 }
 
 
-def snapshot(**kw) -> RouteSnapshot:
-    return RouteSnapshot(tables(**kw), dict(VERSIONS), 1_764_000_050_000)
+def snapshot(**kw) -> WarehouseSnapshot:
+    return WarehouseSnapshot(tables(**kw), dict(VERSIONS), 1_764_000_050_000)
 
 
 # -- golden route tables --
@@ -165,7 +165,7 @@ KV_TABLES = fleet_rows(replay(KV_EVENTS, KV_WATERMARK).values())
 
 
 def kv_index(order: bool = False) -> RouteIndex:
-    return RouteIndex(RouteSnapshot(KV_TABLES, {}, KV_WATERMARK), order_message_enable=order)
+    return RouteIndex(WarehouseSnapshot(KV_TABLES, {}, KV_WATERMARK), order_message_enable=order)
 
 
 # -- clients and servers --
