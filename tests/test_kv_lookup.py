@@ -22,7 +22,7 @@ from routing_lib.lookup.processor import answer
 from routing_lib.lookup.refresher import Served, SnapshotHolder
 from routing_lib.read.warehouse import load_snapshot, table_versions
 from routing_lib.remoting.frames import RemotingCommand
-from routing_lib.remoting.protocol import NAMESRV_VERSION, ResponseCode
+from routing_lib.remoting.protocol import NAMESRV_VERSION, RequestCode, ResponseCode
 from routing_lib.remoting.service_metrics import Metrics
 from schemas.route_event import TickEvent
 from tests.support.lookup_support import (
@@ -54,26 +54,36 @@ def test_replay_has_the_kv_table_of_expected_json():
 
 def test_get_kv_config():
     index = kv_index()
-    ok = answer(index, request(101, namespace="team", key="pager"))
+    ok = answer(index, request(RequestCode.GET_KV_CONFIG, namespace="team", key="pager"))
     assert (ok.code, ok.ext_fields, ok.opaque) == (0, {"value": "+1-555-0100"}, 5)
     for ns, key in (("team", "owner"), ("gone", "k"), ("never", "k"), ("nope", "x")):
-        missing = answer(index, request(101, namespace=ns, key=key))
+        missing = answer(index, request(RequestCode.GET_KV_CONFIG, namespace=ns, key=key))
         assert missing.code == ResponseCode.QUERY_NOT_FOUND == 22
         assert missing.remark == f"No config item, Namespace: {ns} Key: {key}"
         assert not missing.ext_fields
-    assert answer(index, request(101, namespace="team")).remark == "the custom field <key> is null"
+    assert (
+        answer(index, request(RequestCode.GET_KV_CONFIG, namespace="team")).remark
+        == "the custom field <key> is null"
+    )
 
 
 def test_get_kvlist_by_namespace():
     index = kv_index()
-    team = answer(index, request(219, namespace="team"))
-    assert team.code == 0 and team.body == b'{"table":{"pager":"+1-555-0100"}}'
-    gone = answer(index, request(219, namespace="gone"))  # emptied: an empty KVTable
-    assert gone.code == 0 and json.loads(gone.body) == {"table": {}}
+    team = answer(index, request(RequestCode.GET_KVLIST_BY_NAMESPACE, namespace="team"))
+    assert team.code == ResponseCode.SUCCESS and team.body == b'{"table":{"pager":"+1-555-0100"}}'
+    # emptied: an empty KVTable
+    gone = answer(index, request(RequestCode.GET_KVLIST_BY_NAMESPACE, namespace="gone"))
+    assert gone.code == ResponseCode.SUCCESS and json.loads(gone.body) == {"table": {}}
     for ns in ("never", "nope"):
-        unknown = answer(index, request(219, namespace=ns))
-        assert unknown.code == 22 and unknown.remark == f"No config item, Namespace: {ns}"
-    assert answer(index, request(219)).code == ResponseCode.SYSTEM_ERROR
+        unknown = answer(index, request(RequestCode.GET_KVLIST_BY_NAMESPACE, namespace=ns))
+        assert (
+            unknown.code == ResponseCode.QUERY_NOT_FOUND
+            and unknown.remark == f"No config item, Namespace: {ns}"
+        )
+    assert (
+        answer(index, request(RequestCode.GET_KVLIST_BY_NAMESPACE)).code
+        == ResponseCode.SYSTEM_ERROR
+    )
 
 
 def test_order_topic_conf_only_with_order_message_enable():
@@ -88,9 +98,12 @@ def test_order_topic_conf_only_with_order_message_enable():
         "orderTopicConf",
         "queueDatas",
     ]
-    body = answer(on, request(105, topic="Orders")).body
+    body = answer(on, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Orders")).body
     assert json.loads(body)["orderTopicConf"] == "broker-a:4"
-    assert b"orderTopicConf" not in answer(off, request(105, topic="Orders")).body
+    assert (
+        b"orderTopicConf"
+        not in answer(off, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Orders")).body
+    )
 
 
 def test_http_kv_in_process():
@@ -141,14 +154,20 @@ def test_served_end_to_end(tmp_path):
         http = httpx.Client(base_url=f"http://127.0.0.1:{service.http_port}", timeout=5)
         wait_until(lambda: http.get("/readyz").status_code == 200)
         client = RemotingClient(service.port)
-        assert client.call(101, namespace="ORDER_TOPIC_CONFIG", key="Orders").ext_fields == {
-            "value": "broker-a:4"
-        }
-        assert client.call(101, namespace="team", key="owner").code == 22
-        listed = client.call(219, namespace="team")
+        assert client.call(
+            RequestCode.GET_KV_CONFIG, namespace="ORDER_TOPIC_CONFIG", key="Orders"
+        ).ext_fields == {"value": "broker-a:4"}
+        assert (
+            client.call(RequestCode.GET_KV_CONFIG, namespace="team", key="owner").code
+            == ResponseCode.QUERY_NOT_FOUND
+        )
+        listed = client.call(RequestCode.GET_KVLIST_BY_NAMESPACE, namespace="team")
         assert jsonbody.parse_legacy(listed.body) == {"table": {"pager": "+1-555-0100"}}
-        assert client.call(219, namespace="never").code == 22
-        route = json.loads(client.call(105, topic="Orders").body)
+        assert (
+            client.call(RequestCode.GET_KVLIST_BY_NAMESPACE, namespace="never").code
+            == ResponseCode.QUERY_NOT_FOUND
+        )
+        route = json.loads(client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Orders").body)
         assert route["orderTopicConf"] == "broker-a:4"
         assert http.get("/kv/ORDER_TOPIC_CONFIG/Orders").json()["data"]["value"] == "broker-a:4"
         assert http.get("/topics/Orders/route").json()["data"]["orderTopicConf"] == "broker-a:4"
@@ -166,11 +185,22 @@ def test_older_warehouse_without_kv_and_admin_tables(tmp_path, capsys):
         http = httpx.Client(base_url=f"http://127.0.0.1:{server.service.http_port}", timeout=5)
         wait_until(lambda: http.get("/readyz").status_code == 200)
         client = RemotingClient(server.service.port)
-        assert client.call(101, namespace="team", key="pager").code == 22
-        assert client.call(105, topic="Orders").code == 0
+        assert (
+            client.call(RequestCode.GET_KV_CONFIG, namespace="team", key="pager").code
+            == ResponseCode.QUERY_NOT_FOUND
+        )
+        assert (
+            client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Orders").code
+            == ResponseCode.SUCCESS
+        )
         # The KV table appears (a newer job): a new snapshot is served with it.
         Warehouse(tmp_path).publish(1, KV_WATERMARK, {KV_CONFIG: KV_TABLES[KV_CONFIG]})
-        wait_until(lambda: client.call(101, namespace="team", key="pager").code == 0)
+        wait_until(
+            lambda: (
+                client.call(RequestCode.GET_KV_CONFIG, namespace="team", key="pager").code
+                == ResponseCode.SUCCESS
+            )
+        )
         client.close()
         http.close()
     assert main(["history", "admin", "--warehouse", str(tmp_path)]) == 0
