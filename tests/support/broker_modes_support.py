@@ -29,7 +29,7 @@ from routing_lib.remoting.frames import (
     RemotingCommand,
     encode,
 )
-from routing_lib.remoting.protocol import BROKER_CODES
+from routing_lib.remoting.protocol import BROKER_CODES, NAMESRV_VERSION, RequestCode
 from schemas import parse_event
 from schemas.route_event import TickEvent
 from tests.support.rocketmq_support import (
@@ -168,7 +168,10 @@ class RegistrationTap(RecordingProxy):
 
 
 # What a NameServer's answer to a registration request tells the broker.
-ANSWER_FIELDS = {103: ("masterAddr", "haServerAddr"), 322: ("changed",)}
+ANSWER_FIELDS = {
+    RequestCode.REGISTER_BROKER: ("masterAddr", "haServerAddr"),
+    RequestCode.QUERY_DATA_VERSION: ("changed",),
+}
 
 
 def answer_pairs(
@@ -247,7 +250,9 @@ class NameServerClient:
                 self._opaque += 1
                 sock.sendall(
                     encode(
-                        RemotingCommand(code=code, version=479, opaque=self._opaque, ext_fields=ext)
+                        RemotingCommand(
+                            code=code, version=NAMESRV_VERSION, opaque=self._opaque, ext_fields=ext
+                        )
                     )
                 )
                 got: list[RemotingCommand] = []
@@ -259,13 +264,20 @@ class NameServerClient:
         return answers
 
     def view(self, cluster: str) -> ClusterView:
-        info_answer, topics_answer = self.ask_many([(106, {}), (206, {})])
+        info_answer, topics_answer = self.ask_many(
+            [
+                (RequestCode.GET_BROKER_CLUSTER_INFO, {}),
+                (RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {}),
+            ]
+        )
         assert info_answer.code == 0 and topics_answer.code == 0, (info_answer, topics_answer)
         info = jsonbody.parse_legacy(info_answer.body)
         topics = sorted(json.loads(topics_answer.body)["topicList"])
         routes = {}
         for topic, answer in zip(
-            topics, self.ask_many([(105, {"topic": t}) for t in topics]), strict=True
+            topics,
+            self.ask_many([(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": t}) for t in topics]),
+            strict=True,
         ):
             if answer.code == 17:  # TOPIC_NOT_EXIST: listed, but no broker data
                 continue
