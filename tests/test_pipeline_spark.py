@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import random
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from routing_lib.core.catalog import CATALOG
 from routing_lib.core.tables import (
     BROKER_LIVE,
     DEAD_LETTER,
     PROGRESS,
     TOPIC_QUEUE,
 )
+from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.read.warehouse import table_versions
 from tests.support.bad_records import BAD_RECORDS
 from tests.support.helpers import GOLDEN, expected_dump, fixture_lines
@@ -55,6 +58,19 @@ def test_bad_records_are_dead_lettered_and_good_ones_applied(backfill, tmp_path)
     assert total["late"] == 0
     # Applied, or still waiting for the watermark (the last events of the archive).
     assert total["applied"] <= total["accepted"]
+    assert_tables_are_the_catalogs(backfill.warehouse)
+
+
+def assert_tables_are_the_catalogs(warehouse) -> None:
+    """Every table the job created has the catalog's columns, types and partitioning, and its
+    change data feed on."""
+    for spec in CATALOG:
+        table = DeltaTable(str(warehouse / spec.name))
+        schema = pa.schema(table.schema().to_arrow())
+        assert schema.equals(arrow_schema(spec)), (spec.name, schema)
+        metadata = table.metadata()
+        assert metadata.partition_columns == list(spec.partition_by), spec.name
+        assert metadata.configuration["delta.enableChangeDataFeed"] == "true", spec.name
 
 
 def test_registration_with_20000_topics(backfill, tmp_path):
