@@ -37,7 +37,7 @@ from routing_lib.core.history import (
     event_date,
     merge_history_batch,
 )
-from routing_lib.core.replay import default_watermark, replay_dump
+from routing_lib.core.replay import default_watermark, replay_dumps
 from routing_lib.core.tables import RoutesSnapshot, Row
 from schemas import DeleteTopicEvent, TickEvent, parse_event
 from tests.support.helpers import DELAY_MS, FIXTURES, fixture_lines
@@ -148,9 +148,9 @@ def assert_as_of_exact(
     limit: int,
     flags: RouteFlags = FLAGS,
 ) -> None:
-    for t in probe_times(events, rows, watermark, random.Random(seed), limit):
-        expected = as_of_view(replay_dump(events, t, flags))
-        assert as_of(rows, t) == expected, f"as of {t}"
+    times = probe_times(events, rows, watermark, random.Random(seed), limit)
+    for t, dump in replay_dumps(events, times, flags):
+        assert as_of(rows, t) == as_of_view(dump), f"as of {t}"
 
 
 def assert_well_formed(rows: Rows) -> None:
