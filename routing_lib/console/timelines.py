@@ -11,23 +11,38 @@ from routing_lib.core.tables import Row
 JsonObj = dict[str, Any]
 
 
+ROUTE_VERSION = {  # JSON key -> topic_route_history column
+    "brokerName": "broker_name",
+    "from": "valid_from",
+    "to": "valid_to",  # None: still current at the watermark
+    "perm": "perm",
+    "readQueueNums": "read_queue_nums",
+    "writeQueueNums": "write_queue_nums",
+    "topicSysFlag": "topic_sys_flag",
+    "startedBy": "started_by",
+    "endedBy": "ended_by",
+}
+MEMBERSHIP = {  # JSON key -> broker_membership_history column
+    "cluster": "cluster",
+    "addr": "broker_addr",
+    "brokerId": "broker_id",
+    "from": "valid_from",
+    "to": "valid_to",
+    "startReason": "start_reason",
+    "endReason": "end_reason",
+}
+
+
+def _intervals(rows: Iterable[Row], columns: dict[str, str], by: str) -> list[JsonObj]:
+    """History rows as JSON objects (`columns`: key -> column; a column an older table
+    lacks reads as None), ordered by `by`, then start."""
+    out = [{key: r.get(column) for key, column in columns.items()} for r in rows]
+    return sorted(out, key=lambda v: (v[by], v["from"]))
+
+
 def route_versions(rows: Iterable[Row]) -> list[JsonObj]:
     """topic_route_history rows of one topic: which broker group carried it, when, how."""
-    out = [
-        {
-            "brokerName": r["broker_name"],
-            "from": r["valid_from"],
-            "to": r["valid_to"],  # None: still current at the watermark
-            "perm": r["perm"],
-            "readQueueNums": r["read_queue_nums"],
-            "writeQueueNums": r["write_queue_nums"],
-            "topicSysFlag": r["topic_sys_flag"],
-            "startedBy": r.get("started_by"),
-            "endedBy": r.get("ended_by"),
-        }
-        for r in rows
-    ]
-    return sorted(out, key=lambda v: (v["brokerName"], v["from"]))
+    return _intervals(rows, ROUTE_VERSION, "brokerName")
 
 
 def liveness_intervals(events: Iterable[Row]) -> list[JsonObj]:
@@ -57,19 +72,7 @@ def liveness_intervals(events: Iterable[Row]) -> list[JsonObj]:
 
 def membership(rows: Iterable[Row]) -> list[JsonObj]:
     """broker_membership_history rows of one group: which address held which broker id."""
-    out = [
-        {
-            "cluster": r["cluster"],
-            "addr": r["broker_addr"],
-            "brokerId": r["broker_id"],
-            "from": r["valid_from"],
-            "to": r["valid_to"],
-            "startReason": r.get("start_reason"),
-            "endReason": r.get("end_reason"),
-        }
-        for r in rows
-    ]
-    return sorted(out, key=lambda m: (m["addr"], m["from"]))
+    return _intervals(rows, MEMBERSHIP, "addr")
 
 
 def buckets(times: Iterable[int], start: int, end: int, count: int = 48) -> list[JsonObj]:
