@@ -4,12 +4,14 @@ pinning history tables to a published batch (a Delta warehouse written with delt
 from __future__ import annotations
 
 import random
+import threading
 
 import pyarrow as pa
 from deltalake import CommitProperties, Transaction, write_deltalake
 
+from routing_lib.console import timing
 from routing_lib.console.fleet import fleet
-from routing_lib.console.pins import pin_versions
+from routing_lib.console.pins import TableCache, pin_versions
 from routing_lib.console.search import TopicNames
 from routing_lib.console.timelines import buckets, liveness_intervals
 from routing_lib.core.history import BROKER_LIVENESS_EVENTS, TOPIC_ROUTE_HISTORY
@@ -133,3 +135,36 @@ def test_fleet_lists_every_broker_with_liveness_and_write_counts():
     assert rows["10.0.2.1:10911"] == ("ClusterB", "broker-c", "slave", True, None, 1)
     assert len(rows) == 6 and view["counts"]["liveBrokers"] == 3
     assert view["counts"]["topics"] == len(index.topics)
+
+
+def _server_timing(header: str) -> dict[str, str]:
+    """Server-Timing entries by name: the rest of each entry (`dur=...;desc=...`)."""
+    return dict((item.split(";", 1) + [""])[:2] for item in header.split(", "))
+
+
+def test_server_timing_tells_the_reads_this_answer_did_from_cache_hits(tmp_path):
+    root = tmp_path / "warehouse"
+    for table in (BROKER_LIVENESS_EVENTS, TOPIC_ROUTE_HISTORY):
+        write_deltalake(root / table, pa.Table.from_pylist([], schema=arrow_schema(table)))
+    cache = TableCache(root)
+
+    def another_answer() -> None:  # its read is its own, not the first answer's
+        with timing.tally():
+            cache.get(TOPIC_ROUTE_HISTORY, 0)
+
+    with timing.tally() as first:
+        cache.get(BROKER_LIVENESS_EVENTS, 0)
+        worker = threading.Thread(target=another_answer)
+        worker.start()
+        worker.join()
+        with timing.part("fleet"):
+            pass
+    parts = _server_timing(first.header())
+    assert set(parts) == {"total", "delta", "fleet"}
+    assert parts["delta"].endswith('desc="1"') and cache.reads == 2
+    with timing.tally() as again:
+        cache.get(BROKER_LIVENESS_EVENTS, 0)  # the same version: from the cache
+    parts = _server_timing(again.header())
+    assert set(parts) == {"total", "cache"} and parts["cache"] == 'desc="hit"'
+    with timing.part("delta"):  # outside an answer: recorded nowhere, no error
+        pass

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from fastapi import FastAPI, Query, Response
 from fastapi.responses import JSONResponse
 
-from routing_lib.console import timelines
+from routing_lib.console import timelines, timing
 from routing_lib.console.snapshot import Console, Snapshot, TimeOutOfRange
 from routing_lib.core.admin import ADMIN_EVENTS
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, Row
@@ -73,7 +73,7 @@ def add_console(app: FastAPI, holder: SnapshotHolder, warehouse: str | Path) -> 
         app.add_api_route(path, _static(name, media_type), methods=["GET"], include_in_schema=False)
 
     async def answer(build: Callable[[Snapshot], JsonObj]) -> JSONResponse:
-        def run() -> JSONResponse:
+        def respond() -> JSONResponse:
             snapshot = console.snapshot()
             if snapshot is None:
                 return _json({"status": "empty", "message": NO_DATA})
@@ -82,6 +82,12 @@ def add_console(app: FastAPI, holder: SnapshotHolder, warehouse: str | Path) -> 
             except TimeOutOfRange as exc:
                 return _json({"status": "error", "message": str(exc)}, 400)
             return _json({"status": "ok", "snapshot": snapshot.info(), **payload})
+
+        def run() -> JSONResponse:
+            with timing.tally() as spent:
+                response = respond()
+            response.headers["Server-Timing"] = spent.header()
+            return response
 
         return await asyncio.to_thread(run)
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 from deltalake.exceptions import TableNotFoundError
 
 from routing_lib import storage
+from routing_lib.console import timing
 from routing_lib.core.history import HISTORY_TABLES
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, PROGRESS
 
@@ -72,9 +73,10 @@ class TableCache:
             if cached is not None:
                 self._tables.move_to_end(key)
                 return cached
-            delta = storage.open_delta(storage.join(str(self.warehouse), table))
-            delta.load_as_version(version)
-            data = delta.to_pyarrow_table()
+            with timing.part("delta"):
+                delta = storage.open_delta(storage.join(str(self.warehouse), table))
+                delta.load_as_version(version)
+                data = delta.to_pyarrow_table()
             self.reads += 1
             self._tables[key] = data
             while len(self._tables) > self.capacity:

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import accumulate
 
+from routing_lib.console import timing
+
 _SEP = "\n"  # cannot occur in a name the page searches for: queries are stripped of it
 
 
@@ -71,5 +73,6 @@ class NamesMemo:
     def get(self, topics: tuple[str, ...]) -> TopicNames:
         with self._lock:
             if self._names is None or self._topics != topics:  # equal when shared: cheap
-                self._topics, self._names = topics, TopicNames(topics)
+                with timing.part("names"):
+                    self._topics, self._names = topics, TopicNames(topics)
             return self._names

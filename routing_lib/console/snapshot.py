@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from routing_lib.console import fleet as fleet_view
+from routing_lib.console import timing
 from routing_lib.console.pins import TableCache, pin_versions
 from routing_lib.console.search import NamesMemo, TopicNames
 from routing_lib.core.as_of import live_brokers_as_of, route_rows_as_of
@@ -28,7 +29,7 @@ from routing_lib.core.history import (
 from routing_lib.core.tables import BROKER_ADDR, CLUSTER_ADDR, PROGRESS, TOPIC_QUEUE, Row
 from routing_lib.lookup.refresher import Served, SnapshotHolder
 from routing_lib.lookup.routes import RouteIndex
-from routing_lib.read.warehouse import RouteSnapshot
+from routing_lib.read.warehouse import WarehouseSnapshot
 
 JsonObj = dict[str, Any]
 AT_CACHE = 8  # State(T) kept per snapshot: a person going back and forth between times
@@ -53,7 +54,7 @@ class AtState:
         }
         rows = route_rows_as_of(small, at)
         self._groups = {BROKER_ADDR: rows[BROKER_ADDR], CLUSTER_ADDR: rows[CLUSTER_ADDR]}
-        self.index = RouteIndex(RouteSnapshot(dict(self._groups), {}, at))  # no topics
+        self.index = RouteIndex(WarehouseSnapshot(dict(self._groups), {}, at))  # no topics
         self.topics = _valid_at(snapshot.table(TOPIC_ROUTE_HISTORY), at)
         events = snapshot.rows(BROKER_LIVENESS_EVENTS, lambda d: pc.less_equal(d["event_time"], at))
         live: dict[tuple[str, str], JsonObj] = {
@@ -76,7 +77,7 @@ class AtState:
         rows = self.topics.filter(pc.equal(self.topics["topic"], topic)).to_pylist()
         queues = route_rows_as_of({TOPIC_ROUTE_HISTORY: rows}, self.at)[TOPIC_QUEUE]
         tables = {**self._groups, TOPIC_QUEUE: queues}
-        return RouteIndex(RouteSnapshot(tables, {}, self.at)).route(topic)
+        return RouteIndex(WarehouseSnapshot(tables, {}, self.at)).route(topic)
 
 
 def _valid_at(data: pa.Table | None, at: int) -> pa.Table | None:
@@ -141,7 +142,8 @@ class Snapshot:
     def pins(self) -> dict[str, int | None]:
         with self._lock:
             if self._pins is None:
-                self._pins = pin_versions(self.cache.warehouse, self.version)
+                with timing.part("pins"):
+                    self._pins = pin_versions(self.cache.warehouse, self.version)
             return self._pins
 
     def table(self, name: str) -> pa.Table | None:
@@ -171,9 +173,11 @@ class Snapshot:
     def fleet(self) -> JsonObj:
         with self._lock:
             if self._fleet is None:
-                live = {(b["clusterName"], b["brokerAddr"]): b for b in self.index.live_brokers}
-                since = fleet_view.alive_since(self.rows(BROKER_LIVENESS_EVENTS), self.watermark)
-                self._fleet = fleet_view.fleet(self.index, live, since)
+                events = self.rows(BROKER_LIVENESS_EVENTS)
+                with timing.part("fleet"):
+                    live = {(b["clusterName"], b["brokerAddr"]): b for b in self.index.live_brokers}
+                    since = fleet_view.alive_since(events, self.watermark)
+                    self._fleet = fleet_view.fleet(self.index, live, since)
             return self._fleet
 
     def names(self) -> TopicNames:
@@ -193,7 +197,8 @@ class Snapshot:
         with self._lock:
             state = self._at.get(t)
             if state is None:
-                state = AtState(self, t)
+                with timing.part("state"):
+                    state = AtState(self, t)
                 self._at[t] = state
                 while len(self._at) > AT_CACHE:
                     self._at.popitem(last=False)
