@@ -28,19 +28,25 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
+CONFTEST = TESTS / "conftest.py"
 
 SPARK_FIXTURES = frozenset({"spark", "backfill", "job"})
 KAFKA_FIXTURES = frozenset({"kafka_bootstrap", "topic"})
 INTEGRATION_MARKERS = ("kafka", "real_broker", "cluster", "s3", "subprocess")
 
-# Code (comments and docstrings left out) that builds a Spark session of its own.
-SPARK_SIGNS = re.compile(r"\bbuild_spark\b|\bSparkSession\.builder\b")
+# Code (comments and docstrings left out) that builds a Spark session of its own or runs a job
+# in-process (each builds one).
+SPARK_SIGNS = re.compile(
+    r"\bbuild_spark\b|\bSparkSession\.builder\b|\brun_route_state\b|\brun_backfill\b"
+    r"|\bstart_query\b"
+)
 # Code that starts a process of its own: a child Python or JVM, spark-submit, the local Kafka
 # broker, mqadmin (a JVM), the collector as a process. Quoted "java" is an argv element; the bare
 # word also appears in the Java stack traces that pure tests parse.
 PROCESS_SIGNS = re.compile(
     r"\bsubprocess\b|\bPopen\b|\bsys\.executable\b|[\"']java[\"']|spark-submit"
     r"|\bkafka_local\b|\bJavaProcess\b|\brun_mqadmin\w*|\bstart_collector\b|\bCluster\("
+    r"|\brun_demo\b"
 )
 # Helpers that run a short-lived local tool, no server and no JVM: not followed.
 ONE_SHOT_TOOLS = frozenset(
@@ -69,11 +75,8 @@ def capabilities(item: pytest.Item) -> set[str]:
         needs.add("spark")
     if fixtures & KAFKA_FIXTURES:
         needs.add("kafka")
-    code = [_code_text(obj) for obj in own_code(item)]
-    if any(SPARK_SIGNS.search(text) for text in code):
-        needs.add("spark")
-    if any(PROCESS_SIGNS.search(text) for text in code):
-        needs.add("subprocess")
+    for root in _roots(item):
+        needs |= _needs_of(root)
     return needs
 
 
@@ -84,33 +87,55 @@ def conftest_fixtures(item: pytest.Item) -> set[str]:
     return {
         name
         for name, defs in getattr(info, "name2fixturedefs", {}).items()
-        if any(_defined_in(getattr(d, "func", None), TESTS / "conftest.py") for d in defs)
+        if any(_defined_in(getattr(d, "func", None), CONFTEST) for d in defs)
     }
 
 
 def own_code(item: pytest.Item) -> list[Callable[..., object]]:
     """The test function, the fixtures of its closure defined under tests/, and the functions
     and classes defined under tests/ they name (followed transitively)."""
+    found: dict[int, Callable[..., object]] = {}
+    for root in _roots(item):
+        found.update((id(obj), obj) for obj in _reached(root))
+    return list(found.values())
+
+
+def _roots(item: pytest.Item) -> list[Callable[..., object]]:
     roots: list[Callable[..., object]] = []
     function = getattr(item, "function", None)
     if function is not None:
         roots.append(function)
     info = getattr(item, "_fixtureinfo", None)
-    conftest = TESTS / "conftest.py"
     for defs in getattr(info, "name2fixturedefs", {}).values():
         for fixture in defs:
             func = getattr(fixture, "func", None)
-            # conftest's fixtures are judged by name above (`config` starts nothing)
-            if func is not None and _under_tests(func) and not _defined_in(func, conftest):
+            # conftest's fixtures are judged by name (`config` starts nothing)
+            if func is not None and _under_tests(func) and not _defined_in(func, CONFTEST):
                 roots.append(func)
+    return roots
+
+
+@cache
+def _needs_of(root: Callable[..., object]) -> frozenset[str]:
+    """What root's code and the code it reaches start (cached: parametrized tests share it)."""
+    code = [_code_text(obj) for obj in _reached(root)]
+    needs = set()
+    if any(SPARK_SIGNS.search(text) for text in code):
+        needs.add("spark")
+    if any(PROCESS_SIGNS.search(text) for text in code):
+        needs.add("subprocess")
+    return frozenset(needs)
+
+
+def _reached(root: Callable[..., object]) -> list[Callable[..., object]]:
     seen: dict[int, Callable[..., object]] = {}
-    pending = list(roots)
+    pending = [root]
     while pending:
         obj = pending.pop()
         if id(obj) in seen or _qualified(obj) in ONE_SHOT_TOOLS:
             continue
         seen[id(obj)] = obj
-        pending.extend(_same_module_callees(obj))
+        pending.extend(_callees(obj))
     return list(seen.values())
 
 
@@ -134,7 +159,11 @@ def _code_text(obj: Callable[..., object]) -> str:
     return ast.unparse(tree)
 
 
+@cache
 def _source_file(obj: object) -> Path | None:
+    code = getattr(obj, "__code__", None)
+    if code is not None:  # a function: its code object knows (inspect would search)
+        return Path(code.co_filename).resolve()
     try:
         file = inspect.getsourcefile(obj)  # type: ignore[arg-type]
     except TypeError:
@@ -155,7 +184,8 @@ def _qualified(obj: object) -> str:
     return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"
 
 
-def _same_module_callees(obj: Callable[..., object]) -> list[Callable[..., object]]:
+@cache
+def _callees(obj: Callable[..., object]) -> list[Callable[..., object]]:
     """Functions and classes defined under tests/ that obj's code names in its module."""
     module = sys.modules.get(getattr(obj, "__module__", "") or "")
     code = getattr(inspect.unwrap(obj), "__code__", None)
@@ -171,6 +201,8 @@ def _same_module_callees(obj: Callable[..., object]) -> list[Callable[..., objec
     found: list[Callable[..., object]] = []
     for name in names:
         target = getattr(module, name, None)
+        if callable(target):
+            target = inspect.unwrap(target)  # a @contextmanager's code is the test module's
         if (inspect.isfunction(target) or inspect.isclass(target)) and _under_tests(target):
             found.append(target)
     return found
