@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: lint, then the whole suite against a real local Kafka broker (started here,
 # stopped on exit, also on failure). Extra arguments go to pytest.
-#   scripts/test.sh --quick   the edit-test loop: lint + the pure-Python tier (core, schema,
-#                             codecs, docs; no Spark, no Kafka, no JVM), about 12 s
+#   scripts/test.sh --quick   the edit-test loop: lint + mypy + the unit tier (pytest -m unit: every
+#                             test needing no Spark, Kafka, JVM, browser or child process; tiers
+#                             are derived at collection, docs/testing.md "Tiers")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
@@ -14,13 +15,7 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 
 if [ "${1:-}" = "--quick" ]; then
   shift
-  exec .venv/bin/pytest -q -p no:cacheprovider tests/test_core_golden.py tests/test_schema.py \
-    tests/test_history_core.py tests/test_incremental_state.py tests/test_poison_records.py \
-    tests/test_lookup_codec.py tests/test_collector_codec.py tests/test_docs_contract.py \
-    tests/test_history_docs.py tests/test_packed_pending.py tests/test_known_records.py \
-    tests/test_zip_imports.py tests/test_console_data.py tests/test_tls.py \
-    tests/test_job_failures.py tests/test_lookup_snapshots.py tests/test_arrow_filters.py \
-    tests/test_content_refs.py tests/test_import_cycles.py tests/test_table_catalog.py "$@"
+  exec .venv/bin/pytest -q -p no:cacheprovider -m unit "$@"
 fi
 
 started_kafka=0
