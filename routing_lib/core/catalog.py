@@ -4,8 +4,8 @@ Each table's name, columns, key and identity columns, partitioning, how the writ
 and who reads it. The other modules derive from here: the DDL the job creates tables with
 (`TableSpec.ddl`), the writer's per-table plans, housekeeping's table list, the readers' table
 lists and the table list of docs/tables.md. Pure Python on purpose (core stays free of Spark
-and Arrow): the edges turn a column type into a Spark DDL string here, into an Arrow type in
-routing_lib/read/arrow_schema.py.
+and Arrow): a Spark DDL string is plain text and is spelled here; the Arrow schemas are made at
+the edge, in routing_lib/read/arrow_schema.py.
 """
 
 from __future__ import annotations
@@ -105,9 +105,6 @@ class TableSpec:
         """The columns as a Spark DDL string ("name TYPE, ...")."""
         return ", ".join(_column_ddl(c, " ") for c in self.columns)
 
-    def column(self, name: str) -> Column:
-        return next(c for c in self.columns if c.name == name)
-
 
 def spark_type(kind: ColumnType) -> str:
     """A column type in Spark SQL DDL."""
@@ -127,7 +124,7 @@ def _columns(*spec: tuple[str, ColumnType]) -> tuple[Column, ...]:
     return tuple(Column(name, kind) for name, kind in spec)
 
 
-S, INT, L, B = Scalar.STRING, Scalar.INT, Scalar.BIGINT, Scalar.BOOLEAN
+STRING, INT, BIGINT, BOOLEAN = Scalar.STRING, Scalar.INT, Scalar.BIGINT, Scalar.BOOLEAN
 
 # ---- names --------------------------------------------------------------------------------------
 
@@ -148,7 +145,9 @@ ADMIN_EVENTS = "admin_events"
 
 # ---- the tables -----------------------------------------------------------------------------
 
-_DATA_VERSION = StructOf(_columns(("state_version", L), ("timestamp", L), ("counter", L)))
+_DATA_VERSION = StructOf(
+    _columns(("state_version", BIGINT), ("timestamp", BIGINT), ("counter", BIGINT))
+)
 _ROUTE_READERS = frozenset({Reader.DUMP, Reader.LOOKUP})
 _HISTORY_READERS = frozenset({Reader.HISTORY, Reader.RECIPES, Reader.PLOT, Reader.CONSOLE})
 
@@ -178,8 +177,8 @@ ROUTE_SPECS = (
     _route(
         TOPIC_QUEUE,
         ("topic", "broker_name"),
-        ("topic", S),
-        ("broker_name", S),
+        ("topic", STRING),
+        ("broker_name", STRING),
         ("read_queue_nums", INT),
         ("write_queue_nums", INT),
         ("perm", INT),
@@ -192,50 +191,50 @@ ROUTE_SPECS = (
     _route(
         BROKER_ADDR,
         ("broker_name", "broker_id"),
-        ("broker_name", S),
-        ("broker_id", L),
-        ("broker_addr", S),
-        ("cluster", S),
-        ("enable_acting_master", B),
-        ("zone_name", S),
+        ("broker_name", STRING),
+        ("broker_id", BIGINT),
+        ("broker_addr", STRING),
+        ("cluster", STRING),
+        ("enable_acting_master", BOOLEAN),
+        ("zone_name", STRING),
         readers=frozenset({Reader.CONSOLE}),
         doc="brokerAddrTable: one row per (brokerName, brokerId)",
     ),
     _route(
         CLUSTER_ADDR,
         ("cluster_name", "broker_name"),
-        ("cluster_name", S),
-        ("broker_name", S),
+        ("cluster_name", STRING),
+        ("broker_name", STRING),
         readers=frozenset({Reader.CONSOLE}),
         doc="clusterAddrTable: one row per (cluster, brokerName)",
     ),
     _route(
         BROKER_LIVE,
         ("cluster_name", "broker_addr"),
-        ("cluster_name", S),
-        ("broker_addr", S),
-        ("broker_name", S),
-        ("last_update_timestamp", L),
-        ("heartbeat_timeout_millis", L),
-        ("ha_server_addr", S),
+        ("cluster_name", STRING),
+        ("broker_addr", STRING),
+        ("broker_name", STRING),
+        ("last_update_timestamp", BIGINT),
+        ("heartbeat_timeout_millis", BIGINT),
+        ("ha_server_addr", STRING),
         ("data_version", _DATA_VERSION),
         doc="brokerLiveTable: one row per live (cluster, broker address)",
     ),
     _route(
         FILTER_SERVER,
         ("cluster_name", "broker_addr"),
-        ("cluster_name", S),
-        ("broker_addr", S),
-        ("broker_name", S),
-        ("filter_server_list", ArrayOf(S)),
+        ("cluster_name", STRING),
+        ("broker_addr", STRING),
+        ("broker_name", STRING),
+        ("filter_server_list", ArrayOf(STRING)),
         doc="filterServerTable: one row per (cluster, broker address) with filter servers",
     ),
     _route(
         KV_CONFIG,
         ("namespace", "key"),
-        ("namespace", S),
-        ("key", S),
-        ("value", S),
+        ("namespace", STRING),
+        ("key", STRING),
+        ("value", STRING),
         # older warehouses had no KV config
         optional=True,
         # A namespace is a row with key NULL (value NULL) as long as it exists, so an emptied
@@ -250,12 +249,12 @@ SIDE_SPECS = (
         Family.SIDE,
         _columns(
             ("raw", Scalar.BINARY),
-            ("raw_text", S),
-            ("source", S),
-            ("position", L),
-            ("reason", S),
-            ("seen_at_ms", L),
-            ("batch_id", L),
+            ("raw_text", STRING),
+            ("source", STRING),
+            ("position", BIGINT),
+            ("reason", STRING),
+            ("seen_at_ms", BIGINT),
+            ("batch_id", BIGINT),
         ),
         WriteMode.APPEND,
         RowKind.DEAD,
@@ -266,15 +265,15 @@ SIDE_SPECS = (
         LATE_EVENT,
         Family.SIDE,
         _columns(
-            ("event_time", L),
-            ("broker_name", S),
-            ("event_type", S),
-            ("source", S),
-            ("position", L),
-            ("payload", S),
-            ("published_watermark", L),
-            ("seen_at_ms", L),
-            ("batch_id", L),
+            ("event_time", BIGINT),
+            ("broker_name", STRING),
+            ("event_type", STRING),
+            ("source", STRING),
+            ("position", BIGINT),
+            ("payload", STRING),
+            ("published_watermark", BIGINT),
+            ("seen_at_ms", BIGINT),
+            ("batch_id", BIGINT),
         ),
         WriteMode.APPEND,
         RowKind.LATE,
@@ -286,7 +285,7 @@ SIDE_SPECS = (
         Family.PROGRESS,
         _columns(
             *(
-                (name, L)
+                (name, BIGINT)
                 for name in (
                     "batch_id",
                     "watermark",
@@ -314,12 +313,12 @@ _EVENT_DATE = ("event_date",)
 
 def _start_end(end: str) -> tuple[tuple[str, ColumnType], ...]:
     return (
-        ("start_event", S),
-        ("start_broker_addr", S),
-        (end, S),
-        ("end_event", S),
-        ("end_broker_addr", S),
-        ("event_date", S),
+        ("start_event", STRING),
+        ("start_broker_addr", STRING),
+        (end, STRING),
+        ("end_event", STRING),
+        ("end_broker_addr", STRING),
+        ("event_date", STRING),
     )
 
 
@@ -346,56 +345,56 @@ HISTORY_SPECS = (
         TOPIC_ROUTE_HISTORY,
         ("topic", "broker_name"),
         "ended_by",
-        ("topic", S),
-        ("broker_name", S),
-        ("valid_from", L),
-        ("valid_to", L),
+        ("topic", STRING),
+        ("broker_name", STRING),
+        ("valid_from", BIGINT),
+        ("valid_to", BIGINT),
         ("read_queue_nums", INT),
         ("write_queue_nums", INT),
         ("perm", INT),
         ("topic_sys_flag", INT),
-        ("started_by", S),
+        ("started_by", STRING),
         doc="one row per version of topicQueueTable[topic][brokerName]",
     ),
     _interval(
         BROKER_MEMBERSHIP_HISTORY,
         ("cluster", "broker_name", "broker_id", "broker_addr"),
         "end_reason",
-        ("cluster", S),
-        ("broker_name", S),
-        ("broker_id", L),
-        ("broker_addr", S),
-        ("valid_from", L),
-        ("valid_to", L),
-        ("start_reason", S),
+        ("cluster", STRING),
+        ("broker_name", STRING),
+        ("broker_id", BIGINT),
+        ("broker_addr", STRING),
+        ("valid_from", BIGINT),
+        ("valid_to", BIGINT),
+        ("start_reason", STRING),
         doc="one row per interval in which broker_addr held broker_id in brokerAddrTable",
     ),
     _interval(
         CLUSTER_MEMBERSHIP_HISTORY,
         ("cluster_name", "broker_name"),
         "end_reason",
-        ("cluster_name", S),
-        ("broker_name", S),
-        ("valid_from", L),
-        ("valid_to", L),
-        ("start_reason", S),
+        ("cluster_name", STRING),
+        ("broker_name", STRING),
+        ("valid_from", BIGINT),
+        ("valid_to", BIGINT),
+        ("start_reason", STRING),
         doc="one row per interval in which clusterAddrTable[cluster] listed broker_name",
     ),
     TableSpec(
         BROKER_LIVENESS_EVENTS,
         Family.HISTORY,
         _columns(
-            ("broker_name", S),
-            ("cluster_name", S),
-            ("broker_addr", S),
-            ("event_time", L),
+            ("broker_name", STRING),
+            ("cluster_name", STRING),
+            ("broker_addr", STRING),
+            ("event_time", BIGINT),
             ("seq", INT),
-            ("event_type", S),
-            ("broker_id", L),
-            ("last_update_timestamp", L),
-            ("heartbeat_timeout_millis", L),
-            ("deadline", L),
-            ("event_date", S),
+            ("event_type", STRING),
+            ("broker_id", BIGINT),
+            ("last_update_timestamp", BIGINT),
+            ("heartbeat_timeout_millis", BIGINT),
+            ("deadline", BIGINT),
+            ("event_date", STRING),
         ),
         WriteMode.MERGE,
         RowKind.HISTORY,
@@ -408,18 +407,18 @@ HISTORY_SPECS = (
         ADMIN_EVENTS,
         Family.HISTORY,
         _columns(
-            ("event_time", L),
-            ("event_type", S),
-            ("broker_name", S),
-            ("topic", S),
-            ("cluster_name", S),
-            ("namespace", S),
-            ("key", S),
-            ("value", S),
-            ("requested_by", S),
-            ("source", S),
-            ("position", L),
-            ("event_date", S),
+            ("event_time", BIGINT),
+            ("event_type", STRING),
+            ("broker_name", STRING),
+            ("topic", STRING),
+            ("cluster_name", STRING),
+            ("namespace", STRING),
+            ("key", STRING),
+            ("value", STRING),
+            ("requested_by", STRING),
+            ("source", STRING),
+            ("position", BIGINT),
+            ("event_date", STRING),
         ),
         WriteMode.MERGE,
         RowKind.HISTORY,
