@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from routing_lib.core.catalog import BROKER_ADDR, CLUSTER_ADDR, TOPIC_QUEUE
 from routing_lib.core.dump import canonical_dump, project
 from routing_lib.core.history import (
     BROKER_LIVENESS_EVENTS,
@@ -22,7 +23,7 @@ from routing_lib.core.history import (
     REGISTERED,
     TOPIC_ROUTE_HISTORY,
 )
-from routing_lib.core.tables import BROKER_ADDR, CLUSTER_ADDR, TOPIC_QUEUE, Row
+from routing_lib.core.tables import Row
 
 AS_OF_KEYS = ("watermark", "brokerAddrTable", "clusterAddrTable", "topicQueueTable", "liveBrokers")
 _UNVERSIONED = ("enableActingMaster", "zoneName")

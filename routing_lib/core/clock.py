@@ -12,8 +12,8 @@ import heapq
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from routing_lib.core.group_routes import BrokerKey, Event, GroupRoutes, RouteFlags, apply_event
-from routing_lib.core.wire import pack_event, unpack_event
+from routing_lib.core.group_routes import BrokerKey, GroupRoutes, RouteFlags, apply_event
+from routing_lib.core.wire import Event, pack_event, unpack_event
 
 Arrival = tuple[str, int]  # (source, position): Kafka topic-partition and offset, or file and line
 

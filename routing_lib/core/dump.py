@@ -6,15 +6,15 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from routing_lib.core.tables import (
+from routing_lib.core.catalog import (
     BROKER_ADDR,
     BROKER_LIVE,
     CLUSTER_ADDR,
     FILTER_SERVER,
     KV_CONFIG,
     TOPIC_QUEUE,
-    Row,
 )
+from routing_lib.core.tables import Row
 
 
 def _data_version(row: Row) -> dict[str, int]:

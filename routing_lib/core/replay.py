@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from routing_lib.core.admin import group_key
 from routing_lib.core.dump import canonical_dump
-from routing_lib.core.group_routes import DEFAULT_FLAGS, Event, GroupRoutes, RouteFlags, apply_event
+from routing_lib.core.group_routes import DEFAULT_FLAGS, GroupRoutes, RouteFlags, apply_event
 from routing_lib.core.tables import ROUTE_TABLES, Row, rows_of
+from routing_lib.core.wire import Event
 from schemas.route_event import DeleteTopicEvent, TickEvent
 
 
@@ -87,7 +89,7 @@ def fleet_rows(groups: Iterable[GroupRoutes]) -> dict[str, list[Row]]:
 
 def replay_dump(
     events: list[Event | TickEvent], until: int, flags: RouteFlags = DEFAULT_FLAGS
-) -> dict:
+) -> dict[str, Any]:
     return canonical_dump(fleet_rows(replay(events, until, flags).values()), until)
 
 
@@ -98,7 +100,7 @@ def default_watermark(events: list[Event | TickEvent], watermark_delay_ms: int) 
 
 def replay_dumps(
     events: list[Event | TickEvent], times: Iterable[int], flags: RouteFlags = DEFAULT_FLAGS
-) -> Iterator[tuple[int, dict]]:
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """(t, replay_dump(events, t)) for each t of times, ascending, by replay_states."""
     for until, groups in replay_states(events, times, flags):
         yield until, canonical_dump(fleet_rows(groups.values()), until)

@@ -37,7 +37,7 @@ from routing_lib.core.content import CONTENT, ContentBackend
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags
 from routing_lib.core.history import HistoryTracker, decode_history, encode_history, event_date
 from routing_lib.core.rows import WRITES, RowKind, RowOp, StepRow
-from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, diff
+from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, Row, diff
 from routing_lib.core.wire import RS, event_json, inline, packed_event_type, unpack_event
 from schemas.route_event import ADMIN_EVENT_TYPES, INT64_MAX, DeleteTopicEvent
 
@@ -89,7 +89,7 @@ class StepResult:
     timeout: int | None  # Spark's event-time timeout (fires once the watermark passes it)
 
 
-def json_array(rows: list) -> str:
+def json_array(rows: list[Row]) -> str:
     try:
         return to_json(rows).decode()  # pydantic-core: several times faster than json.dumps
     except PydanticSerializationError:  # e.g. a lone surrogate, which json.dumps escapes
@@ -110,7 +110,7 @@ class _GroupBatch:
     context: BatchContext
     published: int
     out: list[StepRow] = field(default_factory=list)
-    bundles: dict[tuple[RowKind, str, RowOp], list] = field(
+    bundles: dict[tuple[RowKind, str, RowOp], list[Row]] = field(
         default_factory=lambda: defaultdict(list)
     )
     input_rows: int = 0

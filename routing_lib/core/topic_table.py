@@ -15,8 +15,8 @@ Blob layout: topic names joined by US, then RS, then the rows as a JSON list of
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, ValuesView
+from typing import TYPE_CHECKING, ClassVar, TypeVar, overload
 
 from routing_lib.core.content import CONTENT
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from routing_lib.core.group_routes import QueueData
 
 RS, US = "\x1e", "\x1f"
+_T = TypeVar("_T")
 
 
 class TopicTable(Mapping[str, "QueueData"]):
@@ -73,13 +74,17 @@ class TopicTable(Mapping[str, "QueueData"]):
         return topic in self._table()
 
     # Mapping's mixins would go through __getitem__ once per topic: use the dict's own views.
-    def items(self):
+    def items(self) -> ItemsView[str, QueueData]:
         return self._table().items()
 
-    def values(self):
+    def values(self) -> ValuesView[QueueData]:
         return self._table().values()
 
-    def get(self, topic: str, default=None):
+    @overload
+    def get(self, topic: str, /) -> QueueData | None: ...
+    @overload
+    def get(self, topic: str, default: QueueData | _T, /) -> QueueData | _T: ...
+    def get(self, topic: str, default: object = None) -> object:
         return self._table().get(topic, default)
 
     def __eq__(self, other: object) -> bool:
