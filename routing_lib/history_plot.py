@@ -44,7 +44,8 @@ _BAR_HEIGHT = 0.6
 
 def _to_datenum(ms: int) -> float:
     """Epoch ms -> Matplotlib date number (whatever rcParams['date.epoch'] is)."""
-    return mdates.date2num(datetime(1970, 1, 1, tzinfo=UTC)) + ms / _MS_PER_DAY
+    epoch: float = mdates.date2num(datetime(1970, 1, 1, tzinfo=UTC))
+    return epoch + ms / _MS_PER_DAY
 
 
 def _watermark(warehouse: str | Path) -> int | None:

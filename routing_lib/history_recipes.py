@@ -37,7 +37,7 @@ from routing_lib.core.history import (
     TOPIC_ROUTE_HISTORY,
 )
 from routing_lib.core.tables import Row
-from routing_lib.read.arrow_filters import read_table
+from routing_lib.read.arrow_filters import Filter, read_table
 from routing_lib.read.warehouse import open_table
 
 # A dict of history tables: DataFrames from load_frames, or row lists from load_history.
@@ -52,7 +52,7 @@ _NULLABLE_INTS = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
 def load_frames(
     warehouse: str | Path,
     tables: Sequence[str] = HISTORY_TABLES,
-    filters: Mapping[str, list] | None = None,
+    filters: Mapping[str, list[Filter]] | None = None,
 ) -> dict[str, pd.DataFrame]:
     """History tables as DataFrames, read with delta-rs (no JVM). Integer columns stay
     integers (nullable Int64), so valid_to NULL is <NA>, not a float NaN. `filters`: delta-rs

@@ -77,7 +77,7 @@ def serve_metrics(metrics: JobMetrics, port: int, host: str = "127.0.0.1") -> Th
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args) -> None:
+        def log_message(self, *args: object) -> None:
             pass
 
     server = ThreadingHTTPServer((host, port), Handler)

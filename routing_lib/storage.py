@@ -99,7 +99,7 @@ def filesystem(location: str | Path) -> tuple[pafs.FileSystem, str]:
 def _s3(
     url: str | None, region_: str, key: str | None, secret: str | None, token: str | None
 ) -> pafs.S3FileSystem:
-    options: dict = {"region": region_, "access_key": key, "secret_key": secret}
+    options: dict[str, str | None] = {"region": region_, "access_key": key, "secret_key": secret}
     if token:
         options["session_token"] = token
     if url:
@@ -113,14 +113,16 @@ def is_dir(location: str | Path) -> bool:
     if not is_remote(location):
         return Path(location).is_dir()
     filesystem_, path = filesystem(location)
-    return filesystem_.get_file_info(path.rstrip("/")).type == pafs.FileType.Directory
+    found: bool = filesystem_.get_file_info(path.rstrip("/")).type == pafs.FileType.Directory
+    return found
 
 
 def exists(location: str | Path) -> bool:
     if not is_remote(location):
         return Path(location).exists()
     filesystem_, path = filesystem(location)
-    return filesystem_.get_file_info(path).type != pafs.FileType.NotFound
+    found: bool = filesystem_.get_file_info(path).type != pafs.FileType.NotFound
+    return found
 
 
 def read_text(location: str | Path) -> str:
@@ -131,7 +133,8 @@ def read_text(location: str | Path) -> str:
     if filesystem_.get_file_info(path).type == pafs.FileType.NotFound:
         raise FileNotFoundError(location)
     with filesystem_.open_input_stream(path) as stream:
-        return stream.read().decode()
+        text: str = stream.read().decode()
+    return text
 
 
 def write_text(location: str | Path, text: str) -> None:

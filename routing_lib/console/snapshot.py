@@ -19,6 +19,7 @@ from routing_lib.console import timing
 from routing_lib.console.pins import TableCache, pin_versions
 from routing_lib.console.search import NamesMemo, TopicNames
 from routing_lib.core.as_of import live_brokers_as_of, route_rows_as_of
+from routing_lib.core.catalog import BROKER_ADDR, CLUSTER_ADDR, TOPIC_QUEUE
 from routing_lib.core.group_routes import PERM_WRITE
 from routing_lib.core.history import (
     BROKER_LIVENESS_EVENTS,
@@ -26,7 +27,7 @@ from routing_lib.core.history import (
     CLUSTER_MEMBERSHIP_HISTORY,
     TOPIC_ROUTE_HISTORY,
 )
-from routing_lib.core.tables import BROKER_ADDR, CLUSTER_ADDR, PROGRESS, TOPIC_QUEUE, Row
+from routing_lib.core.tables import PROGRESS, Row
 from routing_lib.lookup.refresher import Served, SnapshotHolder
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.read.warehouse import WarehouseSnapshot
@@ -154,7 +155,8 @@ class Snapshot:
         data = self.table(name)
         if data is None:
             return []
-        return (data.filter(mask(data)) if mask is not None else data).to_pylist()
+        rows: list[Row] = (data.filter(mask(data)) if mask is not None else data).to_pylist()
+        return rows
 
     def history_start(self) -> int:
         """The earliest time the history knows: the start of the time control."""

@@ -14,12 +14,12 @@ from routing_lib.core.history import (
     TOPIC_ROUTE_HISTORY,
 )
 from routing_lib.core.tables import Row
-from routing_lib.read.arrow_filters import read_table
+from routing_lib.read.arrow_filters import Filter, read_table
 from routing_lib.read.warehouse import WarehouseError, load_snapshot, open_optional, open_table
 
 
 def load_history(
-    warehouse: str | Path, filters: dict[str, list] | None = None
+    warehouse: str | Path, filters: dict[str, list[Filter]] | None = None
 ) -> dict[str, list[Row]]:
     """Every history table (or the rows matching delta-rs `filters` per table)."""
     out = {}
