@@ -15,6 +15,8 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 
 if [ "${1:-}" = "--quick" ]; then
   shift
+  # seeded property tests run their first 3 seeds here, all of them in the full suite
+  export ROUTELAKE_TEST_SEEDS="${ROUTELAKE_TEST_SEEDS:-3}"
   exec .venv/bin/pytest -q -p no:cacheprovider -m unit "$@"
 fi
 

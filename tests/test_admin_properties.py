@@ -10,11 +10,11 @@ import pytest
 from routing_lib.core.dump import project
 from routing_lib.core.replay import default_watermark, replay_dump
 from schemas import parse_event
-from tests.support.helpers import DELAY_MS, admin_history
+from tests.support.helpers import DELAY_MS, admin_history, seeds
 from tests.support.stream_model import run_model_in_batches
 
 
-@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("seed", seeds(30))
 def test_random_admin_history_in_random_batches_equals_replay(seed):
     events = [parse_event(line) for line in admin_history(seed)]
     assert any(e.eventType == "DELETE_TOPIC" for e in events)

@@ -21,7 +21,7 @@ from routing_lib.core.dump import project
 from routing_lib.core.replay import replay_dump
 from routing_lib.core.wire import externalize, pack_event
 from schemas import parse_event
-from tests.support.helpers import DELAY_MS, random_history, registration_modes
+from tests.support.helpers import DELAY_MS, random_history, registration_modes, seeds
 from tests.support.step_support import group_state, run_step
 from tests.support.stream_model import run_model_in_batches
 
@@ -34,7 +34,7 @@ def _history(seed: int) -> list:
     return [parse_event(json.dumps(r)) for r in records]
 
 
-@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize("seed", seeds(24))
 def test_registration_modes_as_content_refs_in_random_batches_equal_replay(seed):
     events = _history(seed)
     final = max(e.eventTime for e in events) - DELAY_MS

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.helpers import seeds
+
 # Imports that reach a Spark session, a Kafka client, a browser or a test service. Pure pyspark
 # modules (types, GroupState) are reached through tests.support.step_support and schemas.spark,
 # which is allowed; a unit test module naming pyspark itself is not.
@@ -147,3 +149,12 @@ def _java_descendants(root: int) -> list[int]:
             found.append(pid)
         pending.extend(children.get(pid, []))
     return found
+
+
+def test_the_quick_tier_runs_fewer_seeds_only_when_asked(monkeypatch):
+    monkeypatch.delenv("ROUTELAKE_TEST_SEEDS", raising=False)
+    assert seeds(24) == range(24)
+    monkeypatch.setenv("ROUTELAKE_TEST_SEEDS", "3")
+    assert seeds(24) == range(3) and seeds(2) == range(2)
+    monkeypatch.setenv("ROUTELAKE_TEST_SEEDS", "0")
+    assert seeds(24) == range(1)  # a property test keeps one seed

@@ -19,6 +19,13 @@ FIXTURES = sorted(p.name for p in GOLDEN.iterdir() if (p / "events.jsonl").exist
 DELAY_MS = 10_000
 
 
+def seeds(count: int) -> range:
+    """The seeds of a seeded property test: range(count), or its first $ROUTELAKE_TEST_SEEDS
+    when that is set lower (scripts/test.sh --quick sets a few; the full suite runs all)."""
+    limit = os.environ.get("ROUTELAKE_TEST_SEEDS", "")
+    return range(min(count, max(1, int(limit)))) if limit else range(count)
+
+
 def fixture_lines(name: str) -> list[str]:
     return (GOLDEN / name / "events.jsonl").read_text().splitlines()
 
