@@ -12,7 +12,7 @@ before batch M's tasks start.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import cast
+from typing import Any, TypeVar, cast
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
@@ -20,9 +20,9 @@ from pyspark import TaskContext
 
 from routing_lib import storage
 from routing_lib.core.admin import ADMIN_EVENTS, ADMIN_KEY, delete_from_row
+from routing_lib.core.catalog import TOPIC_QUEUE
 from routing_lib.core.clock import Arrival
 from routing_lib.core.history import event_date
-from routing_lib.core.tables import TOPIC_QUEUE
 from routing_lib.core.wire import unpack_event
 from routing_lib.ingest import Classified
 from routing_lib.read.arrow_filters import read_table
@@ -32,6 +32,8 @@ from schemas.route_event import DeleteTopicEvent
 _holders_cache: dict[tuple[str, int | None, str], list[str]] = {}
 _log_cache: dict[tuple[str, int | None, int], list[tuple[Arrival, DeleteTopicEvent]]] = {}
 _CACHE_LIMIT = 256
+_Key = TypeVar("_Key", bound=tuple[Any, ...])  # (warehouse, batch id, ...)
+_Value = TypeVar("_Value")
 
 
 def _batch_id() -> int | None:
@@ -47,7 +49,7 @@ def _table(warehouse: str, table: str) -> DeltaTable | None:
         return None
 
 
-def _bounded(cache: dict, key: tuple) -> dict:
+def _bounded(cache: dict[_Key, _Value], key: _Key) -> dict[_Key, _Value]:
     """The cache to use for `key`: none outside a micro-batch (nothing says when it is stale)."""
     if key[1] is None:
         return {}

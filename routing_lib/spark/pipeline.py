@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,7 +90,7 @@ def start_query(
     settings: JobSettings,
     available_now: bool,
     trigger_interval: str | None = None,
-    on_batch=None,
+    on_batch: Callable[[BatchReport], None] | None = None,
 ) -> StreamingQuery:
     ensure_tables(spark, settings.warehouse)
 

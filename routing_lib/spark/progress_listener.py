@@ -5,6 +5,12 @@ from __future__ import annotations
 import logging
 
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+)
 
 from routing_lib.metrics import JobMetrics
 
@@ -12,13 +18,13 @@ log = logging.getLogger("routelake.progress")
 
 
 class ProgressListener(StreamingQueryListener):
-    def __init__(self, metrics: JobMetrics):
+    def __init__(self, metrics: JobMetrics) -> None:
         self.metrics = metrics
 
-    def onQueryStarted(self, event) -> None:  # Spark's names
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:  # Spark's names
         log.info("query started: %s", event.id)
 
-    def onQueryProgress(self, event) -> None:
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
         progress = event.progress
         state_rows = sum(op.numRowsTotal for op in progress.stateOperators)
         self.metrics.set("routelake_state_rows", state_rows)
@@ -37,8 +43,8 @@ class ProgressListener(StreamingQueryListener):
             lag,
         )
 
-    def onQueryIdle(self, event) -> None:
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
 
-    def onQueryTerminated(self, event) -> None:
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         log.info("query terminated: %s %s", event.id, event.exception or "")

@@ -7,7 +7,7 @@ Archives are read with the binaryFile source so that every line keeps its file a
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -104,8 +104,8 @@ def _glob_escape(name: str) -> str:
 
 def make_kafka_classifier(
     max_future_skew_ms: int, warehouse: str | None = None, store: ContentSettings | None = None
-):
-    def classify_kafka(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+) -> Callable[[Iterable[pd.DataFrame]], Iterator[pd.DataFrame]]:
+    def classify_kafka(frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for pdf in frames:
             now_ms = int(time.time() * 1000)
             yield _frame(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import pandas as pd
@@ -81,7 +81,7 @@ def _frame(rows: list[StepRow]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 
 
-def _input_rows(frames: Iterator[pd.DataFrame]) -> Iterator[InputRow]:
+def _input_rows(frames: Iterable[pd.DataFrame]) -> Iterator[InputRow]:
     for pdf in frames:
         for event_time, source, position, payload in zip(
             pdf["event_time"], pdf["source"], pdf["position"], pdf["payload"], strict=True
@@ -98,9 +98,11 @@ def _context(state: GroupState | None, settings: StepSettings) -> BatchContext:
     )
 
 
-def make_step(settings: StepSettings):
+def make_step(
+    settings: StepSettings,
+) -> Callable[[tuple[str], Iterable[pd.DataFrame], GroupState], Iterator[pd.DataFrame]]:
     def step(
-        key: tuple, frames: Iterator[pd.DataFrame], state: GroupState
+        key: tuple[str], frames: Iterable[pd.DataFrame], state: GroupState
     ) -> Iterator[pd.DataFrame]:
         (group,) = key
         if group == DEAD_LETTER_KEY:
@@ -121,7 +123,7 @@ def make_step(settings: StepSettings):
 
 
 def _broker_group_step(
-    group: str, frames: Iterator[pd.DataFrame], state: GroupState, settings: StepSettings
+    group: str, frames: Iterable[pd.DataFrame], state: GroupState, settings: StepSettings
 ) -> list[StepRow]:
     saved = SavedGroup(*state.get) if state.exists else None
     context = _context(state, settings)
@@ -153,7 +155,7 @@ def _broker_group_step(
     return result.rows
 
 
-def _dead_letters(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+def _dead_letters(frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     seen_at = int(time.time() * 1000)
     batch_id = _current_batch_id()
     for pdf in frames:
