@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from enum import IntEnum
 from types import MappingProxyType
+from typing import Any, TypedDict
 
 # NettyDecoder's FRAME_MAX_LENGTH: the decoder's default, for answers (a client reading a big
 # topic list) and for the collector's REGISTER_BROKER bodies. The lookup's own listener takes
@@ -214,7 +215,7 @@ def _str(data: bytes, what: str) -> str:
         raise MalformedFrameError(f"{what} is not UTF-8") from None
 
 
-def _int_field(header: dict, name: str, bounds: tuple[int, int]) -> int:
+def _int_field(header: dict[str, Any], name: str, bounds: tuple[int, int]) -> int:
     value = header.get(name, 0)
     if type(value) is int and bounds[0] <= value <= bounds[1]:
         return value  # the usual case, checked first
@@ -262,7 +263,7 @@ def _ext_value(value: object) -> str:
     raise MalformedFrameError("JSON header: extFields values must be scalars")
 
 
-def _language(header: dict) -> str:
+def _language(header: dict[str, Any]) -> str:
     language = header.get("language", "JAVA")
     if isinstance(language, str):
         return language
@@ -271,7 +272,19 @@ def _language(header: dict) -> str:
     raise MalformedFrameError("JSON header: bad language")
 
 
-def _decode_json_header(raw: bytes) -> dict:
+class _HeaderFields(TypedDict):
+    """A decoded header: RemotingCommand's fields, whichever serialize type they came in."""
+
+    code: int
+    language: str
+    version: int
+    opaque: int
+    flag: int
+    remark: str | None
+    ext_fields: dict[str, str]
+
+
+def _decode_json_header(raw: bytes) -> _HeaderFields:
     decoder = _JSON if b"-0" in raw else _JSON_NO_NEGATIVE_ZERO
     try:
         header = decoder.decode(_str(raw, "JSON header"))
@@ -287,7 +300,7 @@ def _decode_json_header(raw: bytes) -> dict:
     ext = {} if ext is None else ext  # fastjson refuses [], "", 0, false here: so do we
     if not isinstance(ext, dict):
         raise MalformedFrameError("JSON header: extFields is not an object")
-    return dict(
+    return _HeaderFields(
         code=_int_field(header, "code", _INT32),
         language=language,
         version=_int_field(header, "version", _INT32),
@@ -298,7 +311,7 @@ def _decode_json_header(raw: bytes) -> dict:
     )
 
 
-def _decode_binary_header(raw: bytes) -> dict:
+def _decode_binary_header(raw: bytes) -> _HeaderFields:
     if len(raw) < _FIXED.size + 8:
         raise MalformedFrameError("ROCKETMQ header too short")
     code, language, version, opaque, flag = _FIXED.unpack_from(raw)
@@ -312,7 +325,8 @@ def _decode_binary_header(raw: bytes) -> dict:
         return raw[pos - length : pos]
 
     def read_int(what: str) -> int:
-        return _INT.unpack(take(4, what))[0]
+        value: int = _INT.unpack(take(4, what))[0]
+        return value
 
     remark_len = read_int("remark")
     remark = _str(take(remark_len, "remark"), "remark") if remark_len else None
@@ -330,7 +344,7 @@ def _decode_binary_header(raw: bytes) -> dict:
             raise MalformedFrameError("ROCKETMQ header: extFields overrun")
         if key and val:  # Java reads a zero length as null; a null key or value is dropped
             ext[_str(key, "extFields key")] = _str(val, "extFields value")
-    return dict(
+    return _HeaderFields(
         code=code,
         language=_LANGUAGE_NAMES.get(language, "OTHER"),
         version=version,

@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from typing import Any
 
 from routing_lib.remoting.frames import (
     FrameDecoder,
@@ -77,7 +78,8 @@ class RemotingListener:
         self._frame_log = ThrottledLog(log)
         self._server: asyncio.Server | TlsAcceptor | None = None
         self._stopping = False
-        self.connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        # the connection tasks asyncio.start_server runs (asyncio.current_task types them Any)
+        self.connections: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
 
     async def start(self, host: str, port: int, sock: socket.socket | None = None) -> int:
         """Listen on (host, port), or on `sock`, a socket bound already (worker processes
@@ -128,7 +130,7 @@ class RemotingListener:
             return
         self.connections[task] = writer
         self.metrics.connections += 1
-        pending: set[asyncio.Task] = set()
+        pending: set[asyncio.Task[None]] = set()
         try:
             await self._serve_connection(reader, writer, peer, pending)
         except ConnectionError:
@@ -157,7 +159,7 @@ class RemotingListener:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         peer: object,
-        pending: set[asyncio.Task],
+        pending: set[asyncio.Task[None]],
     ) -> None:
         """Read, decode, answer until EOF, a bad frame or a timeout. Between frames the idle
         timeout applies; once a frame has begun it must be whole within the request timeout
@@ -205,7 +207,7 @@ class RemotingListener:
         commands: list[RemotingCommand],
         writer: asyncio.StreamWriter,
         peer: object,
-        pending: set[asyncio.Task],
+        pending: set[asyncio.Task[None]],
     ) -> bool:
         """Answer (or start answering) each command; False: the connection must close."""
         for command in commands:

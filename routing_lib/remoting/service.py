@@ -138,7 +138,7 @@ class NetworkService:
         self.http_port = http_port
         self.http_tls = http_tls
         self.stopping = asyncio.Event()  # set first by stop(): background loops end on it
-        self.tasks: list[asyncio.Task] = []
+        self.tasks: list[asyncio.Task[None]] = []
         self._http: uvicorn.Server | None = None
 
     def in_background(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
@@ -191,7 +191,7 @@ class Serving(Protocol):
     async def stop(self) -> None: ...
 
 
-async def until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task]) -> None:
+async def until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:
     """Until `stop` is set or one of a server's tasks (a listener, the refresher) ends."""
     stopper = asyncio.create_task(stop.wait())
     try:

@@ -167,8 +167,8 @@ class TlsAcceptor:
         self.listener = listener
         # Connections not yet handed over (waiting for their first byte or handshake): bounded
         # like the served ones, they would otherwise hold sockets at no cost to the client.
-        self._sorting: set[asyncio.Task] = set()
-        self._accepting: asyncio.Task | None = None
+        self._sorting: set[asyncio.Task[None]] = set()
+        self._accepting: asyncio.Task[None] | None = None
 
     @property
     def sockets(self) -> tuple[socket.socket, ...]:
@@ -258,7 +258,7 @@ class TlsAcceptor:
         while True:
             readable = loop.create_future()
 
-            def ready(readable: asyncio.Future = readable) -> None:
+            def ready(readable: asyncio.Future[None] = readable) -> None:
                 if not readable.done():
                     readable.set_result(None)
 
