@@ -210,7 +210,8 @@ class _Reader:
         return self.data[self.pos - length : self.pos]
 
     def int(self) -> int:
-        return _INT.unpack(self.take(4))[0]
+        value: int = _INT.unpack(self.take(4))[0]
+        return value
 
     def part(self) -> bytes:
         return self.take(self.int())

@@ -25,7 +25,7 @@ class PublishError(RuntimeError):
     """The record was not acknowledged by Kafka (unreachable, timed out, refused)."""
 
 
-def _settle(future: asyncio.Future, error: BaseException | None) -> None:
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
     if future.done():
         return  # cancelled meanwhile: the connection went away
     if error is None:
@@ -72,7 +72,7 @@ class KafkaPublisher:
         self._producer: Any = None
         self._next_attempt = 0.0
 
-    def send(self, key: bytes | None, value: bytes) -> asyncio.Future:
+    def send(self, key: bytes | None, value: bytes) -> asyncio.Future[None]:
         """Queue one record (call on the event loop); the future is its acknowledgement."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
@@ -96,7 +96,7 @@ class KafkaPublisher:
     def _send(
         self,
         loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future,
+        future: asyncio.Future[None],
         key: bytes | None,
         value: bytes,
     ) -> None:

@@ -71,7 +71,7 @@ Reply = RemotingCommand | None
 
 
 class Publisher(Protocol):
-    def send(self, key: bytes | None, value: bytes) -> asyncio.Future: ...
+    def send(self, key: bytes | None, value: bytes) -> asyncio.Future[None]: ...
 
     def close(self, timeout_s: float = 10.0) -> None: ...
 
@@ -149,7 +149,7 @@ class Collector:
         self.clock = clock
         self.metrics = CollectorMetrics()
         self._log = ThrottledLog(log)
-        self._tick: asyncio.Future | None = None
+        self._tick: asyncio.Future[None] | None = None
         self.kafka_ok = False  # the latest TICK was acknowledged (the collector's /readyz)
         self.admin_allow = parse_networks(admin_allow)
         self.holder: SnapshotHolder | None = None
@@ -192,7 +192,7 @@ class Collector:
 
     async def _after_ack(
         self,
-        ack: asyncio.Future,
+        ack: asyncio.Future[None],
         request: RemotingCommand,
         event: dict[str, Any],
         version: dict[str, Any] | None,
@@ -233,7 +233,7 @@ class Collector:
         return None if request.is_oneway else _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
 
     async def _not_acknowledged(
-        self, ack: asyncio.Future, request: RemotingCommand, kind: str, who: object
+        self, ack: asyncio.Future[None], request: RemotingCommand, kind: str, who: object
     ) -> Reply | Literal[_Acked.ACKED]:
         """Wait for Kafka: _ACKED (and counted), or the error reply to send instead."""
         try:
@@ -299,7 +299,7 @@ class Collector:
 
     async def _after_admin_ack(
         self,
-        ack: asyncio.Future,
+        ack: asyncio.Future[None],
         request: RemotingCommand,
         event: dict[str, Any],
         ext: dict[str, str] | None,
@@ -343,7 +343,7 @@ class Collector:
         self._tick = self.publisher.send(self.collector_id.encode(), encode_event(event))
         self._tick.add_done_callback(self._ticked)
 
-    def _ticked(self, future: asyncio.Future) -> None:
+    def _ticked(self, future: asyncio.Future[None]) -> None:
         if future.cancelled():
             return
         self.kafka_ok = future.exception() is None
