@@ -24,17 +24,17 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from routing_lib.core.dump import canonical_dump, kv_config_table
-from routing_lib.core.group_routes import MASTER_ID, PERM_WRITE
-from routing_lib.core.tables import (
+from routing_lib.core.catalog import (
     BROKER_ADDR,
     BROKER_LIVE,
     CLUSTER_ADDR,
     FILTER_SERVER,
     KV_CONFIG,
     TOPIC_QUEUE,
-    Row,
 )
+from routing_lib.core.dump import canonical_dump, kv_config_table
+from routing_lib.core.group_routes import MASTER_ID, PERM_WRITE
+from routing_lib.core.tables import Row
 from routing_lib.lookup import jsonbody
 from routing_lib.lookup.topic_store import SHARDS, Entry, Queue, TopicStore, queues_of
 from routing_lib.lookup.topics import SYNC_BROKER_MEMBER_GROUP_PREFIX, is_system_topic

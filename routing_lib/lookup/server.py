@@ -43,6 +43,8 @@ log = logging.getLogger("routelake.lookup")
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 
 # -- HTTP --
@@ -74,7 +76,7 @@ class _ObserveHttp:
         self.app = app
         self.metrics = metrics
 
-    async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -26,7 +26,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from routing_lib.core.tables import PROGRESS, TOPIC_QUEUE, Row
+from routing_lib.core.catalog import TOPIC_QUEUE
+from routing_lib.core.tables import PROGRESS, Row
 from routing_lib.lookup.routes import SMALL_TABLES, RouteIndex
 from routing_lib.lookup.topic_store import (
     SHARDS,
@@ -75,7 +76,7 @@ def store_of(table: pa.Table) -> TopicStore:
     shards: list[dict[str, Entry]] = [{} for _ in range(SHARDS)]
     start = 0
     for topic, end in zip(topics, run_ends, strict=True):
-        flat: list = [None] * (2 * (end - start))
+        flat: list[str | Queue | None] = [None] * (2 * (end - start))
         flat[0::2] = broker_list[start:end]
         flat[1::2] = queue_list[start:end]
         shards[TopicStore.shard_of(topic)][topic] = tuple(flat)
@@ -111,7 +112,8 @@ def _give_back_memory() -> None:
 def _small_rows(warehouse: str | Path, table: str, versions: Mapping[str, int]) -> list[Row]:
     if table not in versions:
         return []  # an optional table an older warehouse lacks
-    return read_version(warehouse, table, versions[table]).to_pylist()
+    rows: list[Row] = read_version(warehouse, table, versions[table]).to_pylist()
+    return rows
 
 
 def load_index(

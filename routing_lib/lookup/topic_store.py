@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 Queue = tuple[int, int, int, int]  # read_queue_nums, write_queue_nums, perm, topic_sys_flag
-Entry = tuple  # (broker_name, Queue, broker_name, Queue, ...) sorted by broker name
+# (broker_name, Queue, broker_name, Queue, ...) sorted by broker name; a tuple type cannot say
+# "alternating", and unions would need a cast at every read of the hot lookup path
+Entry = tuple[Any, ...]
 
 SHARDS = 256
 _MASK = SHARDS - 1
@@ -40,7 +43,7 @@ def entry_of(queues: Mapping[str, Queue]) -> Entry | None:
     if not queues:
         return None
     names = sorted(queues)
-    flat: list = [None] * (2 * len(names))
+    flat: list[str | Queue | None] = [None] * (2 * len(names))
     flat[0::2] = names
     flat[1::2] = [queues[name] for name in names]
     return tuple(flat)
@@ -71,7 +74,7 @@ class TopicStore:
 
         def flush() -> None:
             if topic is not None:
-                flat: list = []
+                flat: list[str | Queue] = []
                 for name, queue in zip(names, queues, strict=True):
                     flat += (name, queue)
                 shards[hash(topic) & _MASK][topic] = tuple(flat)
@@ -93,7 +96,7 @@ class TopicStore:
         )
 
     @staticmethod
-    def of_rows(rows: Iterable[Mapping]) -> TopicStore:
+    def of_rows(rows: Iterable[Mapping[str, Any]]) -> TopicStore:
         """From topic_queue_table rows in any order (hand-built snapshots, tests)."""
         keyed = sorted(
             ((r["topic"], r["broker_name"]), i, r) for i, r in enumerate(rows)
