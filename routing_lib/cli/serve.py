@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from routing_lib.cli.common import warehouse
 from routing_lib.cli.listeners import add_collector_args, add_tls_args, listener_tls
 from routing_lib.config import Config
+
+if TYPE_CHECKING:  # at run time imported only when --collect asks for a collector
+    from routing_lib.collector.service import Collector
 
 HELP = "lookup service: RocketMQ remoting protocol + HTTP"
 
@@ -58,9 +62,7 @@ def handle(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-# No return type: Collector's `codes` are frozenset[RequestCode] where serve's BrokerRequests
-# protocol says frozenset[int], which mypy rejects (a mutable attribute is invariant).
-def _collector(args: argparse.Namespace, config: Config, port: int):
+def _collector(args: argparse.Namespace, config: Config, port: int) -> Collector:
     """The collector of `serve --collect`, publishing to [kafka] (or --kafka)."""
     from routing_lib.collector.publisher import KafkaPublisher
     from routing_lib.collector.server import default_collector_id

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pyspark.sql import SparkSession
+
 from routing_lib import storage
 from routing_lib.config import Config
 from routing_lib.core.group_routes import RouteFlags
@@ -31,7 +33,7 @@ def run_backfill(
     as_of: int | None = None,
     checkpoint: str | None = None,
     max_files_per_trigger: int | None = None,
-    spark=None,
+    spark: SparkSession | None = None,
     allow_future_events: bool | None = None,
 ) -> None:
     """`allow_future_events` (default: [routes] backfill_allow_future_events) keeps lines dated

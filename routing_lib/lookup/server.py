@@ -239,8 +239,12 @@ def _add_health_api(app: FastAPI, holder: SnapshotHolder, metrics: Metrics) -> N
 class BrokerRequests(Protocol):
     """The collector half of `serve --collect` (routing_lib.collector.service.Collector)."""
 
-    codes: frozenset[int]
-    large_frame_codes: frozenset[int]
+    # read-only, so a collector's frozenset[RequestCode] qualifies (RequestCode is an int)
+    @property
+    def codes(self) -> frozenset[int]: ...
+
+    @property
+    def large_frame_codes(self) -> frozenset[int]: ...
 
     def handle(self, request: RemotingCommand) -> Reply | Awaitable[Reply]: ...
 
