@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from routing_lib.core.catalog import ADMIN_EVENTS as ADMIN_EVENTS
 from routing_lib.core.catalog import BROKER_LIVENESS_EVENTS as BROKER_LIVENESS_EVENTS
@@ -49,7 +49,11 @@ from routing_lib.core.catalog import TOPIC_ROUTE_HISTORY as TOPIC_ROUTE_HISTORY
 from routing_lib.core.clock import Advance, Expiry, GroupClock, apply_guarded
 from routing_lib.core.group_routes import BrokerKey, GroupRoutes, RouteFlags
 from routing_lib.core.rows import RowOp
-from routing_lib.core.tables import RoutesSnapshot, Row
+from routing_lib.core.tables import RoutesSnapshot, Row, RowKey
+from routing_lib.core.wire import Event
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
 
 INTERVAL_TABLES = tuple(s.name for s in HISTORY_SPECS if s.close_columns)
 # The interval tables, broker_liveness_events and admin_events (the audit trail and the
@@ -140,7 +144,7 @@ def iter_transitions(
     clock.watermark = watermark
 
 
-def _cause(event) -> tuple[tuple[str, str | None], int | None]:
+def _cause(event: Event) -> tuple[tuple[str, str | None], int | None]:
     """The broker an event names; an administrative event names none ("" address)."""
     return (
         (getattr(event, "clusterName", None) or "", getattr(event, "brokerAddr", None)),
@@ -198,14 +202,14 @@ def advance_transitions(
 @dataclass(frozen=True)
 class IntervalEnd:
     table: str
-    key: tuple
+    key: RowKey
     columns: Row  # the HISTORY_CLOSE_COLUMNS values
 
 
 @dataclass(frozen=True)
 class IntervalStart:
     table: str
-    key: tuple
+    key: RowKey
     row: Row  # the whole row: valid_from = the transition's time, valid_to None
 
 
@@ -217,9 +221,12 @@ class TransitionHistory:
 
 
 _MISSING = object()
+_Key = TypeVar("_Key", bound="SupportsRichComparison")
 
 
-def _changed(old: Mapping[Any, Any], new: Mapping[Any, Any]) -> tuple[list, list]:
+def _changed(
+    old: Mapping[_Key, object], new: Mapping[_Key, object]
+) -> tuple[list[_Key], list[_Key]]:
     """Keys whose interval ends (gone or new value), keys whose interval starts."""
     if old == new:
         return [], []
@@ -283,7 +290,7 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
     return out
 
 
-def _topic_reason(t: Transition, topic: str, other_side: Mapping, absent: str) -> str:
+def _topic_reason(t: Transition, topic: str, other_side: Mapping[str, object], absent: str) -> str:
     """Why a topic route interval ends or starts: `other_side` is the topics after (for an
     end) or before (for a start) the transition, `absent` the reason when it is not there."""
     admin_reason = _ADMIN_REASONS.get(t.kind)
@@ -327,7 +334,9 @@ def _topic_routes(name: str, t: Transition, out: TransitionHistory) -> None:
         out.starts.append(IntervalStart(TOPIC_ROUTE_HISTORY, (topic, name), row))
 
 
-def _membership_end_reason(t: Transition, broker_id: int, addr: str, new_ids: dict) -> str:
+def _membership_end_reason(
+    t: Transition, broker_id: int, addr: str, new_ids: dict[int, str]
+) -> str:
     if t.kind == EXPIRE:
         return EXPIRED
     if t.kind == UNREGISTER:
@@ -495,11 +504,11 @@ class HistoryChange:
     row: Row
 
     @property
-    def identity(self) -> tuple:
+    def identity(self) -> RowKey:
         return tuple(self.row[c] for c in HISTORY_IDENTITY[self.table])
 
 
-def _identity_row(table: str, key: tuple, valid_from: int) -> Row:
+def _identity_row(table: str, key: RowKey, valid_from: int) -> Row:
     row = dict(zip(HISTORY_KEYS[table], key, strict=True))
     row["valid_from"] = valid_from
     row["event_date"] = event_date(valid_from)
@@ -516,7 +525,7 @@ class HistoryTracker:
     sequence of the current instant. Lives in the group's state next to its GroupClock."""
 
     broker_name: str
-    open_since: dict[str, dict[tuple, int]] = field(
+    open_since: dict[str, dict[RowKey, int]] = field(
         default_factory=lambda: {t: {} for t in INTERVAL_TABLES}
     )
     instant: int = 0  # time of the latest liveness event
@@ -525,7 +534,7 @@ class HistoryTracker:
     # 10 000 topics keeps them all open, and most batches change none of them.
     topic_opens_blob: str | None = None
 
-    def opens(self, table: str) -> dict[tuple, int]:
+    def opens(self, table: str) -> dict[RowKey, int]:
         if table == TOPIC_ROUTE_HISTORY and self.topic_opens_blob is not None:
             pairs = json.loads(self.topic_opens_blob) if self.topic_opens_blob else []
             self.open_since[table] = {(topic, self.broker_name): since for topic, since in pairs}
@@ -601,7 +610,7 @@ def decode_history(state: HistoryState) -> HistoryTracker:
     s = json.loads(text)
     if s.get("v") != HISTORY_STATE_FORMAT:
         raise ValueError(f"unknown history state format {s.get('v')!r}")
-    open_since: dict[str, dict[tuple, int]] = {t: {} for t in INTERVAL_TABLES}
+    open_since: dict[str, dict[RowKey, int]] = {t: {} for t in INTERVAL_TABLES}
     for table, items in s["open"].items():
         open_since[table] = {tuple(item[:-1]): item[-1] for item in items}
     instant, seq = s["instant"]
@@ -615,7 +624,7 @@ def compact_changes(changes: Iterable[HistoryChange]) -> list[HistoryChange]:
     """Fold a batch's changes to one per row identity (a Delta MERGE refuses two source rows
     for one target row): upsert+close -> the closed row; otherwise the later change wins
     (upsert+delete -> delete, delete+upsert -> upsert)."""
-    folded: dict[tuple[str, tuple], HistoryChange] = {}
+    folded: dict[tuple[str, RowKey], HistoryChange] = {}
     for change in changes:
         slot = (change.table, change.identity)
         previous = folded.get(slot)
@@ -626,7 +635,7 @@ def compact_changes(changes: Iterable[HistoryChange]) -> list[HistoryChange]:
 
 
 def merge_history_batch(
-    tables: dict[str, dict[tuple, Row]], batch: Iterable[HistoryChange]
+    tables: dict[str, dict[RowKey, Row]], batch: Iterable[HistoryChange]
 ) -> None:
     """Apply one compacted batch like the writer's MERGE on HISTORY_IDENTITY:
 
@@ -635,7 +644,7 @@ def merge_history_batch(
         matched & append -> nothing         not matched & close/delete -> nothing
 
     so re-applying a batch changes nothing. `tables`: table -> identity -> row."""
-    seen: set[tuple[str, tuple]] = set()
+    seen: set[tuple[str, RowKey]] = set()
     for change in batch:
         slot = (change.table, change.identity)
         if slot in seen:

@@ -4,28 +4,30 @@ keys) are described in routing_lib/core/catalog.py; the names are re-exported he
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from routing_lib.core.catalog import (
-    BROKER_ADDR,
-    BROKER_LIVE,
-    CLUSTER_ADDR,
-    FILTER_SERVER,
-    KV_CONFIG,
-    ROUTE_SPECS,
-    TOPIC_QUEUE,
-    names,
-)
-
-# re-exported: the side tables' names, imported from here by the job, readers and tests
+# the tables' names are re-exported (`as`): the job, readers and tests import them from here
+from routing_lib.core.catalog import BROKER_ADDR as BROKER_ADDR
+from routing_lib.core.catalog import BROKER_LIVE as BROKER_LIVE
+from routing_lib.core.catalog import CLUSTER_ADDR as CLUSTER_ADDR
 from routing_lib.core.catalog import DEAD_LETTER as DEAD_LETTER
+from routing_lib.core.catalog import FILTER_SERVER as FILTER_SERVER
+from routing_lib.core.catalog import KV_CONFIG as KV_CONFIG
 from routing_lib.core.catalog import LATE_EVENT as LATE_EVENT
 from routing_lib.core.catalog import PROGRESS as PROGRESS
+from routing_lib.core.catalog import ROUTE_SPECS, names
+from routing_lib.core.catalog import TOPIC_QUEUE as TOPIC_QUEUE
 from routing_lib.core.group_routes import BrokerData, BrokerKey, BrokerLive, GroupRoutes, QueueData
 from routing_lib.core.topic_table import EMPTY_TOPICS, TopicTable
 
 Row = dict[str, Any]
+RowKey = tuple[Any, ...]  # a row's key column values (TABLE_KEYS order): strings, ints, None
+# BrokerData as a value: (cluster, ((broker id, address), ...) sorted, enableActingMaster, zone)
+BrokerDataTuple = tuple[str, tuple[tuple[int, str], ...], bool, str | None]
+_Key = TypeVar("_Key", bound=RowKey)
+_Value = TypeVar("_Value")
 
 # table -> its key columns, in order
 TABLE_KEYS: dict[str, tuple[str, ...]] = {spec.name: spec.keys for spec in ROUTE_SPECS}
@@ -35,7 +37,7 @@ ROUTE_TABLES = names(ROUTE_SPECS)
 @dataclass(frozen=True)
 class Change:
     table: str
-    key: tuple
+    key: RowKey
     row: Row | None  # None: delete the row with this key
 
 
@@ -43,7 +45,7 @@ class Change:
 class RoutesSnapshot:
     """A cheap copy of a group's tables (values are immutable, so shallow copies do)."""
 
-    broker_data: tuple | None
+    broker_data: BrokerDataTuple | None
     clusters: frozenset[str]
     topics: TopicTable  # immutable and shared with the routes: no copy
     live: dict[BrokerKey, BrokerLive]
@@ -73,7 +75,7 @@ def _kv_entries(kv: dict[str, dict[str, str]]) -> dict[tuple[str, str | None], s
     return entries
 
 
-def _broker_data_tuple(data: BrokerData | None) -> tuple | None:
+def _broker_data_tuple(data: BrokerData | None) -> BrokerDataTuple | None:
     if data is None:
         return None
     return (
@@ -95,7 +97,7 @@ def _topic_row(name: str, topic: str, q: QueueData) -> Row:
     }
 
 
-def _broker_rows(name: str, data: tuple | None) -> dict[tuple, Row]:
+def _broker_rows(name: str, data: BrokerDataTuple | None) -> dict[RowKey, Row]:
     if data is None:
         return {}
     cluster, addrs, acting, zone = data
@@ -138,7 +140,12 @@ def _filter_row(name: str, key: BrokerKey, servers: tuple[str, ...]) -> Row:
     }
 
 
-def _diff_maps(table: str, old: dict, new: dict, row_of) -> list[Change]:
+def _diff_maps(
+    table: str,
+    old: dict[_Key, _Value],
+    new: dict[_Key, _Value],
+    row_of: Callable[[_Key, _Value], Row],
+) -> list[Change]:
     if old == new:
         return []
     changes = [Change(table, k, None) for k in old.keys() - new.keys()]
