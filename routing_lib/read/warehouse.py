@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -35,7 +36,7 @@ class WarehouseSnapshot:
     versions: dict[str, int]  # Delta table version of each table read
     watermark: int | None  # of the last published batch; None before the first one
 
-    def dump(self) -> dict:
+    def dump(self) -> dict[str, Any]:
         return canonical_dump(self.tables, self.watermark)
 
 

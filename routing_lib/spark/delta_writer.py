@@ -69,7 +69,13 @@ class BatchReport:
 class DeltaRouteWriter:
     """Call as a foreachBatch function."""
 
-    def __init__(self, warehouse: str, app_id: str, watermark_of_batch, on_batch=None):
+    def __init__(
+        self,
+        warehouse: str,
+        app_id: str,
+        watermark_of_batch: Callable[[int], int],
+        on_batch: Callable[[BatchReport], None] | None = None,
+    ) -> None:
         self.warehouse = warehouse
         self.app_id = app_id
         self.watermark_of_batch = watermark_of_batch  # batch id -> watermark its tables show
