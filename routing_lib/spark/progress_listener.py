@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
     QueryProgressEvent,
     QueryStartedEvent,
     QueryTerminatedEvent,
+    StreamingQueryListener,
 )
 
 from routing_lib.metrics import JobMetrics
