@@ -40,7 +40,14 @@ from routing_lib.remoting.frames import (
     SerializeType,
     encode,
 )
-from routing_lib.remoting.protocol import NAMESRV_VERSION, RequestCode, ResponseCode
+from routing_lib.remoting.protocol import (
+    ADMIN_CODES,
+    BROKER_CODES,
+    NAMESRV_VERSION,
+    READ_CODES,
+    RequestCode,
+    ResponseCode,
+)
 from routing_lib.remoting.service_metrics import Metrics
 from schemas import parse_event
 from tests.support.lookup_support import (
@@ -302,6 +309,20 @@ def test_route_request_errors(index):
     assert (
         answer(index, request(RequestCode.GET_ROUTEINFO_BY_TOPIC)).code == ResponseCode.SYSTEM_ERROR
     )
+
+
+def test_the_lookup_answers_every_read_code_and_no_write_code(index):
+    # READ_CODES is every code that is neither a broker's nor an operator's: a code added to
+    # the protocol has to be answered here or be listed with the collector's.
+    assert not (READ_CODES & (BROKER_CODES | ADMIN_CODES)) and not (BROKER_CODES & ADMIN_CODES)
+    assert READ_CODES | BROKER_CODES | ADMIN_CODES == set(RequestCode)
+    fields = {"topic": "Orders", "cluster": "ClusterA", "namespace": "team", "key": "pager"}
+    for code in READ_CODES:
+        response = answer(index, request(code, **fields))
+        assert response.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED, code.name
+    for code in BROKER_CODES | ADMIN_CODES:
+        response = answer(index, request(code, **fields))
+        assert response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, code.name
 
 
 def test_other_requests(index):
