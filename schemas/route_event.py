@@ -285,7 +285,7 @@ def _check_port(event: AnyEvent) -> AnyEvent:
     return event
 
 
-def event_json_schema() -> dict:
+def event_json_schema() -> dict[str, Any]:
     """JSON Schema of one event (`routectl schema`)."""
     schema = _EVENT_ADAPTER.json_schema()
     schema["title"] = "RouteEvent"
