@@ -1,8 +1,9 @@
 """Test tiers, derived from what each test uses (applied by tests/conftest.py at collection).
 
-A test needs a capability when a marker says so, when a fixture in its closure provides it, or
-when its own code, its fixtures' code or the test module's helpers it calls start a process of
-their own (a JVM, `routectl` in a child Python, a Spark session). Tiers follow:
+A test needs a capability when a marker says so, when one of conftest's fixtures in its closure
+provides it, or when its own code, its fixtures' code or the functions and classes under tests/
+they name (followed transitively) start one: a Spark session, a process of their own (a JVM,
+`routectl` in a child Python). Tiers follow:
 
 - `unit`: needs nothing of the above; pure Python in this process (the quick tier);
 - `spark`: a Spark session (the `spark` / `backfill` / `job` fixtures, or marked so);
@@ -55,8 +56,8 @@ ONE_SHOT_TOOLS = frozenset(
 
 
 def apply(items: Iterable[pytest.Item]) -> None:
-    """Adds the derived capability markers and exactly one of `unit` / `integration` where
-    due, so `-m unit`, `-m spark`, `-m integration`, `-m browser` select by tier."""
+    """Adds the derived capability markers, then `integration` or `unit` where due, so that
+    `-m unit`, `-m spark`, `-m integration`, `-m browser` select by tier."""
     for item in items:
         for name in capabilities(item):
             if item.get_closest_marker(name) is None:
