@@ -39,7 +39,7 @@ class _Stop(Exception):
     """Raised in the main thread by a stop signal: ends a sleep or an HTTP call at once."""
 
 
-def _spawn(args: list[str], log: Path) -> subprocess.Popen:
+def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     out = open(log, "wb")  # lives as long as the child
     return subprocess.Popen(
@@ -56,10 +56,11 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen:
     )
 
 
-def _get(url: str) -> dict | None:
+def _get(url: str) -> dict[str, Any] | None:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
-            return json.loads(response.read())
+            answer: dict[str, Any] = json.loads(response.read())
+            return answer
     except (OSError, ValueError):
         return None
 
@@ -165,7 +166,7 @@ def _show(http: str, started: float) -> None:
         _say("\n" + render(view))
 
 
-def _stop_children(children: list[subprocess.Popen]) -> None:
+def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
     """SIGTERM each child's process group, SIGKILL what is left after CHILD_STOP_S."""
     for child in children:
         if child.poll() is None:
@@ -186,7 +187,7 @@ class _Started:
     """What the demo started so far: what its cleanup stops."""
 
     kafka: kafka_local.StartResult | None = None
-    children: list[subprocess.Popen] = field(default_factory=list)
+    children: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
 
 class _ChildExited(Exception):
@@ -202,7 +203,7 @@ def run_demo(
 ) -> int:
     stopping = False
 
-    def on_signal(*_) -> None:
+    def on_signal(*_: object) -> None:
         nonlocal stopping
         if not stopping:  # once: the cleanup itself must not be interrupted
             stopping = True
@@ -257,7 +258,7 @@ def _start(config: Config, brokers: int, topics: int, work: Path, started: _Star
 
 
 def _watch(
-    children: list[subprocess.Popen], http_port: int, duration_s: float | None, work: Path
+    children: list[subprocess.Popen[bytes]], http_port: int, duration_s: float | None, work: Path
 ) -> None:
     started = time.monotonic()
     while duration_s is None or time.monotonic() - started < duration_s:

@@ -548,7 +548,7 @@ def _terminate_raises() -> Iterator[None]:
     """SIGTERM (and a hangup: routectl maps it to SIGTERM) raises SystemExit meanwhile, so that
     `start` stops the broker it has not handed over yet, as it does on Ctrl-C."""
 
-    def on_terminate(*_) -> None:
+    def on_terminate(*_: object) -> None:
         raise SystemExit(128 + signal.SIGTERM)
 
     previous = signal.signal(signal.SIGTERM, on_terminate)
