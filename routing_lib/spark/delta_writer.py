@@ -27,11 +27,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from routing_lib import storage
-from routing_lib.core.catalog import CATALOG, PROGRESS, TABLE_NAMES, TableSpec, WriteMode
+from routing_lib.core.catalog import CATALOG, PROGRESS, TableSpec, WriteMode
 from routing_lib.core.rows import WRITES, RowKind, RowOp
 
 log = logging.getLogger("routelake.writer")
-ALL_TABLES = TABLE_NAMES  # every table the job creates
 # The tables whose rows the step emits (route_progress: the writer makes its row).
 STEP_TABLES: tuple[tuple[RowKind, TableSpec], ...] = tuple(
     (spec.row_kind, spec) for spec in CATALOG if spec.row_kind is not None
