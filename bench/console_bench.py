@@ -1,209 +1,304 @@
-"""The route console's speed in a real browser, on a large warehouse.
+"""The route console's speed in a real browser, on a RIP-29-sized warehouse.
 
-    .venv/bin/python -m bench.console_bench --warehouse .work/console-bench
-        [--brokers 300 --topics 10000 --minutes 65]
+    .venv/bin/python -m bench.console_bench [--warehouse /work/bench-data/console-300x10k]
+        [--build] [--rounds 5]
 
-Builds the warehouse once when it is missing (the fleet simulator's archive for `--minutes`
-of event time, loaded by `routectl backfill`'s code with Spark), then serves it with the
-lookup service (console included) on a thread and drives Debian's chromium with Playwright.
-Browser figures come from the page's own clock (performance.now(): navigation start to the
-moment the view is drawn, or the time control's change to the redraw):
+The warehouse (300 broker groups x 10 000 topics, 65 minutes of event time) is built by the
+real job when it is missing or with `--build` (bench/console_warehouse.py: `routectl
+simulate --archive`, then `routectl backfill`). The bench then starts `routectl serve` on it
+(its own process, as in production), waits until the lookup serves the snapshot, and drives
+Debian's chromium with Playwright. Browser figures come from the page's own clock
+(performance.now(): navigation start to the view drawn, keys typed to results drawn, the
+time control's change to the redraw):
 
-- fleet view ready (a fresh navigation to `/`), first (cold: the server builds the view) and
-  again (the snapshot's cached view);
-- a topic search answered (typing to results drawn; the page waits 50 ms after the last key
-  before asking: counted) and its request alone;
-- a time-travel jump (the slider moved to T; cold: State(T) rebuilt from the history tables);
-- a topic's route and timeline (a fresh navigation to `/?topic=NAME`).
+- fleet view ready: a fresh navigation to `/`;
+- topic search answered: typing into the search box to the results drawn (the page waits
+  50 ms after the last key: counted), a prefix and a substring query;
+- time-travel jump: the slider moved to a new T (State(T) rebuilt from the history tables);
+- topic timeline: a fresh navigation to `/?topic=NAME` (route and route history).
 
-Then what each costs on the server: the console's JSON requests timed over HTTP, cold and warm,
-and the delta-rs reads behind them (rows and seconds per table).
+Cold is the first of each after the server started (the order is the table's: what an
+earlier cold step read stays cached); warm is `--rounds` more with other topics, queries and
+times. The server side of each comes from the console's `Server-Timing` header, read in the
+browser: the answer's total build time, the delta-rs reads in it (table versions read, and
+the Delta logs read to pin the tables to the served batch), and what it built for the
+snapshot (fleet, name index, State(T)). Prints a markdown table to paste as is.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import random
 import shutil
+import socket
 import statistics
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.backfill_bench import HEARTBEATS_PER_PERIOD, PERIOD_MS, SEED
-from routelake_dev.simulator import DEFAULT_START_MS, EventEncoder, iter_history
+from bench.console_warehouse import DEFAULT_WAREHOUSE, Fleet, build, is_built
 
 READY = "main[data-state=ready]"
+ROWS = {  # figure -> (what the table calls it, the goal in ms or None)
+    "fleet": ("fleet view ready (navigation)", 1000),
+    "search view": ("search view ready (navigation; the name index, cold)", None),
+    "search prefix": ("topic search, prefix (keys to results)", 200),
+    "search substring": ("topic search, substring (keys to results)", 200),
+    "jump": ("time-travel jump (slider to redraw)", 1500),
+    "timeline": ("topic route + timeline (navigation)", 1000),
+}
+PREFIXES = ["Topic12", "Topic7", "broker-2", "Topic149", "topic33", "cluster-"]
+SUBSTRINGS = ["4321", "opic88", "-29", "c999", "1234", "er-1"]
+# What the page's fetches cost on the server, from their Server-Timing entries
+SERVER_TIMING = """since => performance.getEntriesByType("resource")
+  .filter(e => e.name.includes("/console/api/") && e.startTime >= since)
+  .map(e => e.serverTiming.map(s => [s.name, s.duration, s.description]))"""
 
 
-def build(warehouse: Path, brokers: int, topics: int, minutes: int) -> None:
-    from routing_lib.config import load_config
-    from routing_lib.jobs.backfill import run_backfill
-    from routing_lib.spark.session import build_spark
+@dataclass
+class Figure:
+    """One browser measurement and what its requests cost on the server."""
 
-    archive = warehouse.parent / (warehouse.name + "-archive")
-    shutil.rmtree(archive, ignore_errors=True)
-    archive.mkdir(parents=True)
-    encode = EventEncoder()
-    started = time.monotonic()
-    count = 0
-    with open(archive / "fleet.jsonl", "wb") as out:
-        for event in iter_history(
-            SEED,
-            brokers,
-            topics,
-            minutes * 60_000,
-            PERIOD_MS,
-            DEFAULT_START_MS,
-            heartbeats_per_period=HEARTBEATS_PER_PERIOD,
-        ):
-            out.write(encode(event) + b"\n")
-            count += 1
-    print(f"archive: {count:,} events in {time.monotonic() - started:.0f} s")
-    config = load_config()
-    spark = build_spark(config, "console-bench")
-    started = time.monotonic()
-    run_backfill(config, [str(archive)], str(warehouse), spark=spark)
-    print(f"backfill: {time.monotonic() - started:.0f} s")
-    spark.stop()
-    shutil.rmtree(archive)
+    ms: float
+    server: dict[str, tuple[float, int]] = field(default_factory=dict)  # part -> (ms, count)
+
+    def part_ms(self, name: str) -> float:
+        return self.server.get(name, (0.0, 0))[0]
+
+    def reads(self) -> int:
+        return self.server.get("delta", (0.0, 0))[1]
 
 
-def table_reads(warehouse: Path) -> list[tuple[str, int, float]]:
-    """(table, rows, seconds) of a full delta-rs read of each table the console reads."""
+def load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def warehouse_size(warehouse: Path) -> dict[str, int]:
+    """Row counts of the tables the figures depend on, from the Delta tables' file stats."""
     from routing_lib import storage
-    from routing_lib.console.pins import PINNED_TABLES
 
-    out = []
-    for table in PINNED_TABLES:
+    counts = {}
+    for table in (
+        "topic_queue_table",
+        "broker_addr_table",
+        "broker_live_table",
+        "topic_route_history",
+        "broker_liveness_events",
+        "broker_membership_history",
+    ):
         path = storage.join(str(warehouse), table)
-        if not storage.is_dir(storage.join(path, "_delta_log")):
-            continue
-        started = time.perf_counter()
-        rows = storage.open_delta(path).to_pyarrow_table().num_rows
-        out.append((table, rows, time.perf_counter() - started))
-    return out
+        counts[table] = storage.open_delta(path).to_pyarrow_dataset().count_rows()
+    return counts
 
 
-def timed_get(client: httpx.Client, path: str) -> tuple[float, Any]:
-    started = time.perf_counter()
-    response = client.get(path)
-    response.raise_for_status()
-    return time.perf_counter() - started, response.json()
+def topic_names(warehouse: Path) -> list[str]:
+    from routing_lib import storage
+
+    data = storage.open_delta(storage.join(str(warehouse), "topic_queue_table"))
+    return sorted(data.to_pyarrow_table(columns=["topic"])["topic"].unique().to_pylist())
 
 
-def server_costs(base: str, at: int, topic: str) -> list[tuple[str, float, float]]:
-    """(request, cold s, warm s): the first call builds, the second is served from cache."""
-    out = []
-    with httpx.Client(base_url=base, timeout=300) as client:
-        for path in (
-            "/console/api/fleet",
-            "/console/api/topics?q=opic12",
-            f"/console/api/fleet?at={at}",
-            f"/console/api/topics?q=opic12&at={at}",
-            f"/console/api/route?topic={topic}",
-            f"/console/api/route?topic={topic}&at={at}",
-            "/console/api/changes",
-            "/console/api/health",
-        ):
-            cold, _ = timed_get(client, path)
-            warm, _ = timed_get(client, path)
-            out.append((path, cold, warm))
-    return out
+@contextmanager
+def serving(warehouse: Path) -> Iterator[tuple[str, float]]:
+    """`routectl serve` on the warehouse: (base URL, seconds until it served the snapshot)."""
+    http_port = free_port()
+    command = [
+        str(Path(sys.executable).with_name("routectl")),
+        "serve",
+        "--warehouse", str(warehouse),
+        "--port", str(free_port()),
+        "--http-port", str(http_port),
+        "--workers", "1",  # the console is served by the primary alone; no second index
+    ]  # fmt: skip
+    started = time.monotonic()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{http_port}"
+    try:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"routectl serve ended: {process.stderr.read().decode()}")  # type: ignore[union-attr]
+            try:
+                if httpx.get(base + "/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        yield base, time.monotonic() - started
+    finally:
+        process.terminate()
+        process.wait(30)
 
 
-def browser_figures(base: str, at: int, topic: str, rounds: int) -> dict[str, list[float]]:
+class Browser:
+    """One Chromium page; each method measures one action and returns its Figure."""
+
+    def __init__(self, page: Any, base: str) -> None:
+        self.page = page
+        self.base = base
+
+    def _now(self) -> float:
+        return float(self.page.evaluate("performance.now()"))
+
+    def _server(self, since: float) -> dict[str, tuple[float, int]]:
+        parts: dict[str, tuple[float, int]] = {}
+        for entries in self.page.evaluate(SERVER_TIMING, since):
+            for name, ms, desc in entries:
+                total, count = parts.get(name, (0.0, 0))
+                parts[name] = (total + ms, count + (int(desc) if desc.isdigit() else 1))
+        return parts
+
+    def _ready_at(self) -> float:
+        return float(self.page.evaluate("document.documentElement.dataset.readyAt"))
+
+    def navigation(self, path: str) -> Figure:
+        """A fresh navigation: its start (page time 0) to the view drawn."""
+        self.page.goto(self.base + path)
+        self.page.wait_for_selector(READY)
+        return Figure(self._ready_at(), self._server(0.0))
+
+    def search(self, query: str) -> Figure:
+        """Typing `query` into the topic search (already on the search view) to results."""
+        self.page.fill("#topic-search", "")
+        self.page.wait_for_function(
+            "() => document.getElementById('topic-results').dataset.query === ''"
+        )
+        before = self._now()
+        self.page.fill("#topic-search", query)
+        self.page.wait_for_function(
+            "q => document.getElementById('topic-results').dataset.query === q", arg=query
+        )
+        done = float(self.page.evaluate("document.documentElement.dataset.searchedAt"))
+        return Figure(done - before, self._server(before))
+
+    def jump(self, at: int) -> Figure:
+        """The slider moved to `at` (on the fleet view) to the view drawn again."""
+        before = self._now()
+        self.page.locator("#at-slider").fill(str(at))
+        self.page.wait_for_function(
+            "t => location.search.includes('at=' + t) && "
+            "document.querySelector('main').dataset.state === 'ready'",
+            arg=at,
+        )
+        return Figure(self._ready_at() - before, self._server(before))
+
+
+def measure(
+    base: str, topics: list[str], rounds: int
+) -> tuple[dict[str, list[Figure]], tuple[int, int]]:
+    """(name -> [cold Figure, warm Figures...], the history's span the page offers)."""
     from playwright.sync_api import sync_playwright
 
+    rng = random.Random("console-bench")
+    user_topics = [t for t in topics if t.startswith("Topic")] or topics
+    picked = rng.sample(user_topics, rounds + 1)
+    figures: dict[str, list[Figure]] = {name: [] for name in ROWS}
+    span = (0, 0)
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
-    figures: dict[str, list[float]] = {}
-
-    def note(name: str, ms: float) -> None:
-        figures.setdefault(name, []).append(ms)
-
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=chromium, headless=True, args=["--no-sandbox"]
         )
         page = browser.new_page(viewport={"width": 1400, "height": 900})
-        ready_at = lambda: float(page.evaluate("document.documentElement.dataset.readyAt"))  # noqa: E731
-        for i in range(rounds):
-            page.goto(base + "/")
-            page.wait_for_selector(READY)
-            note("fleet view ready (navigation)", ready_at())
-            page.goto(base + "/?view=topics")
-            page.wait_for_selector(READY)
-            query = ["opic12", "Topic99", "pic5"][i % 3]
-            before = float(page.evaluate("performance.now()"))
-            page.fill("#topic-search", query)
-            page.wait_for_function(
-                "q => document.getElementById('topic-results').dataset.query === q", arg=query
-            )
-            searched = float(page.evaluate("document.documentElement.dataset.searchedAt"))
-            note("topic search answered (keys to results, incl. 50 ms debounce)", searched - before)
-            note(
-                "topic search request + draw",
-                float(page.evaluate("document.getElementById('search-summary').dataset.ms")),
-            )
-            page.goto(base + "/")
-            page.wait_for_selector(READY)
-            target = at - i * 60_000  # a new T each round: State(T) is built, not cached
-            before = float(page.evaluate("performance.now()"))
-            page.locator("#at-slider").fill(str(target))
-            page.wait_for_function(
-                "t => location.search.includes('at=' + t) && "
-                "document.querySelector('main').dataset.state === 'ready'",
-                arg=target,
-            )
-            note("time-travel jump (slider to redraw)", ready_at() - before)
-            page.goto(base + f"/?topic={topic}")
-            page.wait_for_selector(READY)
-            note("topic route + timeline (navigation)", ready_at())
+        b = Browser(page, base)
+        for i in range(rounds + 1):  # round 0: the first of each after the server started
+            figures["fleet"].append(b.navigation("/"))
+            if i == 0:  # the time control's range: the history's start to the watermark
+                bounds = page.evaluate(
+                    "() => [document.getElementById('at-slider').min, "
+                    "document.getElementById('at-slider').max]"
+                )
+                span = (int(bounds[0]), int(bounds[1]))
+            figures["timeline"].append(b.navigation(f"/?topic={picked[i]}"))
+            figures["search view"].append(b.navigation("/?view=topics"))
+            figures["search prefix"].append(b.search(PREFIXES[i % len(PREFIXES)]))
+            figures["search substring"].append(b.search(SUBSTRINGS[i % len(SUBSTRINGS)]))
+            b.navigation("/")
+            # a new T each round, 30 % to 75 % into the history: State(T) is built anew
+            figures["jump"].append(b.jump(span[0] + (span[1] - span[0]) * (30 + 9 * i) // 100))
         browser.close()
-    return figures
+    return figures, span
+
+
+def summary(figures: dict[str, list[Figure]]) -> list[str]:
+    """The markdown table: browser ms (cold, warm median / max) and server cost."""
+
+    def server(f: Figure) -> str:
+        builds = "+".join(
+            f"{p} {f.part_ms(p):.0f}" for p in ("pins", "fleet", "names", "state") if p in f.server
+        )
+        text = f"{f.part_ms('total'):.0f} (delta-rs {f.part_ms('delta'):.0f}/{f.reads()} reads"
+        return text + (f"; {builds}" if builds else "") + ")"
+
+    def goal(ms: int | None) -> str:
+        return "-" if ms is None else f"<= {ms} ms"
+
+    lines = [
+        "| in the browser | goal | cold | warm median | warm max | server ms cold "
+        "(delta-rs ms/reads; builds) | server ms warm median (delta-rs) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, values in figures.items():
+        cold, warm = values[0], values[1:] or values
+        warm_ms = [f.ms for f in warm]
+        warm_server = statistics.median(f.part_ms("total") for f in warm)
+        warm_delta = statistics.median(f.part_ms("delta") for f in warm)
+        lines.append(
+            f"| {ROWS[name][0]} | {goal(ROWS[name][1])} | {cold.ms:.0f} ms | "
+            f"{statistics.median(warm_ms):.0f} ms | {max(warm_ms):.0f} ms | {server(cold)} | "
+            f"{warm_server:.0f} ({warm_delta:.0f}) |"
+        )
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--warehouse", type=Path, default=Path(".work/console-bench"))
-    parser.add_argument("--brokers", type=int, default=300)
-    parser.add_argument("--topics", type=int, default=10_000)
-    parser.add_argument("--minutes", type=int, default=65)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warehouse", type=Path, default=DEFAULT_WAREHOUSE)
+    parser.add_argument("--build", action="store_true", help="build the warehouse anew")
+    parser.add_argument("--rounds", type=int, default=5, help="warm rounds after the cold one")
+    parser.add_argument("--brokers", type=int, default=Fleet.brokers, help="with a build")
+    parser.add_argument("--topics", type=int, default=Fleet.topics, help="with a build")
+    parser.add_argument("--minutes", type=int, default=Fleet.minutes, help="with a build")
     args = parser.parse_args()
-    if not (args.warehouse / "route_progress").exists():
-        build(args.warehouse, args.brokers, args.topics, args.minutes)
+    if args.build or not is_built(args.warehouse):
+        started = time.monotonic()
+        build(args.warehouse, Fleet(args.brokers, args.topics, args.minutes))
+        print(f"warehouse built in {time.monotonic() - started:.0f} s (load {load()})")
 
-    from routing_lib.read.warehouse import load_snapshot
-    from tests.support.lookup_support import ServerThread, wait_until
-
-    snapshot = load_snapshot(args.warehouse)
-    assert snapshot.watermark is not None
-    topics = sorted({r["topic"] for r in snapshot.tables["topic_queue_table"]})
-    brokers = len(snapshot.tables["broker_addr_table"])
+    started = time.monotonic()
+    size = warehouse_size(args.warehouse)
+    topics = topic_names(args.warehouse)
+    load_before = load()
+    with serving(args.warehouse) as (base, start_s):
+        figures, span = measure(base, topics, args.rounds)
+    minutes = (span[1] - span[0]) / 60_000
     print(
-        f"warehouse: {brokers} brokers, {len(topics):,} topics, "
-        f"{len(snapshot.tables['topic_queue_table']):,} topic routes"
+        f"\nWarehouse {args.warehouse}: {size['broker_addr_table']} brokers "
+        f"({size['broker_live_table']} live), {len(topics):,} topics, "
+        f"{size['topic_queue_table']:,} topic routes; history: "
+        f"{size['topic_route_history']:,} topic-route rows, "
+        f"{size['broker_liveness_events']:,} liveness events, "
+        f"{size['broker_membership_history']:,} membership rows; "
+        f"event time {minutes:.0f} min. `routectl serve` served it after {start_s:.0f} s. "
+        f"{args.rounds} warm rounds. Load average (1/5/15 min) before {load_before}, "
+        f"after {load()}; bench {time.monotonic() - started:.0f} s.\n"
     )
-    for table, rows, seconds in table_reads(args.warehouse):
-        print(f"  delta-rs read {table}: {rows:,} rows, {seconds:.2f} s")
-    at = snapshot.watermark - 20 * 60_000
-    topic = next((t for t in topics if t.startswith("Topic1")), topics[0])
-    with ServerThread(args.warehouse) as server:
-        wait_until(lambda: server.service.holder.current is not None, timeout=600)
-        base = f"http://127.0.0.1:{server.service.http_port}"
-        figures = browser_figures(base, at, topic, args.rounds)
-        costs = server_costs(base, at - 7 * 60_000, topic)
-    print("\nin the browser (ms; first round is cold):")
-    for name, values in figures.items():
-        rounded = ", ".join(f"{v:.0f}" for v in values)
-        print(f"  {name}: median {statistics.median(values):.0f} ms  [{rounded}]")
-    print("\non the server (HTTP request, cold -> warm):")
-    for path, cold, warm in costs:
-        print(f"  {path}: {cold * 1000:.0f} ms -> {warm * 1000:.0f} ms")
+    print("\n".join(summary(figures)))
 
 
 if __name__ == "__main__":
