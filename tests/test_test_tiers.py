@@ -156,5 +156,6 @@ def test_the_quick_tier_runs_fewer_seeds_only_when_asked(monkeypatch):
     assert seeds(24) == range(24)
     monkeypatch.setenv("ROUTELAKE_TEST_SEEDS", "3")
     assert seeds(24) == range(3) and seeds(2) == range(2)
+    assert seeds([3, 1, 2]) == [3, 1, 2] and seeds([5, 1, 2, 9]) == [5, 1, 2]
     monkeypatch.setenv("ROUTELAKE_TEST_SEEDS", "0")
     assert seeds(24) == range(1)  # a property test keeps one seed

@@ -6,6 +6,7 @@ import copy
 import json
 import os
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,13 @@ FIXTURES = sorted(p.name for p in GOLDEN.iterdir() if (p / "events.jsonl").exist
 DELAY_MS = 10_000
 
 
-def seeds(count: int) -> range:
-    """The seeds of a seeded property test: range(count), or its first $ROUTELAKE_TEST_SEEDS
-    when that is set lower (scripts/test.sh --quick sets a few; the full suite runs all)."""
+def seeds(values: int | Sequence[int]) -> Sequence[int]:
+    """The seeds of a seeded property test (an int n means range(n)): all of them, or the first
+    $ROUTELAKE_TEST_SEEDS when that is set lower (scripts/test.sh --quick sets a few; the full
+    suite runs all). List a test's variants first, so that a few seeds still cover each."""
+    every = range(values) if isinstance(values, int) else values
     limit = os.environ.get("ROUTELAKE_TEST_SEEDS", "")
-    return range(min(count, max(1, int(limit)))) if limit else range(count)
+    return every[: max(1, int(limit))] if limit else every
 
 
 def fixture_lines(name: str) -> list[str]:
