@@ -63,12 +63,14 @@ def _module_imports(path: Path) -> frozenset[str]:
     return frozenset(_imported(top))
 
 
-def _function_imports(function: object) -> set[str]:
+@cache
+def _function_imports(function: object) -> frozenset[str]:
+    """What a test function imports itself (parametrized tests share one function)."""
     try:
         source = textwrap.dedent(inspect.getsource(function))  # type: ignore[arg-type]
     except (OSError, TypeError):
-        return set()
-    return _imported(ast.parse(source).body)
+        return frozenset()
+    return frozenset(_imported(ast.parse(source).body))
 
 
 def problems_of(item: pytest.Item) -> list[str]:
