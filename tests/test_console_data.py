@@ -10,12 +10,13 @@ import pyarrow as pa
 from deltalake import CommitProperties, Transaction, write_deltalake
 
 from routing_lib.console import timing
-from routing_lib.console.fleet import fleet
+from routing_lib.console.fleet import WriteCounts, fleet, write_counts
 from routing_lib.console.pins import TableCache, pin_versions
 from routing_lib.console.search import TopicNames
 from routing_lib.console.timelines import buckets, liveness_intervals
 from routing_lib.core.history import BROKER_LIVENESS_EVENTS, TOPIC_ROUTE_HISTORY
 from routing_lib.lookup.routes import RouteIndex
+from routing_lib.lookup.topic_store import TopicStore, entry_of, queue_of
 from tests.support.lookup_support import APP_ID, Warehouse, arrow_schema, snapshot
 
 
@@ -168,3 +169,27 @@ def test_server_timing_tells_the_reads_this_answer_did_from_cache_hits(tmp_path)
     assert set(parts) == {"total", "cache"} and parts["cache"] == 'desc="hit"'
     with timing.part("delta"):  # outside an answer: recorded nowhere, no error
         pass
+
+
+def test_write_counts_carried_across_stores_equal_a_fresh_count():
+    """Stores replaced a few topics at a time (added, changed, dropped), and once wholesale
+    (every entry a new object, as after a full reload): the carried counts equal a count of
+    the whole store every time."""
+    rng = random.Random(11)
+    groups = [f"broker-{g}" for g in range(12)]
+    queues = [queue_of(8, 8, perm, 0) for perm in (2, 4, 6)]
+
+    def entry(k: int):  # k groups, each with a random perm
+        return entry_of({g: rng.choice(queues) for g in rng.sample(groups, k)})
+
+    store = TopicStore.build([])
+    store = store.replaced({f"T{t}": entry(rng.randint(1, 12)) for t in range(300)})
+    carried = WriteCounts()
+    for step in range(40):
+        if step == 20:
+            changes = {t: entry(rng.randint(1, 12)) for t in store}
+        else:
+            changes = {f"T{rng.randrange(330)}": entry(rng.randint(0, 12)) for _ in range(5)}
+        store = store.replaced(changes)
+        fresh = {name: counts for name, counts in write_counts(store).items() if counts[0]}
+        assert carried.of(store) == fresh

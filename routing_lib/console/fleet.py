@@ -3,6 +3,7 @@ tables, or State(T) rebuilt from the history) plus what is known of each broker'
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -10,6 +11,7 @@ from routing_lib.core.group_routes import MASTER_ID, PERM_WRITE
 from routing_lib.core.history import REGISTERED
 from routing_lib.core.tables import Row
 from routing_lib.lookup.routes import RouteIndex
+from routing_lib.lookup.topic_store import Entry, TopicStore
 
 BrokerKey = tuple[str, str]  # (cluster name, broker address), brokerLiveTable's key
 JsonObj = dict[str, Any]
@@ -29,17 +31,67 @@ def alive_since(events: Iterable[Row], at: int) -> dict[BrokerKey, int]:
     return {key: t for key, (t, _, kind) in latest.items() if kind == REGISTERED}
 
 
-def write_counts(index: RouteIndex) -> dict[str, tuple[int, int]]:
+def write_counts(store: TopicStore) -> dict[str, tuple[int, int]]:
     """broker group -> (topics it has queues of, of which writable): the lookup's topic store
     holds per topic (broker name, (read, write, perm, sysFlag), ...), as broker_topic_counts
     reads it."""
     counts: dict[str, list[int]] = {}
-    for entry in index.store.values():
+    _count(counts, store.values(), 1)
+    return {name: (n, w) for name, (n, w) in counts.items()}
+
+
+def _count(counts: dict[str, list[int]], entries: Iterable[Entry], sign: int) -> None:
+    for entry in entries:
         for name, queue in zip(entry[0::2], entry[1::2], strict=True):
             slot = counts.setdefault(name, [0, 0])
-            slot[0] += 1
-            slot[1] += bool(queue[2] & PERM_WRITE)
-    return {name: (n, w) for name, (n, w) in counts.items()}
+            slot[0] += sign
+            slot[1] += sign * bool(queue[2] & PERM_WRITE)
+
+
+class WriteCounts:
+    """write_counts carried from one snapshot to the next. A new snapshot's topic store shares
+    the entry objects of every topic its batch did not change, so only the topics whose entry
+    is another object are counted again: at 300 groups x 10 000 topics (3 M routes) a batch of
+    heartbeats costs a pass of identity checks over the topics instead of 3 M steps."""
+
+    def __init__(self) -> None:
+        self._store: TopicStore | None = None
+        self._counts: dict[str, list[int]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, store: TopicStore) -> dict[str, tuple[int, int]]:
+        with self._lock:
+            if store is not self._store:
+                counts = self._carried(store) if self._store is not None else None
+                if counts is None:
+                    counts = {}
+                    _count(counts, store.values(), 1)
+                self._store, self._counts = store, counts
+            return {name: (n, w) for name, (n, w) in self._counts.items() if n}
+
+    def _carried(self, store: TopicStore) -> dict[str, list[int]] | None:
+        """The counts updated by the topics whose entries differ (None: most of them do, as
+        after a full reload of the tables: counting afresh is cheaper)."""
+        old = self._store
+        assert old is not None
+        gone: list[Entry] = []
+        came: list[Entry] = []
+        for topic, entry in store.items():
+            before = old.get(topic)
+            if before is not entry:
+                came.append(entry)
+                if before is not None:
+                    gone.append(before)
+        if len(came) > len(store) // 2:
+            return None
+        for topic in old:
+            removed = old.get(topic)
+            if removed is not None and topic not in store:
+                gone.append(removed)
+        counts = {name: list(slot) for name, slot in self._counts.items()}
+        _count(counts, gone, -1)
+        _count(counts, came, 1)
+        return counts
 
 
 def fleet(
@@ -57,7 +109,7 @@ def fleet(
     unlisted = set(groups) - {n for names in listed.values() for n in names}
     for name in unlisted:  # a group no cluster lists still shows, under its own cluster
         listed.setdefault(groups[name]["cluster"], []).append(name)
-    perms = write_counts(index) if perms is None else perms
+    perms = write_counts(index.store) if perms is None else perms
     clusters, broker_total, live_total = [], 0, 0
     for cluster in sorted(listed):
         rows = []
