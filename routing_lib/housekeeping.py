@@ -156,8 +156,8 @@ def housekeep(
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    """`routectl housekeeping` (its options: routing_lib/cli.py): a line per table; exit 2
-    when the request is refused, 1 when a table failed."""
+    """`routectl housekeeping` (its options: routing_lib/cli/housekeeping.py): a line per
+    table; exit 2 when the request is refused, 1 when a table failed."""
     warehouse = storage.resolve(args.warehouse or config.paths.warehouse)
     try:
         reports = housekeep(
