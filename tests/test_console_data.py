@@ -179,8 +179,17 @@ def test_write_counts_carried_across_stores_equal_a_fresh_count():
     groups = [f"broker-{g}" for g in range(12)]
     queues = [queue_of(8, 8, perm, 0) for perm in (2, 4, 6)]
 
-    def entry(k: int):  # k groups, each with a random perm
-        return entry_of({g: rng.choice(queues) for g in rng.sample(groups, k)})
+    def entry(k: int):  # k groups, one perm on all (as usual) or each its own
+        same = rng.choice(queues) if rng.random() < 0.5 else None
+        return entry_of({g: same or rng.choice(queues) for g in rng.sample(groups, k)})
+
+    def counted(store: TopicStore) -> dict[str, tuple[int, int]]:  # a pair at a time
+        counts: dict[str, tuple[int, int]] = {}
+        for _, e in store.items():
+            for name, queue in zip(e[0::2], e[1::2], strict=True):
+                n, w = counts.get(name, (0, 0))
+                counts[name] = (n + 1, w + bool(queue[2] & 2))
+        return counts
 
     store = TopicStore.build([])
     store = store.replaced({f"T{t}": entry(rng.randint(1, 12)) for t in range(300)})
@@ -191,5 +200,6 @@ def test_write_counts_carried_across_stores_equal_a_fresh_count():
         else:
             changes = {f"T{rng.randrange(330)}": entry(rng.randint(0, 12)) for _ in range(5)}
         store = store.replaced(changes)
-        fresh = {name: counts for name, counts in write_counts(store).items() if counts[0]}
+        fresh = counted(store)
         assert carried.of(store) == fresh
+        assert {name: c for name, c in write_counts(store).items() if c[0]} == fresh
