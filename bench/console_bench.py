@@ -125,12 +125,14 @@ def serving(warehouse: Path) -> Iterator[tuple[str, float]]:
         "--workers", "1",  # the console is served by the primary alone; no second index
     ]  # fmt: skip
     started = time.monotonic()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = warehouse.with_name(warehouse.name + "-serve.log")  # a file: a pipe could fill up
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{http_port}"
     try:
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"routectl serve ended: {process.stderr.read().decode()}")  # type: ignore[union-attr]
+                raise RuntimeError(f"routectl serve ended, its log: {log.read_text()[-4000:]}")
             try:
                 if httpx.get(base + "/readyz", timeout=5).status_code == 200:
                     break
