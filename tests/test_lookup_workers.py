@@ -34,8 +34,13 @@ def children(pid: int) -> list[int]:
 
 
 def sockets(pid: int) -> int:
-    fds = Path(f"/proc/{pid}/fd")
-    return sum(1 for fd in fds.iterdir() if os.readlink(fd).startswith("socket:"))
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            count += os.readlink(fd).startswith("socket:")
+        except FileNotFoundError:  # closed between the listing and the read
+            pass
+    return count
 
 
 def requests_answered(text: str) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from routing_lib.core.topic_table import EMPTY_TOPICS, TopicTable
+from routing_lib.core.topic_table import EMPTY_TOPICS, QueueData, TopicTable
 from routing_lib.core.wire import Event, topic_names
 from schemas.route_event import (
     DEFAULT_HEARTBEAT_TIMEOUT_MILLIS,
@@ -39,14 +39,6 @@ class DataVersion:
     state_version: int = 0
     timestamp: int = 0
     counter: int = 0
-
-
-@dataclass(frozen=True)
-class QueueData:
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int
 
 
 @dataclass(frozen=True)

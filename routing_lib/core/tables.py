@@ -19,8 +19,8 @@ from routing_lib.core.catalog import LATE_EVENT as LATE_EVENT
 from routing_lib.core.catalog import PROGRESS as PROGRESS
 from routing_lib.core.catalog import ROUTE_SPECS, names
 from routing_lib.core.catalog import TOPIC_QUEUE as TOPIC_QUEUE
-from routing_lib.core.group_routes import BrokerData, BrokerKey, BrokerLive, GroupRoutes, QueueData
-from routing_lib.core.topic_table import EMPTY_TOPICS, TopicTable
+from routing_lib.core.group_routes import BrokerData, BrokerKey, BrokerLive, GroupRoutes
+from routing_lib.core.topic_table import EMPTY_TOPICS, QueueData, TopicTable
 
 Row = dict[str, Any]
 RowKey = tuple[Any, ...]  # a row's key column values (TABLE_KEYS order): strings, ints, None

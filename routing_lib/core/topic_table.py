@@ -16,18 +16,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, ValuesView
-from typing import TYPE_CHECKING, ClassVar, TypeVar, overload
+from dataclasses import dataclass
+from typing import ClassVar, TypeVar, overload
 
 from routing_lib.core.content import CONTENT
-
-if TYPE_CHECKING:
-    from routing_lib.core.group_routes import QueueData
 
 RS, US = "\x1e", "\x1f"
 _T = TypeVar("_T")
 
 
-class TopicTable(Mapping[str, "QueueData"]):
+@dataclass(frozen=True)
+class QueueData:
+    """One topic's row of topicQueueTable within a group: RocketMQ's QueueData minus the
+    brokerName (the group the table belongs to)."""
+
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int
+
+
+class TopicTable(Mapping[str, QueueData]):
     __slots__ = ("_rows", "_blob", "_names")
     decodes: ClassVar[int] = 0  # blobs decoded in this process (tests count them)
 
@@ -43,8 +52,6 @@ class TopicTable(Mapping[str, "QueueData"]):
     # -- reading ---------------------------------------------------------------------------
     def _table(self) -> dict[str, QueueData]:
         if self._rows is None:
-            from routing_lib.core.group_routes import QueueData
-
             TopicTable.decodes += 1
             rows = json.loads(self._blob.partition(RS)[2]) if self._blob else []
             self._rows = {

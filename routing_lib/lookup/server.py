@@ -30,6 +30,7 @@ from routing_lib.lookup.processor import answer, no_kv_remark, no_route_remark
 from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
 from routing_lib.lookup.routes import Body, RouteIndex
 from routing_lib.lookup.topics import validate_topic
+from routing_lib.lookup.workers import serve_workers
 from routing_lib.remoting.frames import RemotingCommand
 from routing_lib.remoting.limits import Limits, clip
 from routing_lib.remoting.listener import Reply
@@ -406,9 +407,7 @@ def serve(
     if uvloop is None:
         log.info("uvloop not installed (pip install 'routelake[uvloop]'): default asyncio loop")
     if workers > 1 and collector is None:
-        from routing_lib.lookup.workers import serve_workers
-
-        serve_workers(warehouse, workers, options, runner)
+        serve_workers(warehouse, workers, options, runner, LookupService)
         return
     service = LookupService(warehouse, **options)
     runner(serve_until_signal(service))

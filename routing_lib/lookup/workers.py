@@ -38,6 +38,9 @@ PR_SET_PDEATHSIG = 1
 _LENGTH = struct.Struct(">I")
 
 Runner = Callable[[Coroutine[Any, Any, None]], None]
+# Builds the service a process serves (server.py passes LookupService): taking the factory keeps
+# this module free of the server's import, which imports this one to start the workers.
+ServiceFactory = Callable[..., Any]
 
 
 def shared_port_socket(host: str, port: int) -> socket.socket:
@@ -77,17 +80,16 @@ def _run_worker(
     port: int,
     channel: socket.socket,
     runner: Runner,
+    make_service: ServiceFactory,
 ) -> None:
     """In the forked child: serve remoting until SIGTERM, then exit without returning."""
-    from routing_lib.lookup.server import LookupService
-
     code = 0
     try:
         _die_with_parent()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         sock = shared_port_socket(options["host"], port)
-        service = LookupService(
+        service = make_service(
             warehouse, **{**options, "port": port}, remoting_socket=sock, http=False
         )
         runner(_worker_main(service, channel))
@@ -104,9 +106,15 @@ class Workers:
     """The primary's side: start, watch, read reports from, and stop the workers."""
 
     def __init__(
-        self, warehouse: str | Path, options: dict[str, Any], port: int, runner: Runner
+        self,
+        warehouse: str | Path,
+        options: dict[str, Any],
+        port: int,
+        runner: Runner,
+        make_service: ServiceFactory,
     ) -> None:
         self.warehouse = warehouse
+        self.make_service = make_service
         self.options = options
         self.port = port
         self.runner = runner
@@ -119,7 +127,9 @@ class Workers:
         if pid == 0:  # the child: not the primary's sockets
             for sock in [ours, *listening, *self.channels.values()]:
                 sock.close()
-            _run_worker(self.warehouse, self.options, self.port, theirs, self.runner)
+            _run_worker(
+                self.warehouse, self.options, self.port, theirs, self.runner, self.make_service
+            )
         theirs.close()
         self.channels[pid] = ours
         return pid
@@ -173,17 +183,19 @@ class Workers:
 
 
 def serve_workers(
-    warehouse: str | Path, count: int, options: dict[str, Any], runner: Runner
+    warehouse: str | Path,
+    count: int,
+    options: dict[str, Any],
+    runner: Runner,
+    make_service: ServiceFactory,
 ) -> None:
     """The primary: bind, fork count-1 workers, serve (HTTP too) until SIGTERM, stop them."""
-    from routing_lib.lookup.server import LookupService
-
     sock = shared_port_socket(options["host"], options["port"])
     port = sock.getsockname()[1]
-    workers = Workers(warehouse, options, port, runner)
+    workers = Workers(warehouse, options, port, runner, make_service)
     for _ in range(count - 1):  # before any event loop or thread exists in this process
         workers.start_one([sock])
-    service = LookupService(warehouse, **{**options, "port": port}, remoting_socket=sock)
+    service = make_service(warehouse, **{**options, "port": port}, remoting_socket=sock)
     service.metrics.expected_peers = count - 1
     log.info("lookup service: %d processes on remoting port %d", count, port)
 

@@ -9,10 +9,20 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # the served snapshot's index, rendered; the network layer needs no more
-    from routing_lib.lookup.routes import RouteIndex
+
+class ServedIndex(Protocol):
+    """What the metrics render of the served snapshot (the lookup's RouteIndex has it): the
+    network layer names no lookup type, so it does not depend on the lookup."""
+
+    @property
+    def watermark(self) -> int | None: ...
+    @property
+    def versions(self) -> Mapping[str, int]: ...
+    @property
+    def route_count(self) -> int | None: ...
+
 
 LATENCY_BUCKETS = (
     0.0001,
@@ -147,7 +157,7 @@ class Metrics:
         self.latency.setdefault(protocol, _Histogram()).observe(seconds)
 
     def render(
-        self, index: RouteIndex | None, loaded_at: float | None, now: float | None = None
+        self, index: ServedIndex | None, loaded_at: float | None, now: float | None = None
     ) -> str:
         now = time.time() if now is None else now
         out: list[str] = []
