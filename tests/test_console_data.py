@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 
+import httpx
 import pyarrow as pa
 from deltalake import CommitProperties, Transaction, write_deltalake
 
@@ -17,7 +18,15 @@ from routing_lib.console.timelines import buckets, liveness_intervals
 from routing_lib.core.history import BROKER_LIVENESS_EVENTS, TOPIC_ROUTE_HISTORY
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.topic_store import TopicStore, entry_of, queue_of
-from tests.support.lookup_support import APP_ID, Warehouse, arrow_schema, snapshot
+from tests.support.lookup_support import (
+    APP_ID,
+    ServerThread,
+    Warehouse,
+    arrow_schema,
+    snapshot,
+    tables,
+    wait_until,
+)
 
 
 def _expected(names: list[str], query: str, limit: int) -> list[str]:
@@ -203,3 +212,23 @@ def test_write_counts_carried_across_stores_equal_a_fresh_count():
         fresh = counted(store)
         assert carried.of(store) == fresh
         assert {name: c for name, c in write_counts(store).items() if c[0]} == fresh
+
+
+def test_the_served_snapshot_s_fleet_is_made_before_a_page_asks(tmp_path):
+    """The lookup prepares each new snapshot's fleet in the background: the first page asking
+    for it builds nothing (its Server-Timing has no fleet part)."""
+    wh = Warehouse(tmp_path)
+    wh.publish(0, 1_000, tables())
+    with ServerThread(tmp_path) as server:
+        console = server.service.console
+        assert console is not None
+        wait_until(lambda: console.warmed is not None, 10)
+        answer = httpx.get(f"http://127.0.0.1:{server.service.http_port}/console/api/fleet")
+        assert answer.json()["status"] == "ok"
+        assert "fleet" not in _server_timing(answer.headers["Server-Timing"])
+        wh.publish(1, 2_000, tables(orders_queues=4))  # the next batch: prepared too
+        wait_until(lambda: console.warmed is server.service.holder.current, 10)
+        wait_until(lambda: console.warmed.index.watermark == 2_000, 10)
+        answer = httpx.get(f"http://127.0.0.1:{server.service.http_port}/console/api/fleet")
+        assert answer.json()["snapshot"]["watermark"] == 2_000
+        assert "fleet" not in _server_timing(answer.headers["Server-Timing"])

@@ -67,7 +67,8 @@ def _static(name: str, media_type: str) -> Callable[[], Any]:
     return handler
 
 
-def add_console(app: FastAPI, holder: SnapshotHolder, warehouse: str | Path) -> None:
+def add_console(app: FastAPI, holder: SnapshotHolder, warehouse: str | Path) -> Console:
+    """The console's routes on `app`; the caller runs the returned console's keep_warm."""
     console = Console(holder, warehouse)
     for path, (name, media_type) in STATIC.items():
         app.add_api_route(path, _static(name, media_type), methods=["GET"], include_in_schema=False)
@@ -156,6 +157,8 @@ def add_console(app: FastAPI, holder: SnapshotHolder, warehouse: str | Path) -> 
     @app.get("/console/api/health", include_in_schema=False)
     async def health() -> Response:
         return await answer(_health)
+
+    return console
 
 
 def _admin_rows(

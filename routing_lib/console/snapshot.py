@@ -5,6 +5,9 @@ tables pinned to the same batch (pins.py), so one answer never mixes two batches
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -31,6 +34,8 @@ from routing_lib.core.tables import PROGRESS, Row
 from routing_lib.lookup.refresher import Served, SnapshotHolder
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.read.warehouse import WarehouseSnapshot
+
+log = logging.getLogger("routelake.console")
 
 JsonObj = dict[str, Any]
 AT_CACHE = 8  # State(T) kept per snapshot: a person going back and forth between times
@@ -248,6 +253,27 @@ class Console:
         self.write_counts = fleet_view.WriteCounts()
         self._current: Snapshot | None = None
         self._lock = threading.Lock()
+        self.warmed: Served | None = None  # the latest served snapshot keep_warm prepared
+
+    async def keep_warm(self, stop: asyncio.Event, poll_interval_s: float = 0.25) -> None:
+        """Build each new snapshot's fleet as soon as the lookup serves it, so the first page
+        asking for it finds it made: at 300 groups x 10 000 topics the first count of writable
+        routes is ~0.8 s of CPU, and after that only the topics a batch changed are counted."""
+        while not stop.is_set():
+            served = self.holder.current
+            if served is not self.warmed:
+                try:
+                    await asyncio.to_thread(self._warm)
+                except Exception:  # a page asking later builds it (or says what failed)
+                    log.warning("console: could not prepare the fleet view", exc_info=True)
+                self.warmed = served
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), poll_interval_s)
+
+    def _warm(self) -> None:
+        snapshot = self.snapshot()
+        if snapshot is not None:
+            snapshot.fleet()
 
     def snapshot(self) -> Snapshot | None:
         """None until the lookup serves a snapshot with a published batch."""

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 try:
     import uvloop
@@ -38,6 +38,9 @@ from routing_lib.remoting.protocol import READ_CODES, ResponseCode
 from routing_lib.remoting.service import LOOPBACK, NetworkService, serve_until_signal
 from routing_lib.remoting.service_metrics import Metrics
 from routing_lib.remoting.tls import PLAIN, ListenerTls
+
+if TYPE_CHECKING:
+    from routing_lib.console.snapshot import Console
 
 log = logging.getLogger("routelake.lookup")
 
@@ -117,7 +120,7 @@ def create_app(
     if warehouse is not None:
         from routing_lib.console.app import add_console
 
-        add_console(app, holder, warehouse)
+        app.state.console = add_console(app, holder, warehouse)
     return app
 
 
@@ -304,6 +307,7 @@ class LookupService(NetworkService):
             order_message_enable=order_message_enable,
         )
         self.collector = collector
+        self.console: Console | None = None  # with the HTTP server: the console's pages
         if collector is not None:  # it answers from the served snapshot, counts in /metrics
             collector.attach(self.holder, self.metrics)
         super().__init__(
@@ -337,7 +341,10 @@ class LookupService(NetworkService):
         if not self.serves_http:
             log.debug("lookup worker: remoting on %s:%d", self.host, self.port)
             return
-        self.start_http(create_app(self.holder, self.metrics, self.warehouse))
+        app = create_app(self.holder, self.metrics, self.warehouse)
+        self.start_http(app)
+        self.console = app.state.console
+        self.in_background(self.console.keep_warm(self.stopping), "console-warm")
         if self.collector is not None:
             self.in_background(self.collector.run(self.stopping), "collector-ticker")
         log.info(
@@ -355,7 +362,7 @@ class LookupService(NetworkService):
 
     async def stop(self) -> None:
         # The refresher may be inside a warehouse read: no need to wait for it.
-        await self.stop_serving(10, cancel_at_once=frozenset({"lookup-refresher"}))
+        await self.stop_serving(10, cancel_at_once=frozenset({"lookup-refresher", "console-warm"}))
         if self.collector is not None:
             await self.collector.close()
         log.info("lookup service stopped")
