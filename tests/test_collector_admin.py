@@ -172,7 +172,7 @@ def test_unreachable_kafka_is_an_error_answer():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with CollectorThread(f"127.0.0.1:{port}", "nowhere", publish_timeout_ms=1500) as collector:
+    with CollectorThread(f"127.0.0.1:{port}", "nowhere", publish_timeout_ms=400) as collector:
         response = call(
             collector.port, admin(RequestCode.PUT_KV_CONFIG, 1, namespace="n", key="k", value="v")
         )

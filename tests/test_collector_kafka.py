@@ -133,7 +133,7 @@ def _closed_port() -> int:
 def test_unreachable_kafka_is_an_error_answer():
     request = broker_requests.register_request("C1", "broker-a", ADDR, topics=TOPICS)
     with CollectorThread(
-        f"127.0.0.1:{_closed_port()}", "nowhere", publish_timeout_ms=1500
+        f"127.0.0.1:{_closed_port()}", "nowhere", publish_timeout_ms=400
     ) as collector:
         started = time.monotonic()
         response = call(collector.port, request)

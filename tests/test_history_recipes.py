@@ -27,7 +27,6 @@ from routing_lib.core.dump import canonical_dump
 from routing_lib.core.group_routes import DEFAULT_FLAGS, PERM_WRITE, GroupRoutes, apply_event
 from routing_lib.core.history import BROKER_LIVENESS_EVENTS, EXPIRED
 from routing_lib.core.replay import default_watermark, fleet_rows, replay_dump
-from routing_lib.history_plot import plot_history
 from routing_lib.read.history import load_history
 from schemas import parse_event
 from tests.support.helpers import DELAY_MS, GOLDEN, fixture_lines
@@ -336,6 +335,8 @@ def test_cluster_sizes(fleet, spark):
 
 
 def test_history_plot(fleet, tmp_path, capsys):
+    from routing_lib.history_plot import plot_history  # matplotlib: ~0.5 s at collection
+
     out = plot_history(fleet.warehouse, tmp_path / "plots" / "fleet.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
     small = plot_history(fleet.warehouse, tmp_path / "a.png", broker_names=["broker-a"])
