@@ -39,6 +39,7 @@ from tests.support.rocketmq_support import (
     Exchange,
     JavaProcess,
     RecordingProxy,
+    broker_conf,
 )
 
 # -- free ports --
@@ -97,26 +98,8 @@ def broker_process(
 ) -> JavaProcess:
     """A 5.3.3 broker on 127.0.0.1 (../shared/notes/real-rocketmq-broker.md) registering every
     10 s (the minimum period); `settings` add or override broker.conf keys."""
-    store = home / "store"
-    conf: dict[str, object] = {
-        "brokerClusterName": cluster,
-        "brokerName": name,
-        "brokerId": broker_id,
-        "listenPort": port,
-        "bindAddress": "127.0.0.1",
-        "brokerIP1": "127.0.0.1",
-        "brokerIP2": "127.0.0.1",
-        "namesrvAddr": ";".join(namesrv_addrs),
-        "storePathRootDir": store,
-        "storePathCommitLog": store / "commitlog",
-        "autoCreateTopicEnable": "false",
-        "mappedFileSizeCommitLog": 67108864,
-        "mappedFileSizeConsumeQueue": 60000,
-        "maxHashSlotNum": 50000,
-        "maxIndexNum": 200000,
-        "diskMaxUsedSpaceRatio": 95,
-        "registerNameServerPeriod": 10000,
-        "skipPreOnline": "true",
+    conf = {
+        **broker_conf(home, port, namesrv_addrs, cluster=cluster, name=name, broker_id=broker_id),
         **settings,
     }
     return JavaProcess("broker", BROKER_MAIN, conf, home, BROKER_JVM, "rmq.broker.logback.xml")

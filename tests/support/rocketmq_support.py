@@ -301,20 +301,17 @@ def namesrv(home: Path, port: int) -> JavaProcess:
     )
 
 
-def broker(
-    home: Path,
-    port: int,
-    namesrv_addrs: list[str],
-    *,
-    cluster: str,
-    name: str,
-    jvm_opts: tuple[str, ...] = (),
-) -> JavaProcess:
+def broker_conf(
+    home: Path, port: int, namesrv_addrs: list[str], *, cluster: str, name: str, broker_id: int = 0
+) -> dict[str, object]:
+    """broker.conf keys every test broker shares: 127.0.0.1 only, its own small store (files
+    sized for a test), no auto-created topics, registering every 10 s (the minimum), and no
+    pre-online wait."""
     store = home / "store"
-    conf = {
+    return {
         "brokerClusterName": cluster,
         "brokerName": name,
-        "brokerId": 0,
+        "brokerId": broker_id,
         "listenPort": port,
         "bindAddress": "127.0.0.1",
         "brokerIP1": "127.0.0.1",
@@ -328,12 +325,26 @@ def broker(
         "maxHashSlotNum": 50000,
         "maxIndexNum": 200000,
         "diskMaxUsedSpaceRatio": 95,
-        # Register every 10 s (the minimum); acting-master mode makes the broker send
-        # BROKER_HEARTBEAT and a 10 s heartbeatTimeoutMillis (brokerNotActiveTimeoutMillis).
         "registerNameServerPeriod": 10000,
+        "skipPreOnline": "true",
+    }
+
+
+def broker(
+    home: Path,
+    port: int,
+    namesrv_addrs: list[str],
+    *,
+    cluster: str,
+    name: str,
+    jvm_opts: tuple[str, ...] = (),
+) -> JavaProcess:
+    conf = {
+        **broker_conf(home, port, namesrv_addrs, cluster=cluster, name=name),
+        # Acting-master mode makes the broker send BROKER_HEARTBEAT and a 10 s
+        # heartbeatTimeoutMillis (brokerNotActiveTimeoutMillis).
         "enableSlaveActingMaster": "true",
         "brokerNotActiveTimeoutMillis": 10000,
-        "skipPreOnline": "true",
     }
     return JavaProcess(
         "broker", BROKER_MAIN, conf, home, (*BROKER_JVM, *jvm_opts), "rmq.broker.logback.xml"
