@@ -31,7 +31,6 @@ import argparse
 import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from typing import Any
 import httpx
 
 from bench.console_warehouse import DEFAULT_WAREHOUSE, Fleet, build, is_built
+from tests.support.process_support import free_port
 
 READY = "main[data-state=ready]"
 ROWS = {  # figure -> (what the table calls it, the goal in ms or None)
@@ -79,12 +79,6 @@ class Figure:
 
 def load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def warehouse_size(warehouse: Path) -> dict[str, int]:

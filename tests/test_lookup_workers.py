@@ -14,16 +14,9 @@ import httpx
 
 from routing_lib.remoting.protocol import RequestCode, ResponseCode
 from tests.support.lookup_support import RemotingClient, Warehouse, tables, wait_until
+from tests.support.process_support import free_port
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def children(pid: int) -> list[int]:
