@@ -16,6 +16,17 @@ if ! command -v chromium >/dev/null; then
   fi
 fi
 
+# The metrics tests check the exposition and the alert rules with promtool and scrape the
+# services with a real Prometheus: Debian's prometheus package brings both.
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -q --no-install-recommends prometheus
+  else
+    echo "note: no prometheus; the Prometheus tests skip. As root: apt-get install -y prometheus" >&2
+  fi
+fi
+
 stamp=.venv/.routelake-setup
 want=$(cat pyproject.toml deploy/maven/pom.xml deploy/maven/rocketmq-tools/pom.xml | sha1sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d .jars/spark ] && [ -d .jars/kafka ] \
