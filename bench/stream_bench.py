@@ -77,7 +77,7 @@ def throughput(args, config) -> None:
     drained = time.monotonic() - started
     print(
         f"drain: {drained:.1f} s -> {len(lines) / drained:,.0f} events/s "
-        f"({metrics.get('routelake_batches_total'):.0f} batches of <= {args.max_offsets}, "
+        f"({metrics.get('routelake_job_batches_total'):.0f} batches of <= {args.max_offsets}, "
         f"history {'on' if config.routes.history else 'off'})"
     )
 

@@ -1,65 +1,230 @@
-"""The streaming job's metrics, rendered in Prometheus text format."""
+"""The streaming job's metrics, in a prometheus_client registry served on GET /metrics."""
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-# name -> (type, help)
-JOB_METRICS: dict[str, tuple[str, str]] = {
-    "routelake_batches_total": ("counter", "Micro-batches published"),
-    "routelake_input_rows_total": ("counter", "Records read from the source"),
-    "routelake_applied_events_total": ("counter", "Events applied to the route state"),
-    "routelake_late_events_total": ("counter", "Events older than the published watermark"),
-    "routelake_dead_letters_total": ("counter", "Invalid records sent to the dead-letter table"),
-    "routelake_expired_brokers_total": ("counter", "Brokers expired by the event-time clock"),
-    "routelake_row_changes_total": ("counter", "Route table row changes written"),
-    "routelake_watermark_ms": ("gauge", "Event-time watermark of the published tables"),
-    "routelake_batch_duration_seconds": ("gauge", "Duration of the last micro-batch"),
-    "routelake_state_rows": ("gauge", "Broker groups held in the state store"),
-    "routelake_kafka_offsets_behind_latest": ("gauge", "Kafka lag of the source (max)"),
+from prometheus_client import (
+    CONTENT_TYPE_PLAIN_0_0_4,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+# No `_created` series: nobody alerts on them, and they double the exposition.
+disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
+
+# Gauges set from outside the batch callback (Spark's progress listener, ...): name -> help.
+JOB_GAUGES: dict[str, str] = {
+    "routelake_job_state_rows": "Rows in Spark's state store (broker groups held).",
+    "routelake_job_kafka_lag_messages": (
+        "Kafka records not read yet: the largest maxOffsetsBehindLatest of the sources."
+    ),
 }
+# Counts of a batch report -> the counter they add to (names without _total).
 _COUNTS = {
-    "input_rows": "routelake_input_rows_total",
-    "applied": "routelake_applied_events_total",
-    "late": "routelake_late_events_total",
-    "dead_lettered": "routelake_dead_letters_total",
-    "expired": "routelake_expired_brokers_total",
-    "changes": "routelake_row_changes_total",
+    "input_rows": ("routelake_job_input_events", "Records read from the source."),
+    "applied": ("routelake_job_processed_events", "Events applied to the route state."),
+    "late": ("routelake_job_late_events", "Events older than the published watermark."),
+    "expired": ("routelake_job_broker_expiries", "Brokers expired by the event-time clock."),
+    "changes": ("routelake_job_row_changes", "Route table row changes written."),
 }
+# Micro-batches take from well under a second (a few heartbeats) to a minute (a fleet's
+# worth of registrations at 300 x 10 000).
+BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+# How old the published routes are when a batch publishes them: the watermark delay (seconds
+# to a minute) plus the batch's own time.
+FRESHNESS_BUCKETS = (1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+
+# Dead-letter reasons are free text (they quote the record): the metric's label is the kind
+# of failure, from the text's beginning; the dead-letter table keeps the whole reason.
+_REASON_KINDS = (
+    ("not UTF-8", "not_utf8"),
+    ("empty record", "empty"),
+    ("not JSON", "not_json"),
+    ("not a JSON object", "not_object"),
+    ("internal error", "internal_error"),
+)
+
+
+def dead_letter_kind(reason: str) -> str:
+    """The metric label of a dead-letter reason: not_utf8, empty, not_json, not_object,
+    internal_error, future_event_time (ahead of the clock) or invalid_event (the rest: a
+    field missing or out of range)."""
+    for prefix, kind in _REASON_KINDS:
+        if reason.startswith(prefix):
+            return kind
+    if "ms ahead of" in reason:
+        return "future_event_time"
+    return "invalid_event"
 
 
 class JobMetrics:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+        self._batches = Counter("routelake_job_batches", "Micro-batches published.", registry=reg)
+        self._counts = {
+            key: Counter(name, help_text, registry=reg)
+            for key, (name, help_text) in _COUNTS.items()
+        }
+        self._dead = Counter(
+            "routelake_job_dead_letters",
+            "Records sent to the dead-letter table, by kind of reason.",
+            ["reason"],
+            registry=reg,
+        )
+        self._batch_seconds = Histogram(
+            "routelake_job_batch_duration_seconds",
+            "Wall time of a micro-batch, from its start to its progress row.",
+            buckets=BATCH_BUCKETS,
+            registry=reg,
+        )
+        self._phase_seconds = Histogram(
+            "routelake_job_batch_phase_duration_seconds",
+            "Wall time of a micro-batch's phases: step (the stateful plan), tables (the "
+            "route and history commits), progress (the progress row).",
+            ["phase"],
+            buckets=BATCH_BUCKETS,
+            registry=reg,
+        )
+        self._freshness = Histogram(
+            "routelake_job_freshness_seconds",
+            "At each publication: wall clock minus the event-time watermark published.",
+            buckets=FRESHNESS_BUCKETS,
+            registry=reg,
+        )
+        self._gauges = {name: Gauge(name, text, registry=reg) for name, text in JOB_GAUGES.items()}
+        self._kafka_up = Gauge(
+            "routelake_job_kafka_up",
+            "1 while a bootstrap server of the job's Kafka accepts connections, 0 while none "
+            "does (the job then waits: [kafka] outage_timeout_s).",
+            registry=reg,
+        )
         self._lock = threading.Lock()
-        self._values: dict[str, float] = {name: 0.0 for name in JOB_METRICS}
+        self._watermark: int | None = None
+        self._published_at: float | None = None
+        reg.register(_Published(self))
 
-    def record_batch(self, watermark: int, counts: dict[str, int], seconds: float) -> None:
+    def record_batch(
+        self,
+        watermark: int,
+        counts: Mapping[str, int],
+        seconds: float,
+        phases: Mapping[str, float] | None = None,
+        dead_letter_reasons: Mapping[str, int] | None = None,
+    ) -> None:
+        """A published micro-batch: its watermark, counts, time and phases, and its dead
+        letters' reasons (reason text -> records)."""
+        now = self.clock()
+        self._batches.inc()
+        for key, counter in self._counts.items():
+            counter.inc(counts.get(key, 0))
+        kinds: dict[str, int] = {}
+        for reason, n in (dead_letter_reasons or {}).items():
+            kind = dead_letter_kind(reason)
+            kinds[kind] = kinds.get(kind, 0) + n
+        # dead letters whose reason was not read (a replayed batch): counted all the same
+        unread = counts.get("dead_lettered", 0) - sum(kinds.values())
+        if unread > 0:
+            kinds["invalid_event"] = kinds.get("invalid_event", 0) + unread
+        for kind, n in kinds.items():
+            self._dead.labels(kind).inc(n)
+        self._batch_seconds.observe(seconds)
+        for phase, spent in (phases or {}).items():
+            self._phase_seconds.labels(phase).observe(spent)
+        self._freshness.observe(max(0.0, now - watermark / 1000))
         with self._lock:
-            self._values["routelake_batches_total"] += 1
-            for key, name in _COUNTS.items():
-                self._values[name] += counts.get(key, 0)
-            self._values["routelake_watermark_ms"] = watermark
-            self._values["routelake_batch_duration_seconds"] = seconds
+            self._watermark, self._published_at = watermark, now
 
     def set(self, name: str, value: float) -> None:
-        with self._lock:
-            self._values[name] = value
+        self._gauges[name].set(value)
 
-    def get(self, name: str) -> float:
-        with self._lock:
-            return self._values[name]
+    def set_kafka_up(self, up: bool) -> None:
+        self._kafka_up.set(int(up))
 
-    def render(self) -> str:
-        with self._lock:
-            lines = []
-            for name, (kind, text) in JOB_METRICS.items():
-                lines += [
-                    f"# HELP {name} {text}",
-                    f"# TYPE {name} {kind}",
-                    f"{name} {self._values[name]:g}",
-                ]
-        return "\n".join(lines) + "\n"
+    def get(self, name: str, **labels: str) -> float:
+        """A sample's value (0 if absent): `routelake_job_batches_total`, a gauge, ..."""
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Published:
+    """The published watermark and how far behind the wall clock it is, now (a scrape
+    between batches sees the lag grow)."""
+
+    def __init__(self, metrics: JobMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        m = self.metrics
+        with m._lock:
+            watermark, published_at = m._watermark, m._published_at
+        if watermark is None or published_at is None:
+            return
+        now = m.clock()
+        yield GaugeMetricFamily(
+            "routelake_job_watermark_timestamp_seconds",
+            "Event-time watermark of the published tables (Unix time).",
+            value=watermark / 1000,
+        )
+        yield GaugeMetricFamily(
+            "routelake_job_watermark_lag_seconds",
+            "Wall clock minus the published watermark: how far behind the routes are.",
+            value=now - watermark / 1000,
+        )
+        yield GaugeMetricFamily(
+            "routelake_job_last_batch_timestamp_seconds",
+            "When the latest micro-batch was published (Unix time).",
+            value=published_at,
+        )
+
+
+class KafkaProbe:
+    """Whether the job's Kafka is reachable: a TCP connection to a bootstrap server every
+    `interval_s` (Spark says nothing while it waits out an outage)."""
+
+    def __init__(
+        self, bootstrap_servers: str, metrics: JobMetrics, interval_s: float = 5.0
+    ) -> None:
+        self.addresses = [_host_port(s) for s in bootstrap_servers.split(",") if s.strip()]
+        self.metrics = metrics
+        self.interval_s = interval_s
+        self.stop = threading.Event()
+
+    def reachable(self) -> bool:
+        for host, port in self.addresses:
+            try:
+                with socket.create_connection((host, port), timeout=min(2.0, self.interval_s)):
+                    return True
+            except OSError:
+                continue
+        return False
+
+    def start(self) -> KafkaProbe:
+        threading.Thread(target=self._run, daemon=True, name="kafka-probe").start()
+        return self
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.metrics.set_kafka_up(self.reachable())
+            self.stop.wait(self.interval_s)
+
+
+def _host_port(server: str) -> tuple[str, int]:
+    host, _, port = server.strip().rpartition(":")
+    return host.strip("[]") or "localhost", int(port or 9092)
 
 
 def serve_metrics(metrics: JobMetrics, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
@@ -70,9 +235,9 @@ def serve_metrics(metrics: JobMetrics, port: int, host: str = "127.0.0.1") -> Th
             if self.path != "/metrics":
                 self.send_error(404)
                 return
-            body = metrics.render().encode()
+            body = metrics.exposition()
             self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Type", CONTENT_TYPE_PLAIN_0_0_4)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

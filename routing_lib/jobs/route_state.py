@@ -14,7 +14,7 @@ from routing_lib import storage
 from routing_lib.config import Config
 from routing_lib.core.group_routes import RouteFlags
 from routing_lib.jobs import app_name
-from routing_lib.metrics import JobMetrics, serve_metrics
+from routing_lib.metrics import JobMetrics, KafkaProbe, serve_metrics
 from routing_lib.spark.delta_writer import BatchReport
 from routing_lib.spark.failures import JobPlaces, StreamJobFailure, explain
 from routing_lib.spark.pipeline import JobSettings, start_query
@@ -34,15 +34,23 @@ def run_route_state(
     """Run until stopped (SIGTERM, Ctrl-C, stop_event) or, with available_now, until caught up."""
     stop_event = stop_event or threading.Event()
     metrics = JobMetrics()
+    probe: KafkaProbe | None = None
     if metrics_port:
         serve_metrics(metrics, metrics_port, config.serve.host)
+        probe = KafkaProbe(config.kafka.bootstrap_servers, metrics).start()
     spark = build_spark(config, app_name("route_state"))
     from routing_lib.spark.progress_listener import ProgressListener
 
     spark.streams.addListener(ProgressListener(metrics))
 
     def on_batch(report: BatchReport) -> None:
-        metrics.record_batch(report.watermark, report.counts, report.seconds)
+        metrics.record_batch(
+            report.watermark,
+            report.counts,
+            report.seconds,
+            report.phases,
+            report.dead_letter_reasons,
+        )
         phases = " ".join(f"{k} {v:.2f}s" for k, v in report.phases.items())
         log.info(
             "batch %d published: watermark %d in %.2fs (%s) %s",
@@ -61,6 +69,8 @@ def run_route_state(
         flags=RouteFlags(config.routes.delete_topic_with_broker_registration),
         history=config.routes.history,
         content_min_chars=config.spark.content_min_chars,
+        content_io_attempts=config.spark.content_io_attempts,
+        content_io_backoff_s=config.spark.content_io_backoff_s,
     )
     if not storage.is_remote(settings.checkpoint):
         Path(settings.checkpoint).parent.mkdir(parents=True, exist_ok=True)
@@ -83,6 +93,8 @@ def run_route_state(
         if query.isActive:
             log.info("stopping the query (an unfinished micro-batch is replayed on restart)")
             query.stop()
+        if probe is not None:
+            probe.stop.set()
     failure = query.exception()
     if failure is not None:
         raise _explained(failure, config)

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from routing_lib import storage
-from routing_lib.core.catalog import CATALOG, PROGRESS, TableSpec, WriteMode
+from routing_lib.core.catalog import CATALOG, DEAD_LETTER, PROGRESS, TableSpec, WriteMode
 from routing_lib.core.rows import WRITES, RowKind, RowOp
 
 log = logging.getLogger("routelake.writer")
@@ -63,6 +63,8 @@ class BatchReport:
     # where the batch's time went: "step" (the stateful plan, run by the stats action),
     # "tables" (route/history/side-table commits), "progress" (the progress row's commit)
     phases: dict[str, float] = field(default_factory=dict)
+    # the dead letters written, by reason (for the job's metrics)
+    dead_letter_reasons: dict[str, int] = field(default_factory=dict)
 
 
 class DeltaRouteWriter:
@@ -79,12 +81,14 @@ class DeltaRouteWriter:
         self.app_id = app_id
         self.watermark_of_batch = watermark_of_batch  # batch id -> watermark its tables show
         self.on_batch = on_batch  # callback(BatchReport), for metrics and logs
+        self._dead_letter_reasons: dict[str, int] = {}  # this batch's, read as they are written
 
     def path(self, table: str) -> str:
         return storage.join(self.warehouse, table)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
+        self._dead_letter_reasons = {}
         batch = batch.persist()
         try:
             # One Spark action runs the plan: the stats rows (one per step call) say what
@@ -118,6 +122,7 @@ class DeltaRouteWriter:
                 "tables": written - stepped,
                 "progress": finished - written,
             },
+            self._dead_letter_reasons,
         )
         if self.on_batch:
             self.on_batch(report)
@@ -224,9 +229,14 @@ class DeltaRouteWriter:
         target = self._unless_written(spec.name, batch_id)
         if target is None:
             return
+        rows_out = out.toArrow()
+        if spec.name == DEAD_LETTER:  # the rows are on the driver already: count them here
+            for reason in rows_out.column("reason").to_pylist():
+                key = str(reason)
+                self._dead_letter_reasons[key] = self._dead_letter_reasons.get(key, 0) + 1
         write_deltalake(
             target,
-            out.toArrow().cast(pa.schema(target.schema().to_arrow())),
+            rows_out.cast(pa.schema(target.schema().to_arrow())),
             mode="append",
             commit_properties=self._commit(batch_id),
         )

@@ -27,13 +27,13 @@ class ProgressListener(StreamingQueryListener):
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
         progress = event.progress
         state_rows = sum(op.numRowsTotal for op in progress.stateOperators)
-        self.metrics.set("routelake_state_rows", state_rows)
+        self.metrics.set("routelake_job_state_rows", state_rows)
         lag = 0.0
         for source in progress.sources:
             behind = (source.metrics or {}).get("maxOffsetsBehindLatest")
             if behind is not None:
                 lag = max(lag, float(behind))
-        self.metrics.set("routelake_kafka_offsets_behind_latest", lag)
+        self.metrics.set("routelake_job_kafka_lag_messages", lag)
         log.info(
             "progress batch %d: %d input rows, %.0f rows/s, state rows %d, lag %g",
             progress.batchId,
