@@ -194,3 +194,33 @@ def test_integers_at_their_bounds_reach_the_tables(backfill, tmp_path):
         "10.9.0.2:10911",
     }
     assert rows(backfill.warehouse, DEAD_LETTER) == []
+
+
+def test_replayed_batch_0_appends_nothing_twice(backfill, tmp_path):
+    """A crash between batch 0's Delta commits and Spark's commits/0 replays batch 0: its dead
+    letter and progress row are in already (the tables' txn version is 0) and stay single."""
+    base = {"clusterName": "C", "brokerAddr": "10.0.0.1:10911", "brokerName": "b", "brokerId": 0}
+    register = dict(
+        base,
+        eventType="REGISTER",
+        eventTime=1_000,
+        haServerAddr="10.0.0.1:10912",
+        dataVersion={"stateVersion": 0, "timestamp": 1, "counter": 1},
+        topicConfigTable={},
+    )
+    heartbeat = dict(base, eventType="HEARTBEAT", eventTime=2_000)
+    path = tmp_path / "first.jsonl"
+    # all inside the watermark delay of time 0: the watermark stays 0, so Spark runs batch 0 alone
+    path.write_text(json.dumps(register) + "\n" + json.dumps(heartbeat) + "\nnot json\n")
+    first = backfill([path])
+    checkpoint = backfill.warehouse / "_checkpoints" / "backfill"
+    commits = checkpoint / "commits"
+    assert sorted(p.name for p in commits.iterdir() if not p.name.startswith(".")) == ["0"]
+    dead, progress = rows(backfill.warehouse, DEAD_LETTER), rows(backfill.warehouse, PROGRESS)
+    assert len(dead) == 1 and [r["batch_id"] for r in progress] == [0]
+
+    for name in ("0", ".0.crc"):  # the crash: Delta has batch 0, Spark's commit log does not
+        (commits / name).unlink(missing_ok=True)
+    assert backfill([path]) == first
+    assert len(rows(backfill.warehouse, DEAD_LETTER)) == 1
+    assert [r["batch_id"] for r in rows(backfill.warehouse, PROGRESS)] == [0]
