@@ -30,6 +30,10 @@ class SparkConfig:
     shuffle_partitions: int
     jars_dir: str
     content_min_chars: int
+    content_io_attempts: int
+    content_io_backoff_s: float
+    content_gc_every_batches: int
+    content_gc_grace_s: float
 
 
 @dataclass(frozen=True)

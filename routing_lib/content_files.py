@@ -1,72 +1,159 @@
 """The content store's durable backend: one file per reference under the job's checkpoint.
 
-`<checkpoint>/content/<first two digest digits>/<digest>`, written once (a temporary file
-renamed into place locally; one PUT on object storage, which is atomic) and never changed, so
-concurrent or retried writers of one reference are harmless: they write the same bytes.
+`<checkpoint>/content/<first two digest digits>/<digest>`, written once per content (a temporary
+file renamed into place, then the folder fsynced, locally; one unconditional PUT on object
+storage, which is atomic) and never changed, so concurrent or retried writers of one reference
+are harmless: they write the same bytes.
+
+Every storage call is retried (`attempts`, exponential backoff from `backoff_s`) and then
+raises ContentStorageError, which fails the task: Spark retries it, and past its retries the
+query stops with the message. Every read checks the bytes against the digest they are stored
+under (CorruptContentError). Neither ever becomes a dead letter (routing_lib/core/content.py,
+CONTENT_FAILURES).
+
+Writing an existing file refreshes its modification time (a touch locally, the PUT itself on
+object storage): the collector (routing_lib/content_gc.py) keeps any file touched within its
+grace period, and the store re-ensures a file at least every `freshness_s` seconds before it
+lets a reference to it leave the process.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
+import pyarrow
 from pyarrow import fs as pafs
 
 from routing_lib import storage
-from routing_lib.core.content import CONTENT, ContentBackend
+from routing_lib.core.content import (
+    CONTENT,
+    RECOVERY_HINT,
+    ContentBackend,
+    ContentStorageError,
+    CorruptContentError,
+    content_ref,
+)
+
+log = logging.getLogger("routelake.content")
 
 CONTENT_FOLDER = "content"
+TEMPORARY_PREFIX = ".tmp-"
+DEFAULT_ATTEMPTS = 5
+DEFAULT_BACKOFF_S = 0.2
+
+_Result = TypeVar("_Result")
 
 
 @dataclass(frozen=True)
 class ContentSettings:
-    """Where a query's content lives and from which size a value goes there."""
+    """Where a query's content lives, from which size a value goes there, and how hard a
+    storage call is retried ([spark] content_io_attempts, content_io_backoff_s)."""
 
     location: str  # the folder (local path or s3:// URI)
     min_chars: int  # values shorter than this stay inline
+    attempts: int = DEFAULT_ATTEMPTS
+    backoff_s: float = DEFAULT_BACKOFF_S
 
     def backend(self) -> ContentBackend:
-        return CONTENT.attach(ContentFolder(self.location))
+        return CONTENT.attach(ContentFolder(self.location, self.attempts, self.backoff_s))
 
 
-def content_settings(checkpoint: str, min_chars: int) -> ContentSettings:
-    return ContentSettings(storage.join(checkpoint, CONTENT_FOLDER), min_chars)
+def content_settings(
+    checkpoint: str,
+    min_chars: int,
+    attempts: int = DEFAULT_ATTEMPTS,
+    backoff_s: float = DEFAULT_BACKOFF_S,
+) -> ContentSettings:
+    return ContentSettings(storage.join(checkpoint, CONTENT_FOLDER), min_chars, attempts, backoff_s)
+
+
+def checkpoint_of(location: str) -> str:
+    """The checkpoint a content folder belongs to (its parent)."""
+    return location.rstrip("/").rsplit("/", 1)[0]
+
+
+def content_path(location: str, digest: str) -> str:
+    return storage.join(location, digest[:2], digest)
 
 
 class ContentFolder:
-    def __init__(self, location: str):
+    def __init__(
+        self, location: str, attempts: int = DEFAULT_ATTEMPTS, backoff_s: float = DEFAULT_BACKOFF_S
+    ):
         self.name = location
+        self.attempts = max(1, attempts)
+        self.backoff_s = backoff_s
         self._remote = storage.is_remote(location)
 
     def _path(self, ref: str) -> str:
-        digest = ref[1:]
-        return storage.join(self.name, digest[:2], digest)
+        return content_path(self.name, ref[1:])
 
+    def describe(self, ref: str) -> str:
+        return f"file {self._path(ref)} of checkpoint {checkpoint_of(self.name)} is missing"
+
+    # -- reading -----------------------------------------------------------------------------
     def read(self, ref: str) -> str | None:
         path = self._path(ref)
+        data = self._retrying(f"reading {path}", lambda: self._read_bytes(path))
+        if data is None:
+            return None
+        text = data.decode("utf-8", "surrogatepass")
+        if content_ref(text) != ref:
+            raise CorruptContentError(
+                f"corrupt content for reference {ref[1:]}: file {path} of checkpoint "
+                f"{checkpoint_of(self.name)} holds {len(data)} bytes whose BLAKE2b digest is "
+                f"{content_ref(text)[1:]}. {RECOVERY_HINT}"
+            )
+        return text
+
+    def _read_bytes(self, path: str) -> bytes | None:
         try:
             if self._remote:
-                return storage.read_text(path)
-            return Path(path).read_bytes().decode("utf-8", "surrogatepass")
+                filesystem, key = storage.filesystem(path)
+                if filesystem.get_file_info(key).type == pafs.FileType.NotFound:
+                    return None
+                with filesystem.open_input_stream(key) as stream:
+                    data: bytes = stream.read()
+                return data
+            return Path(path).read_bytes()
         except FileNotFoundError:
             return None
 
+    # -- writing -----------------------------------------------------------------------------
     def write(self, ref: str, text: str) -> None:
         path = self._path(ref)
         data = text.encode("utf-8", "surrogatepass")
-        if self._remote:
-            filesystem, key = storage.filesystem(path)
-            if filesystem.get_file_info(key).type == pafs.FileType.NotFound:
-                with filesystem.open_output_stream(key) as stream:
-                    stream.write(data)
-            return
+        writer = self._put if self._remote else self._write_local
+        self._retrying(f"writing {path}", lambda: writer(path, data))
+
+    @staticmethod
+    def _put(path: str, data: bytes) -> None:
+        # One unconditional PUT, no HEAD first: an object PUT is atomic and the bytes are the
+        # same whoever writes them, and rewriting an existing object refreshes its
+        # LastModified, which the collector's grace period counts from. A conditional PUT
+        # (If-None-Match: *) would leave an old object's date as it is; pyarrow cannot send
+        # it anyway.
+        filesystem, key = storage.filesystem(path)
+        with filesystem.open_output_stream(key) as stream:
+            stream.write(data)
+
+    @staticmethod
+    def _write_local(path: str, data: bytes) -> None:
         target = Path(path)
-        if target.exists():
+        try:
+            os.utime(target)  # there already: refresh its date for the collector
             return
+        except FileNotFoundError:
+            pass
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=TEMPORARY_PREFIX)
         try:
             with os.fdopen(fd, "wb") as stream:
                 stream.write(data)
@@ -76,3 +163,32 @@ class ContentFolder:
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
+        # the rename is durable only once the folder's entry is
+        _fsync_folder(target.parent)
+
+    # -- retries -----------------------------------------------------------------------------
+    def _retrying(self, what: str, call: Callable[[], _Result]) -> _Result:
+        delay = self.backoff_s
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return call()
+            except (OSError, pyarrow.ArrowException) as exc:
+                if attempt == self.attempts:
+                    raise ContentStorageError(
+                        f"content store: {what} failed {self.attempts} times, last with "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
+                log.warning(
+                    "content store: %s failed (%r); retry %d in %.2fs", what, exc, attempt, delay
+                )
+                time.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from routing_lib.content_files import ContentSettings
 from routing_lib.core.admin import group_key
+from routing_lib.core.content import MissingContentError
 from routing_lib.core.wire import externalize, pack_event
 from routing_lib.known_records import KnownRecords, cut_event_time
 from schemas.route_event import (
@@ -71,34 +72,66 @@ def classify(
     With `store`, a registration's large topic table leaves as a content reference
     (routing_lib/core/content.py), its text stored there first.
 
-    Never raises: whatever goes wrong with one record makes that record a dead letter, so one
-    poison record cannot stop a backfill or halt the stream at its offset forever.
+    Whatever goes wrong with one record's validation makes that record a dead letter, so one
+    poison record cannot stop a backfill or halt the stream at its offset forever. Storing
+    its topic table is outside that net: a storage error (retried by the store first) fails
+    the task, which Spark retries; a valid registration never becomes a dead letter for it.
     """
+    cut = None
+    known = False
     try:
         cut = cut_event_time(raw)
-        if cut is not None:
-            template = KNOWN_RECORDS.lookup(cut)
-            event_time = cut[1]
-            if template is not None and (
-                now_ms is None or event_time <= now_ms + max_future_skew_ms
-            ):
-                packed = _stored(template.packed(event_time), store)
-                return Classified(
-                    template.group_key, event_time, source, position, packed, None, None
-                )
-        classified = _classify(raw, source, position, now_ms, max_future_skew_ms, clock)
-        if classified.payload is not None and store is not None:
-            classified = dataclasses.replace(classified, payload=_stored(classified.payload, store))
-        if not INT64_MIN <= classified.event_time <= INT64_MAX:  # Arrow would refuse the row
-            raise OverflowError(f"eventTime {classified.event_time} does not fit a BIGINT")
-        if cut is not None and classified.payload is not None:
-            KNOWN_RECORDS.remember(
-                cut, classified.group_key, classified.event_time, classified.payload
+        template = KNOWN_RECORDS.lookup(cut) if cut is not None else None
+        event_time = cut[1] if cut is not None else 0
+        if template is not None and (now_ms is None or event_time <= now_ms + max_future_skew_ms):
+            classified = Classified(
+                template.group_key,
+                event_time,
+                source,
+                position,
+                template.packed(event_time),
+                None,
+                None,
             )
-        return classified
+            known = True
+        else:
+            classified = _classify(raw, source, position, now_ms, max_future_skew_ms, clock)
+            if not INT64_MIN <= classified.event_time <= INT64_MAX:  # Arrow would refuse the row
+                raise OverflowError(f"eventTime {classified.event_time} does not fit a BIGINT")
     except Exception as exc:  # the last line of defence: the schema should have caught it
         log.warning("record %s:%s failed validation unexpectedly: %r", source, position, exc)
         return dead_letter(raw, source, position, internal_error_reason(exc))
+    if classified.payload is None or store is None:
+        stored = classified.payload
+    elif known:
+        try:
+            stored = _stored(classified.payload, store)
+        except MissingContentError:
+            # the template's table went from memory and from the store (collected while no
+            # state named it): the record itself still holds it, so classify it afresh
+            return _classify_afresh(raw, source, position, now_ms, max_future_skew_ms, clock, store)
+    else:
+        stored = _stored(classified.payload, store)
+    if stored is not classified.payload:
+        classified = dataclasses.replace(classified, payload=stored)
+    if not known and cut is not None and classified.payload is not None:
+        KNOWN_RECORDS.remember(cut, classified.group_key, classified.event_time, classified.payload)
+    return classified
+
+
+def _classify_afresh(
+    raw: bytes,
+    source: str,
+    position: int,
+    now_ms: int | None,
+    max_future_skew_ms: int,
+    clock: str,
+    store: ContentSettings,
+) -> Classified:
+    classified = _classify(raw, source, position, now_ms, max_future_skew_ms, clock)
+    if classified.payload is None:
+        return classified
+    return dataclasses.replace(classified, payload=_stored(classified.payload, store))
 
 
 def _stored(packed: str, store: ContentSettings | None) -> str:

@@ -12,6 +12,7 @@ import heapq
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from routing_lib.core.content import CONTENT_FAILURES
 from routing_lib.core.group_routes import BrokerKey, GroupRoutes, RouteFlags, apply_event
 from routing_lib.core.wire import Event, pack_event, unpack_event
 
@@ -89,9 +90,15 @@ class Advance:
 def apply_guarded(
     routes: GroupRoutes, item: PendingEvent, flags: RouteFlags, advance: Advance
 ) -> bool:
-    """apply_event as a last line of defence: one event that raises cannot stop its group."""
+    """apply_event as a last line of defence: one event that raises cannot stop its group.
+
+    Content that cannot be read (a pending registration's topic table decoded here) is not
+    the event's fault: that error propagates, the task fails and is retried, and the event is
+    never dead-lettered for it."""
     try:
         apply_event(routes, item.event, flags)
+    except CONTENT_FAILURES:
+        raise
     except Exception as exc:
         advance.failed.append((item, f"internal error: {type(exc).__name__}: {str(exc)[:500]}"))
         return False

@@ -20,6 +20,8 @@ before one is likely). Pure Python; the folder backend lives in routing_lib/cont
 from __future__ import annotations
 
 import hashlib
+import math
+import time
 from collections import OrderedDict
 from typing import Protocol
 
@@ -28,7 +30,11 @@ _REF_LENGTH = 1 + 32
 
 
 class ContentBackend(Protocol):
-    """Durable storage of content by reference (written once, never changed)."""
+    """Durable storage of content by reference (written once, never changed).
+
+    `read` answers None when the backend has no content for the reference; any other failure
+    (storage errors that outlived the backend's retries, content that does not match its
+    digest) raises one of CONTENT_FAILURES."""
 
     name: str
 
@@ -50,6 +56,32 @@ class MissingContentError(LookupError):
     """A reference whose content no backend of this process has."""
 
 
+class CorruptContentError(MissingContentError):
+    """A content file whose bytes do not hash to the reference it is stored under."""
+
+
+class ContentStorageError(OSError):
+    """The storage under a backend kept failing after its retries (a throttled or unreachable
+    object store, a full or failing disk)."""
+
+
+# What must stop the task rather than turn an event into a dead letter: the event is valid,
+# its content is not readable or writable now. The task fails, Spark retries it, and past its
+# retries the query stops with the error's message (routing_lib/spark/failures.py).
+CONTENT_FAILURES: tuple[type[Exception], ...] = (MissingContentError, ContentStorageError)
+
+RECOVERY_HINT = (
+    "Restore the content folder together with the checkpoint it belongs to (from the same "
+    "backup), or start the job from a fresh checkpoint and backfill the history "
+    '(docs/troubleshooting.md, "Missing or corrupt content").'
+)
+
+
+def missing_message(ref: str, places: list[str]) -> str:
+    where = "; ".join(places) if places else "no content folder is attached in this process"
+    return f"no content for reference {ref[1:]}: {where}. {RECOVERY_HINT}"
+
+
 class ContentStore:
     """A process's view of the content: an LRU of texts by reference, over its backends.
 
@@ -57,13 +89,19 @@ class ContentStore:
     lose it. Everything else can be read again, so the cache is bounded by `max_bytes`.
     """
 
-    def __init__(self, max_bytes: int = 512 * 1024 * 1024):
+    def __init__(self, max_bytes: int = 512 * 1024 * 1024, freshness_s: float = 300.0):
         self.max_bytes = max_bytes
+        # A reference leaves this process only if its backend file was written or touched
+        # within this many seconds: the collector's grace period is longer, so it never
+        # deletes a file that a reference about to be committed names (docs/architecture.md).
+        self.freshness_s = freshness_s
         self._texts: OrderedDict[str, str] = OrderedDict()
         self._bytes = 0
         self._pinned: set[str] = set()
         self._backends: dict[str, ContentBackend] = {}
         self._written: dict[str, set[str]] = {}  # backend name -> refs it is known to hold
+        # backend name -> ref -> when this process last wrote or touched its file (monotonic)
+        self._ensured_at: dict[str, dict[str, float]] = {}
         self._ref_by_id: dict[int, str] = {}  # id(text) -> ref, for texts handed out by `get`
         self.backend_reads = 0
         self.backend_writes = 0
@@ -73,6 +111,7 @@ class ContentStore:
         """Read misses from `backend` too; returns the attached instance (one per name)."""
         attached = self._backends.setdefault(backend.name, backend)
         self._written.setdefault(attached.name, set())
+        self._ensured_at.setdefault(attached.name, {})
         return attached
 
     # -- writing -----------------------------------------------------------------------------
@@ -87,19 +126,22 @@ class ContentStore:
         return ref
 
     def ensure(self, ref: str, backend: ContentBackend | None) -> None:
-        """Make the content of `ref` durable in `backend` (a no-op once known to be there)."""
+        """Make the content of `ref` durable in `backend`: written, or touched if there, unless
+        this process did so within `freshness_s` seconds."""
         if backend is None:
             if ref in self._texts and not self._durable(ref):
                 self._pinned.add(ref)
             return
         backend = self.attach(backend)
-        written = self._written[backend.name]
-        if ref in written:
+        ensured_at = self._ensured_at[backend.name]
+        now = time.monotonic()
+        if now - ensured_at.get(ref, -math.inf) < self.freshness_s:
             return
         text = self.get(ref)
         backend.write(ref, text)
         self.backend_writes += 1
-        written.add(ref)
+        ensured_at[ref] = now
+        self._written[backend.name].add(ref)
         self._pinned.discard(ref)
 
     # -- reading -----------------------------------------------------------------------------
@@ -115,7 +157,9 @@ class ContentStore:
                 self._written[backend.name].add(ref)
                 self._remember(ref, text)
                 return text
-        raise MissingContentError(f"no content for reference {ref[1:]}")
+        raise MissingContentError(
+            missing_message(ref, [_place(b, ref) for b in reversed(self._backends.values())])
+        )
 
     def ref_of(self, text: str) -> str | None:
         """The reference of `text` if this store handed it out or took it (no hashing)."""
@@ -157,9 +201,27 @@ class ContentStore:
             self._ref_by_id.pop(id(text), None)
             self._bytes -= len(text)
 
+    def clear(self) -> None:
+        """Forget every text and what the backends were known to hold, as a fresh process
+        would (pinned texts stay: memory is their only copy)."""
+        for ref in [r for r in self._texts if r not in self._pinned]:
+            text = self._texts.pop(ref)
+            self._ref_by_id.pop(id(text), None)
+            self._bytes -= len(text)
+        for refs in self._written.values():
+            refs.clear()
+        for ensured in self._ensured_at.values():
+            ensured.clear()
+
     @property
     def cached_bytes(self) -> int:
         return self._bytes
+
+
+def _place(backend: ContentBackend, ref: str) -> str:
+    """Where `backend` looked for `ref`, as an operator finds it (a file and its checkpoint)."""
+    describe = getattr(backend, "describe", None)
+    return str(describe(ref)) if describe is not None else f"not in {backend.name}"
 
 
 # One per process: a Spark Python worker serves stage one and the step across micro-batches.

@@ -33,7 +33,7 @@ from routing_lib.core.admin import (
 )
 from routing_lib.core.clock import Advance, Arrival, GroupClock
 from routing_lib.core.codec import decode_clock, encode_clock
-from routing_lib.core.content import CONTENT, ContentBackend
+from routing_lib.core.content import CONTENT, CONTENT_FAILURES, ContentBackend
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags
 from routing_lib.core.history import HistoryTracker, decode_history, encode_history, event_date
 from routing_lib.core.rows import WRITES, RowKind, RowOp, StepRow
@@ -241,6 +241,8 @@ def _take_row(clock: GroupClock, batch: _GroupBatch, row: InputRow) -> None:
             )
         else:  # decoded when applied
             clock.add_packed(event_time, arrival, payload)
+    except CONTENT_FAILURES:  # unreadable content is not the record's fault: fail the task
+        raise
     except Exception as exc:  # last line of defence: this record only
         log.warning("event %s:%s failed in the stateful step: %r", *arrival, exc)
         batch.out.append(dead_row(payload, arrival, internal_reason(exc), batch.context))

@@ -62,6 +62,8 @@ def run_backfill(
         history=config.routes.history,
         as_of=as_of,
         content_min_chars=config.spark.content_min_chars,
+        content_io_attempts=config.spark.content_io_attempts,
+        content_io_backoff_s=config.spark.content_io_backoff_s,
     )
     skew = None if allow_future_events else config.routes.max_future_skew_ms
     classified = archive_stream(

@@ -51,6 +51,9 @@ class StreamJobFailure(RuntimeError):
 
 def explain(error: str, places: JobPlaces) -> str:
     """One paragraph for the operator: the cause when it is known, else Spark's first line."""
+    content = _CONTENT_FAILURE.search(error)
+    if content is not None:
+        return _content_failure(content.group(1), content.group(2).strip(), places)
     if _DISK_FULL.search(error):
         return _disk_full(error, places)
     if _KAFKA_GONE.search(error):
@@ -61,6 +64,29 @@ def explain(error: str, places: JobPlaces) -> str:
             f"first offset it had not published, and nothing is written twice (see {DOC})."
         )
     return f"streaming query failed: {_first_line(error)}"
+
+
+# The content store's errors (routing_lib/core/content.py) as a Python traceback prints them
+# inside Spark's text: their message names the reference, the file, the checkpoint and the fix.
+_CONTENT_FAILURE = re.compile(
+    r"\b(MissingContentError|CorruptContentError|ContentStorageError): ([^\n]+)"
+)
+
+
+def _content_failure(kind: str, message: str, places: JobPlaces) -> str:
+    if kind == "ContentStorageError":
+        return (
+            f"the content store under checkpoint {places.checkpoint} kept failing: {message}. "
+            "Spark retried the task and gave up; nothing was dead-lettered or published for "
+            "the unfinished micro-batch. Once the storage answers again, restart the job: it "
+            f'resumes from its checkpoint (see {DOC}, "Missing or corrupt content").'
+        )
+    what = "missing" if kind == "MissingContentError" else "corrupt"
+    return (
+        f"content {what} under checkpoint {places.checkpoint}: {message} The streaming query "
+        "stopped before publishing the micro-batch that needed it; the tables keep their last "
+        "published batch."
+    )
 
 
 # Where a write failed when the error names no file: the frames of the trace say which part

@@ -38,12 +38,19 @@ class JobSettings:
     as_of: int | None = None
     history: bool = True
     content_min_chars: int = 4096  # [spark] content_min_chars
+    content_io_attempts: int = 5  # [spark] content_io_attempts
+    content_io_backoff_s: float = 0.2  # [spark] content_io_backoff_s
 
     @property
     def content(self) -> ContentSettings:
         """Where stage one and the step keep large values: in the checkpoint, which they
         belong to (a new checkpoint starts a new store)."""
-        return content_settings(self.checkpoint, self.content_min_chars)
+        return content_settings(
+            self.checkpoint,
+            self.content_min_chars,
+            self.content_io_attempts,
+            self.content_io_backoff_s,
+        )
 
 
 def route_changes(classified: DataFrame, settings: JobSettings) -> DataFrame:

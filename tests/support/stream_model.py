@@ -12,7 +12,7 @@ from collections import defaultdict
 from routing_lib.core.admin import ADMIN_KEY, group_key
 from routing_lib.core.clock import Arrival
 from routing_lib.core.codec import decode_clock
-from routing_lib.core.content import CONTENT
+from routing_lib.core.content import CONTENT, ContentBackend
 from routing_lib.core.dump import canonical_dump, project
 from routing_lib.core.group_routes import DEFAULT_FLAGS, RouteFlags
 from routing_lib.core.replay import fleet_rows
@@ -36,12 +36,19 @@ class StreamModel:
     """`content_refs`: registrations' topic tables and large state values travel as content
     references (every one, whatever its size), as stage one and the step store them."""
 
-    def __init__(self, delay_ms: int, content_refs: bool, flags: RouteFlags = DEFAULT_FLAGS):
+    def __init__(
+        self,
+        delay_ms: int,
+        content_refs: bool,
+        flags: RouteFlags = DEFAULT_FLAGS,
+        backend: ContentBackend | None = None,
+    ):
         self.delay_ms = delay_ms
         self.config = StepConfig(flags)
         self.min_chars = 0 if content_refs else NO_CONTENT_REFS
+        self.backend = backend  # None: the content stays in this process's memory
         self.states: dict[str, SavedGroup] = {}
-        self.timeouts: dict[str, int] = {}  # group -> Spark's timeout (fires once passed)
+        self.wake_ups: dict[str, int] = {}  # group -> the watermark its step must run at
         self.log: list[tuple[Arrival, DeleteTopicEvent]] = []
         self.max_seen = 0
         self.published = 0
@@ -61,16 +68,16 @@ class StreamModel:
             self.max_seen = max(self.max_seen, event.eventTime)
             if isinstance(event, TickEvent):
                 continue
-            payload = externalize(pack_event(event), None, self.min_chars)
+            payload = externalize(pack_event(event), self.backend, self.min_chars)
             rows[group_key(event)].append(InputRow(event.eventTime, arrival, payload))
             if isinstance(event, DeleteTopicEvent):
                 for holder in self.holders(event.topic):
                     rows[holder].append(InputRow(event.eventTime, arrival, payload))
-        due = {k for k, timeout in self.timeouts.items() if timeout < watermark}
+        due = {k for k, wake_up in self.wake_ups.items() if wake_up <= watermark}
         context = BatchContext(watermark, self.published)
         logged: list[tuple[Arrival, DeleteTopicEvent]] = []
         for key in sorted(rows.keys() | due):
-            self.timeouts.pop(key, None)
+            self.wake_ups.pop(key, None)
             if key == ADMIN_KEY:  # the admin group's step; its log rows become the log
                 out = admin_log_rows(rows[key], context, None)
                 logged += [
@@ -96,14 +103,14 @@ class StreamModel:
             context,
             self.config,
             deletes,
-            (None, self.min_chars),
+            (self.backend, self.min_chars),
         )
         if result.state is None:
             self.states.pop(key, None)
         else:
             self.states[key] = result.state
-        if result.timeout is not None:
-            self.timeouts[key] = result.timeout
+        if result.wake_up is not None:
+            self.wake_ups[key] = result.wake_up
         return result.rows
 
     def finish(self, final: int) -> None:
