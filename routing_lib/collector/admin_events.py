@@ -7,6 +7,13 @@ value; DELETE_KV_CONFIG (102): namespace, key. A missing required field is refus
 header decoder would refuse it (SYSTEM_ERROR, "the custom field <name> is null"); PUT_KV_CONFIG
 without namespace or key gets DefaultRequestProcessor's own remark. Values are published as
 sent: the streaming job's validation is the one judge of a valid event.
+
+UPDATE_NAMESRV_CONFIG (318, `mqadmin updateNamesrvConfig`): its properties body names one
+setting the lookup applies (lookup/namesrv_config.py), published as a PUT_KV of that module's
+namespace, so that the change is audited and reaches every lookup like the KV puts. Refused:
+a key Java black-lists (NO_PERMISSION, Java's remark), a key with no meaning here, a value
+other than true/false, or several keys at once (INVALID_PARAMETER; mqadmin sends one).
+REGISTER_TOPIC_IN_NAMESRV (217) is refused here too (`single_topic_refusal`).
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from routing_lib.collector.broker_events import BrokerRequestError
+from routing_lib.lookup import namesrv_config
 from routing_lib.remoting.frames import RemotingCommand
-from routing_lib.remoting.protocol import RequestCode
+from routing_lib.remoting.protocol import RequestCode, ResponseCode
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 LOOPBACK_ONLY = ("127.0.0.0/8", "::1/128")
@@ -29,6 +37,59 @@ COUNT_FIELD: dict[int, str] = {
     RequestCode.WIPE_WRITE_PERM_OF_BROKER: "wipeTopicCount",
     RequestCode.ADD_WRITE_PERM_OF_BROKER: "addTopicCount",
 }
+
+
+class RefusedRequest(BrokerRequestError):
+    """Refused with `code` (not SYSTEM_ERROR) and this message as the remark."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+
+
+def single_topic_refusal(request: RemotingCommand) -> BrokerRequestError:
+    """What REGISTER_TOPIC_IN_NAMESRV is answered: the header decoder's refusal without a
+    topic, else REQUEST_CODE_NOT_SUPPORTED saying why and what to do instead."""
+    if request.ext_fields.get("topic") is None:  # RegisterTopicRequestHeader.topic, @CFNotNull
+        return BrokerRequestError("the custom field <topic> is null")
+    return RefusedRequest(
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+        "routelake: REGISTER_TOPIC_IN_NAMESRV is not taken: the route-state contract has no "
+        "event for one topic's registration; the broker's next registration "
+        "(registerNameServerPeriod) publishes the topic, at once with "
+        "enableSingleTopicRegister=false",
+    )
+
+
+def no_namesrv_setting(request: RemotingCommand) -> bool:
+    """An UPDATE_NAMESRV_CONFIG with nothing to change (no body, or no key in it): Java
+    answers SUCCESS and changes nothing; so does the collector, publishing nothing."""
+    if request.code != RequestCode.UPDATE_NAMESRV_CONFIG:
+        return False
+    try:
+        return not namesrv_config.updates(request.body)
+    except namesrv_config.ConfigRefused:
+        return False  # refused by admin_event
+
+
+def _namesrv_setting(request: RemotingCommand) -> dict[str, Any]:
+    try:
+        changes = namesrv_config.updates(request.body)
+    except namesrv_config.ConfigRefused as refused:
+        raise RefusedRequest(refused.code, refused.remark) from None
+    if len(changes) != 1:
+        raise RefusedRequest(
+            ResponseCode.INVALID_PARAMETER,
+            "routelake: one setting per UPDATE_NAMESRV_CONFIG (mqadmin updateNamesrvConfig "
+            f"sends one), not {len(changes)}",
+        )
+    [(key, value)] = changes.items()
+    return {
+        "eventType": "PUT_KV",
+        "namespace": namesrv_config.NAMESPACE,
+        "key": key,
+        "value": value,
+    }
 
 
 def _field(ext: Mapping[str, str], name: str) -> str:
@@ -62,6 +123,8 @@ def admin_event(
             "key": ext["key"],
             "value": _field(ext, "value"),
         }
+    elif code == RequestCode.UPDATE_NAMESRV_CONFIG:
+        event = _namesrv_setting(request)
     elif code == RequestCode.DELETE_KV_CONFIG:
         event = {
             "eventType": "DELETE_KV",

@@ -29,12 +29,15 @@ from typing import Any, Final, Literal, Protocol
 from routing_lib.collector.admin_events import (
     COUNT_FIELD,
     LOOPBACK_ONLY,
+    RefusedRequest,
     admin_event,
     allowed,
     event_key,
+    no_namesrv_setting,
     parse_networks,
     peer_host,
     peer_text,
+    single_topic_refusal,
 )
 from routing_lib.collector.broker_events import (
     BrokerRequestError,
@@ -161,6 +164,8 @@ class Collector:
             return None  # nothing of ours is awaiting an answer from a broker
         if request.code in ADMIN_CODES:
             return self._admin(request, current_peer.get())
+        if request.code == RequestCode.REGISTER_TOPIC_IN_NAMESRV:
+            return self._refuse(request, single_topic_refusal(request))
         if request.code not in BROKER_CODES:  # the standalone collector answers nothing else
             return (
                 None
@@ -230,7 +235,8 @@ class Collector:
             request.code,
             exc,
         )
-        return None if request.is_oneway else _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        code = exc.code if isinstance(exc, RefusedRequest) else ResponseCode.SYSTEM_ERROR
+        return None if request.is_oneway else _reply(request, code, str(exc))
 
     async def _not_acknowledged(
         self, ack: asyncio.Future[None], request: RemotingCommand, kind: str, who: object
@@ -282,6 +288,8 @@ class Collector:
                     "([collector] admin_allow)",
                 )
             )
+        if no_namesrv_setting(request):
+            return None if request.is_oneway else _reply(request, ResponseCode.SUCCESS)
         try:
             event = admin_event(request, self.clock(), peer_text(peer))
         except BrokerRequestError as exc:

@@ -2,13 +2,16 @@
 
 Responses follow RocketMQ 5.x ClientRequestProcessor / DefaultRequestProcessor: same codes,
 same remarks, same body forms (only GET_ROUTEINFO_BY_TOPIC has the standard-JSON variant).
+The NameServer's enableTopicList / enableAllTopicList are always on here: the topic lists are
+never answered "disable". GET_NAMESRV_CONFIG answers the settings the lookup applies
+(namesrv_config.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from routing_lib.lookup.routes import RouteIndex
+from routing_lib.lookup.routes import RouteIndex, UnitFilter
 from routing_lib.lookup.topics import validate_topic
 from routing_lib.remoting.frames import RemotingCommand
 from routing_lib.remoting.protocol import NAMESRV_VERSION, V4_9_4, RequestCode, ResponseCode
@@ -83,6 +86,24 @@ def _kv_list(index: RouteIndex, request: RemotingCommand) -> RemotingCommand:
     return _reply(request, ResponseCode.SUCCESS, body=body.legacy)
 
 
+UNIT_LISTS: dict[int, UnitFilter] = {
+    RequestCode.GET_UNIT_TOPIC_LIST: UnitFilter.UNIT,
+    RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST: UnitFilter.HAS_UNIT_SUB,
+    RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: UnitFilter.HAS_UNIT_SUB_UNUNIT,
+}
+
+
+def _broker_member_group(index: RouteIndex, request: RemotingCommand) -> RemotingCommand:
+    # GetBrokerMemberGroupRequestHeader: clusterName, then brokerName, both @CFNotNull
+    cluster, name = request.ext_fields.get("clusterName"), request.ext_fields.get("brokerName")
+    if cluster is None:
+        return _missing(request, "clusterName")
+    if name is None:
+        return _missing(request, "brokerName")
+    body = index.broker_member_group_body(cluster, name)
+    return _reply(request, ResponseCode.SUCCESS, body=body.legacy)
+
+
 def answer(index: RouteIndex | None, request: RemotingCommand) -> RemotingCommand | None:
     """The response to send, or None: nothing to send (oneway requests, stray responses)."""
     if request.is_response:
@@ -114,6 +135,14 @@ def _answer(index: RouteIndex | None, request: RemotingCommand) -> RemotingComma
         return _kv_list(index, request)
     if code == RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS:
         return _reply(request, ResponseCode.SUCCESS, body=index.system_topic_list_body.legacy)
+    unit_filter = UNIT_LISTS.get(code)
+    if unit_filter is not None:
+        body = index.unit_topic_list_body(unit_filter).legacy
+        return _reply(request, ResponseCode.SUCCESS, body=body)
+    if code == RequestCode.GET_NAMESRV_CONFIG:
+        return _reply(request, ResponseCode.SUCCESS, body=index.settings.body())
+    if code == RequestCode.GET_BROKER_MEMBER_GROUP:
+        return _broker_member_group(index, request)
     return _reply(
         request, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {code} not supported"
     )

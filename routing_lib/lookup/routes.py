@@ -18,6 +18,7 @@ snapshot while the tables it depends on did not change.
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from routing_lib.core.catalog import (
 from routing_lib.core.dump import canonical_dump, kv_config_table
 from routing_lib.core.group_routes import MASTER_ID, PERM_WRITE
 from routing_lib.core.tables import Row
-from routing_lib.lookup import jsonbody
+from routing_lib.lookup import jsonbody, namesrv_config
 from routing_lib.lookup.topic_store import SHARDS, Entry, Queue, TopicStore, queues_of
 from routing_lib.lookup.topics import SYNC_BROKER_MEMBER_GROUP_PREFIX, is_system_topic
 from routing_lib.read.warehouse import WarehouseSnapshot
@@ -246,6 +247,7 @@ class _TopicViews:
         "cluster_bodies",
         "broker_counts",
         "route_count",
+        "unit_lists",
     )
 
     def __init__(self) -> None:
@@ -256,6 +258,7 @@ class _TopicViews:
         self.cluster_bodies: dict[str, Body] = {}
         self.broker_counts: Mapping[str, int] | None = None
         self.route_count: int | None = None
+        self.unit_lists: dict[UnitFilter, Body] = {}
 
 
 def _names(entry: Entry | None) -> tuple[str, ...]:
@@ -283,6 +286,52 @@ class _ClusterTopics(Mapping[str, tuple[str, ...]]):
 
 EMPTY_TOPIC_LIST = Body.of({"topicList": []})
 
+# TopicSysFlag's bits
+FLAG_UNIT = 0x1
+FLAG_UNIT_SUB = 0x2
+
+
+class UnitFilter(enum.Enum):
+    """RouteInfoManager's three topic lists by the unit bits of a topic's topicSysFlag."""
+
+    UNIT = "getUnitTopics"  # GET_UNIT_TOPIC_LIST: the unit flag set
+    HAS_UNIT_SUB = "getHasUnitSubTopicList"  # GET_HAS_UNIT_SUB_TOPIC_LIST: unit-sub set
+    HAS_UNIT_SUB_UNUNIT = "getHasUnitSubUnUnitTopicList"  # unit-sub set, unit not set
+
+    def accepts(self, sys_flag: int) -> bool:
+        unit, unit_sub = bool(sys_flag & FLAG_UNIT), bool(sys_flag & FLAG_UNIT_SUB)
+        if self is UnitFilter.UNIT:
+            return unit
+        if self is UnitFilter.HAS_UNIT_SUB:
+            return unit_sub
+        return unit_sub and not unit
+
+
+def java_string_hash(text: str) -> int:
+    """String.hashCode as an unsigned 32-bit value (over UTF-16 code units)."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h
+
+
+def first_in_java_hashmap(names: tuple[str, ...]) -> int:
+    """The position in `names` of the key a Java HashMap<String, _> holding them iterates
+    first: the lowest bucket ((h ^ h >>> 16) & (capacity - 1)) at the capacity that many keys
+    grow a default map to. Keys sharing that bucket come in insertion order, which the
+    tables do not keep: the smallest name is taken then."""
+    capacity = 16
+    while len(names) > capacity * 3 // 4:
+        capacity *= 2
+    best, best_key = 0, None
+    for i, name in enumerate(names):
+        h = java_string_hash(name)
+        key = ((h ^ (h >> 16)) & (capacity - 1), name)
+        if best_key is None or key < best_key:
+            best, best_key = i, key
+    return best
+
 
 class RouteIndex:
     """Read-only after build. The JSON objects it hands out (route(), cluster_info) are
@@ -293,6 +342,7 @@ class RouteIndex:
         "watermark",
         "support_acting_master",
         "order_message_enable",
+        "settings",
         "store",
         "rows",
         "_broker_part",
@@ -389,6 +439,13 @@ class RouteIndex:
             if previous is not None and FILTER_SERVER not in rows
             else _FilterPart(self.rows[FILTER_SERVER])
         )
+        # What routes apply: the options above, or an operator's updateNamesrvConfig as
+        # published in the KV table (a KV change empties the route cache below).
+        self.settings = namesrv_config.settings(
+            self._kv_part.kv.get(namesrv_config.NAMESPACE, {}),
+            order_message_enable=order_message_enable,
+            support_acting_master=support_acting_master,
+        )
         self._views = _TopicViews()
         self._cache = self._carry_cache(previous, changed_topics)
         if previous is not None:
@@ -439,6 +496,8 @@ class RouteIndex:
             new.topics, new.topic_list = old.topics, old.topic_list
             if same_brokers:
                 new.system_topics = old.system_topics
+        if same_topics:
+            new.unit_lists = old.unit_lists
         if same_topics and same_brokers:
             new.cluster_topics, new.cluster_bodies = old.cluster_topics, old.cluster_bodies
         if changed is None or old.broker_counts is None:
@@ -485,7 +544,9 @@ class RouteIndex:
             return None  # Java: no broker data found -> no route
         queue_datas = [_queue_json(name, queue_map[name]) for name in sorted(queue_map)]
         broker_datas = [b.to_json() for b in found]
-        if self.support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):
+        if self.settings.support_acting_master and not topic.startswith(
+            SYNC_BROKER_MEMBER_GROUP_PREFIX
+        ):
             _acting_master(broker_datas, queue_datas)
         # TopicRouteData's fields in fastjson order; topicQueueMappingByBroker is null here
         # (no static topics), orderTopicConf too unless orderMessageEnable finds a KV value
@@ -514,7 +575,7 @@ class RouteIndex:
         return dict(sorted(filter_map.items()))
 
     def _order_conf(self, topic: str) -> str | None:
-        if not self.order_message_enable:
+        if not self.settings.order_message_enable:
             return None
         return self._kv_part.kv.get(ORDER_TOPIC_CONFIG, {}).get(topic)
 
@@ -530,7 +591,7 @@ class RouteIndex:
         if not found:
             return None
         if (
-            self.support_acting_master
+            self.settings.support_acting_master
             and not part.masterless.isdisjoint(found)
             and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX)
         ):  # the rewrite may apply: the object path decides
@@ -671,6 +732,34 @@ class RouteIndex:
     @property
     def system_topics_body(self) -> Body:
         return self._system_topics()[1]
+
+    def unit_topic_list_body(self, which: UnitFilter) -> Body:
+        """getUnitTopics / getHasUnitSubTopicList / getHasUnitSubUnUnitTopicList: every topic
+        of topicQueueTable (routable or not) whose first queue data, in the Java HashMap's
+        order of its broker names, has the unit bits `which` asks for."""
+        views = self._views
+        body = views.unit_lists.get(which)
+        if body is None:
+            found = []
+            for topic, entry in self.store.items():
+                names = entry[0::2]
+                first = first_in_java_hashmap(names) if len(names) > 1 else 0
+                if which.accepts(entry[2 * first + 1][3]):
+                    found.append(topic)
+            body = Body.of({"topicList": sorted(found)})
+            views.unit_lists[which] = body
+        return body
+
+    def broker_member_group_body(self, cluster: str, broker_name: str) -> Body:
+        """getBrokerMemberGroup: the group's brokerAddrs from brokerAddrTable (whatever its
+        cluster: Java looks the name up alone), the cluster as asked; empty when unknown."""
+        broker = self._broker_part.brokers.get(broker_name)
+        group = {
+            "brokerAddrs": dict(broker.addrs) if broker is not None else {},
+            "brokerName": broker_name,
+            "cluster": cluster,
+        }
+        return Body.of({"brokerMemberGroup": group})
 
     @property
     def broker_topic_counts(self) -> Mapping[str, int]:

@@ -14,11 +14,14 @@ class RequestCode(IntEnum):
     WIPE_WRITE_PERM_OF_BROKER = 205
     DELETE_TOPIC_IN_NAMESRV = 216
     ADD_WRITE_PERM_OF_BROKER = 327
+    UPDATE_NAMESRV_CONFIG = 318
     # Brokers' registration and heartbeats, taken by the collector
     REGISTER_BROKER = 103
     UNREGISTER_BROKER = 104
     QUERY_DATA_VERSION = 322
     BROKER_HEARTBEAT = 904
+    # A broker's one-topic registration (enableSingleTopicRegister): refused, no contract event
+    REGISTER_TOPIC_IN_NAMESRV = 217
     # Clients' and operators' reads, answered by the lookup
     GET_KV_CONFIG = 101
     GET_ROUTEINFO_BY_TOPIC = 105
@@ -27,6 +30,11 @@ class RequestCode(IntEnum):
     GET_KVLIST_BY_NAMESPACE = 219
     GET_TOPICS_BY_CLUSTER = 224
     GET_SYSTEM_TOPIC_LIST_FROM_NS = 304
+    GET_UNIT_TOPIC_LIST = 311
+    GET_HAS_UNIT_SUB_TOPIC_LIST = 312
+    GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST = 313
+    GET_NAMESRV_CONFIG = 319
+    GET_BROKER_MEMBER_GROUP = 901
 
 
 ADMIN_CODES = frozenset(
@@ -36,6 +44,7 @@ ADMIN_CODES = frozenset(
         RequestCode.WIPE_WRITE_PERM_OF_BROKER,
         RequestCode.DELETE_TOPIC_IN_NAMESRV,
         RequestCode.ADD_WRITE_PERM_OF_BROKER,
+        RequestCode.UPDATE_NAMESRV_CONFIG,
     }
 )
 BROKER_CODES = frozenset(
@@ -44,6 +53,7 @@ BROKER_CODES = frozenset(
         RequestCode.UNREGISTER_BROKER,
         RequestCode.QUERY_DATA_VERSION,
         RequestCode.BROKER_HEARTBEAT,
+        RequestCode.REGISTER_TOPIC_IN_NAMESRV,
     }
 )
 READ_CODES = frozenset(set(RequestCode) - ADMIN_CODES - BROKER_CODES)
