@@ -90,7 +90,9 @@ def _table(rows: list[list[str]]) -> list[str]:
 def render(view: Refresh) -> str:
     """The refresh as a few aligned lines: a summary (watermark lag, counts), one row per broker
     group (cluster, master, slaves, live brokers) and a sample route."""
-    lag = "-" if view.watermark is None else f"{(view.now_ms - view.watermark) / 1000:.1f} s"
+    # Before the job's first batch the tables carry watermark 0 (or none): no lag to show.
+    published = view.watermark is not None and view.watermark > 0
+    lag = f"{(view.now_ms - view.watermark) / 1000:.1f} s" if published else "-"
     live = {(row["clusterName"], row["brokerAddr"]) for row in view.live}
     groups = view.clusters.get("brokerAddrTable", {})
     rows = [["cluster", "group", "master", "slaves", "live"]]
@@ -250,10 +252,15 @@ def _start(config: Config, brokers: int, topics: int, work: Path, started: _Star
         (["serve", "--warehouse", str(warehouse)], "serve.log"),
     ):
         started.children.append(_spawn(args, work / log))
-    _say(
+    _say(started_message(config.serve.port, config.serve.http_port))
+
+
+def started_message(port: int, http_port: int) -> str:
+    """What the demo says once everything runs: where to point clients and a browser."""
+    return (
         f"simulator, streaming job and lookup service started: "
-        f"NameServer protocol on 127.0.0.1:{config.serve.port}, "
-        f"HTTP on http://127.0.0.1:{config.serve.http_port} (Ctrl-C stops the demo)"
+        f"NameServer protocol on 127.0.0.1:{port}, HTTP API on http://127.0.0.1:{http_port}\n"
+        f"route console: open http://127.0.0.1:{http_port}/ in a browser (Ctrl-C stops the demo)"
     )
 
 

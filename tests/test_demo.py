@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import replace
 
-from routelake_dev.demo import Refresh, fetch_refresh, render
+import pytest
+
+from routelake_dev.demo import Refresh, fetch_refresh, render, started_message
 from tests.support.lookup_support import ServerThread, Warehouse, tables, wait_until
 
 NOW = 1_764_000_060_000
@@ -68,8 +71,9 @@ def test_render_a_refresh():
     )
 
 
-def test_render_before_a_watermark_and_without_topics():
-    text = render(refresh(watermark=None, topic=None, route=None, clusters={}, live=[]))
+@pytest.mark.parametrize("watermark", [None, 0])  # 0: tables before the job's first batch
+def test_render_before_a_watermark_and_without_topics(watermark):
+    text = render(refresh(watermark=watermark, topic=None, route=None, clusters={}, live=[]))
     assert text == "\n".join(
         [
             "--- 12:00:05 (+35 s)  watermark lag -  clusters 0  groups 0  live brokers 0/0",
@@ -78,13 +82,22 @@ def test_render_before_a_watermark_and_without_topics():
     )
 
 
-def test_a_refresh_read_from_the_real_service(tmp_path):
+def test_the_start_names_the_console():
+    message = started_message(9876, 8080)
+    assert "127.0.0.1:9876" in message
+    assert "route console: open http://127.0.0.1:8080/ in a browser" in message
+
+
+def test_a_refresh_read_from_the_real_service(tmp_path, caplog):
     """What the demo reads from the lookup service's HTTP API renders as the table above: the
     hand-built tables of tests/support/lookup_support.py (ClusterA: broker-a with a master and a
-    slave, broker-b; ClusterB: broker-c, slaves only; three live brokers)."""
+    slave, broker-b; ClusterB: broker-c, slaves only; three live brokers). The service's start
+    (as `routectl serve` logs it) names the console's URL."""
     Warehouse(tmp_path).publish(0, NOW - 2_000, tables())
+    caplog.set_level(logging.INFO, logger="routelake.lookup")
     with ServerThread(tmp_path) as server:
         http = f"http://127.0.0.1:{server.service.http_port}"
+        assert f"route console: {http}/" in caplog.messages
         wait_until(lambda: fetch_refresh(http, time.monotonic()) is not None)
         view = fetch_refresh(http, time.monotonic())
     assert view is not None and view.watermark == NOW - 2_000

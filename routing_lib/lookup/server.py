@@ -240,6 +240,15 @@ def _add_health_api(app: FastAPI, holder: SnapshotHolder, metrics: Metrics) -> N
 # -- the service --
 
 
+def console_url(host: str, port: int, tls: bool) -> str:
+    """Where a browser finds the console (`/`): a wildcard address is this machine's name."""
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"  # an IPv6 literal
+    return f"{'https' if tls else 'http'}://{host}:{port}/"
+
+
 class BrokerRequests(Protocol):
     """The collector half of `serve --collect` (routing_lib.collector.service.Collector)."""
 
@@ -359,6 +368,7 @@ class LookupService(NetworkService):
             self.listener.tls.mode,
             self.http_tls.mode,
         )
+        log.info("route console: %s", console_url(self.host, self.http_port, self.http_tls.enabled))
 
     async def stop(self) -> None:
         # The refresher may be inside a warehouse read: no need to wait for it.
