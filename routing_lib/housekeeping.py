@@ -158,6 +158,8 @@ def housekeep(
 def run(args: argparse.Namespace, config: Config) -> int:
     """`routectl housekeeping` (its options: routing_lib/cli/housekeeping.py): a line per
     table; exit 2 when the request is refused, 1 when a table failed."""
+    if getattr(args, "content", False):
+        return run_content(args, config)
     warehouse = storage.resolve(args.warehouse or config.paths.warehouse)
     try:
         reports = housekeep(
@@ -176,3 +178,27 @@ def run(args: argparse.Namespace, config: Config) -> int:
     for report in reports:
         print(report.line(args.dry_run))
     return 1 if any(r.error for r in reports) else 0
+
+
+def run_content(args: argparse.Namespace, config: Config) -> int:
+    """`routectl housekeeping --content`: collect the checkpoint's content store
+    (routing_lib/content_gc.py) with a local Spark session; exit 2 when refused."""
+    from routing_lib.content_gc import check_grace, collect_content
+    from routing_lib.spark.session import build_spark
+
+    checkpoint = storage.resolve(args.checkpoint or config.paths.checkpoint)
+    grace = (
+        config.spark.content_gc_grace_s if args.content_grace_s is None else args.content_grace_s
+    )
+    try:
+        check_grace(grace)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    spark = build_spark(config, "routelake-housekeeping")
+    try:
+        report = collect_content(spark, checkpoint, grace, args.dry_run)
+    finally:
+        spark.stop()
+    print(report.line(args.dry_run))
+    return 0

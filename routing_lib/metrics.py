@@ -28,6 +28,12 @@ JOB_GAUGES: dict[str, str] = {
     "routelake_job_kafka_lag_messages": (
         "Kafka records not read yet: the largest maxOffsetsBehindLatest of the sources."
     ),
+    "routelake_job_content_files": (
+        "Files in the checkpoint's content store after its last collection."
+    ),
+    "routelake_job_content_bytes": (
+        "Bytes in the checkpoint's content store after its last collection."
+    ),
 }
 # Counts of a batch report -> the counter they add to (names without _total).
 _COUNTS = {

@@ -35,6 +35,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--before", metavar="YYYY-MM-DD", help="history tables: compact only event_date < this day"
     )
     parser.add_argument(
+        "--content",
+        action="store_true",
+        help="instead: delete the checkpoint's content files no state version, batch or worker "
+        "can refer to (needs Spark; safe while the job runs)",
+    )
+    parser.add_argument("--checkpoint", help="--content: default [paths] checkpoint of the config")
+    parser.add_argument(
+        "--content-grace-s",
+        type=float,
+        help="--content: keep files written this recently (default [spark] content_gc_grace_s)",
+    )
+    parser.add_argument(
         "--table",
         action="append",
         type=_warehouse_table,

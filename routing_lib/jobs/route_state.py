@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
 
 from routing_lib import storage
 from routing_lib.config import Config
@@ -43,7 +44,14 @@ def run_route_state(
 
     spark.streams.addListener(ProgressListener(metrics))
 
+    collect_due = threading.Event()  # set by the batch callback, run by the loop below
+    every = config.spark.content_gc_every_batches
+    published = [0]
+
     def on_batch(report: BatchReport) -> None:
+        published[0] += 1
+        if every > 0 and published[0] % every == 0:
+            collect_due.set()
         metrics.record_batch(
             report.watermark,
             report.counts,
@@ -87,6 +95,9 @@ def run_route_state(
     try:
         while query.isActive and not stop_event.is_set():
             query.awaitTermination(1)
+            if collect_due.is_set():
+                collect_due.clear()
+                _collect_content(spark, settings.checkpoint, config, metrics)
     except StreamingQueryException:
         pass  # the query failed: told below, from query.exception()
     finally:
@@ -99,6 +110,24 @@ def run_route_state(
     if failure is not None:
         raise _explained(failure, config)
     return metrics
+
+
+def _collect_content(
+    spark: SparkSession, checkpoint: str, config: Config, metrics: JobMetrics
+) -> None:
+    """Delete the content no loadable state version, batch or worker can refer to
+    (routing_lib/content_gc.py), while the query runs; a failed collection deletes nothing
+    more and the job goes on."""
+    from routing_lib.content_gc import collect_content
+
+    try:
+        report = collect_content(spark, checkpoint, config.spark.content_gc_grace_s)
+    except Exception as exc:
+        log.warning("content collection failed (nothing more deleted): %r", exc)
+        return
+    metrics.set("routelake_job_content_files", report.kept_files)
+    metrics.set("routelake_job_content_bytes", report.kept_bytes)
+    log.info("%s", report.line(dry_run=False))
 
 
 def _explained(failure: BaseException, config: Config) -> StreamJobFailure:

@@ -1,0 +1,247 @@
+"""The content store's collector: deletes content files nothing can refer to any more.
+
+A content file (routing_lib/content_files.py) may be needed by a reference in
+- a state version Spark can still load (every version from the state store's oldest retained
+  one, `spark.sql.streaming.minBatchesToRetain` back, to its newest committed one): a group's
+  topics or open intervals, or a pending registration's topic table inside its clock;
+- a micro-batch that has not committed yet (stage one's output in the shuffle, a step's new
+  state not committed yet), and any later batch;
+- a Python worker's memory (its cache of texts, its known-records templates).
+
+Mark: the digests named anywhere in the retained state versions, read with Spark's state data
+source (the oldest retained version in full plus the change feed of every later one). Sweep: a
+file is deleted only if its digest is not marked AND it was last written before
+`started - grace_s`, where `started` is taken before the mark. Every way a reference reaches a
+future state version other than through a marked one passes through the store's `ensure`, which
+writes or touches the file within `CONTENT.freshness_s` of the reference leaving the process;
+so with a grace longer than that plus the longest micro-batch with its retries, no such file is
+old enough to go (the argument in full: docs/architecture.md, "Collecting content").
+
+Locally a victim is first renamed to a tombstone (atomic): a writer touching it before the
+rename leaves a fresh date on the tombstone, which is then renamed back; a writer after the
+rename finds no file and writes it anew. Temporary files (`.tmp-*`) of crashed writers older
+than the grace period go too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pyarrow import fs as pafs
+
+from routing_lib import storage
+from routing_lib.content_files import CONTENT_FOLDER, TEMPORARY_PREFIX
+from routing_lib.core.content import CONTENT
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("routelake.content_gc")
+
+_DIGEST = re.compile(r"^[0-9a-f]{32}$")
+# Any 32-hex-digit run in a state value: a reference as it sits in a state column, or escaped
+# inside a pending event's JSON (\u001d...). Marking more than the references is safe.
+DIGEST_IN_TEXT = r"(?<![0-9a-f])([0-9a-f]{32})(?![0-9a-f])"
+_TOMBSTONE = ".gc-"
+
+
+@dataclass
+class ContentReport:
+    """What one collection found and did (dry run: what it would delete)."""
+
+    marked: int = 0  # digests the retained state versions name
+    kept_files: int = 0
+    kept_bytes: int = 0
+    deleted_files: int = 0
+    deleted_bytes: int = 0
+    deleted_temporaries: int = 0
+    deleted: list[str] = field(default_factory=list)
+
+    def line(self, dry_run: bool) -> str:
+        verb = "would delete" if dry_run else "deleted"
+        return (
+            f"content: {self.kept_files} files ({self.kept_bytes} bytes) kept, {self.marked} "
+            f"referenced by state; {verb} {self.deleted_files} files ({self.deleted_bytes} "
+            f"bytes) and {self.deleted_temporaries} temporary files"
+        )
+
+
+@dataclass(frozen=True)
+class _Entry:
+    path: str
+    name: str
+    size: int
+    mtime: float  # seconds since the epoch
+
+
+def check_grace(grace_s: float) -> None:
+    """The grace period must outlast the store's freshness window with room for a batch."""
+    if grace_s < 2 * CONTENT.freshness_s:
+        raise ValueError(
+            f"content grace period {grace_s:g} s is too short: it must exceed the longest "
+            f"micro-batch with its retries plus {CONTENT.freshness_s:g} s, and be at least "
+            f"{2 * CONTENT.freshness_s:g} s"
+        )
+
+
+def live_digests(spark: SparkSession, checkpoint: str) -> set[str] | None:
+    """Every digest the state versions Spark can still load name; None when the checkpoint has
+    no state yet (then only the grace period protects files)."""
+    from pyspark.sql import functions as F
+
+    if not storage.is_dir(storage.join(checkpoint, "state")):
+        return None
+    location = storage.spark_uri(checkpoint)
+    meta = spark.read.format("state-metadata").load(location).collect()
+    if not meta:
+        return None
+    digests: set[str] = set()
+    for operator in meta:
+        first, last = int(operator["minBatchId"]), int(operator["maxBatchId"])
+        frames = [
+            spark.read.format("statestore")
+            .option("operatorId", operator["operatorId"])
+            .option("batchId", first)
+            .load(location)
+        ]
+        if last > first:
+            frames.append(
+                spark.read.format("statestore")
+                .option("operatorId", operator["operatorId"])
+                .option("readChangeFeed", "true")
+                .option("changeStartBatchId", first + 1)
+                .option("changeEndBatchId", last)
+                .load(location)
+                .where(F.col("change_type") == "update")
+                .select("key", "value", "partition_id")
+            )
+        for frame in frames:
+            text = F.to_json(F.col("value"))  # every column, escapes and all
+            found = (
+                frame.select(F.explode(F.regexp_extract_all(text, F.lit(DIGEST_IN_TEXT), 1)))
+                .distinct()
+                .collect()
+            )
+            digests.update(row[0] for row in found)
+    return digests
+
+
+def collect_content(
+    spark: SparkSession,
+    checkpoint: str,
+    grace_s: float,
+    dry_run: bool = False,
+) -> ContentReport:
+    """Mark the retained state versions' references, then sweep the checkpoint's content."""
+    check_grace(grace_s)
+    started = time.time()  # before the mark: see the module's note
+    live = live_digests(spark, checkpoint)
+    return sweep(storage.join(checkpoint, CONTENT_FOLDER), live or set(), started, grace_s, dry_run)
+
+
+def sweep(
+    location: str, live: set[str], started: float, grace_s: float, dry_run: bool = False
+) -> ContentReport:
+    """Delete the files under `location` that `live` does not name and that were last written
+    before `started - grace_s`, and temporary files as old."""
+    report = ContentReport(marked=len(live))
+    cutoff = started - grace_s
+    remote = storage.is_remote(location)
+    for entry in _entries(location):
+        if entry.name.startswith((TEMPORARY_PREFIX, _TOMBSTONE)):
+            if entry.mtime < cutoff and (dry_run or _delete(entry.path, remote)):
+                report.deleted_temporaries += 1
+            continue
+        if not _DIGEST.match(entry.name):
+            continue  # not ours: leave it
+        if entry.name in live or entry.mtime >= cutoff:
+            report.kept_files += 1
+            report.kept_bytes += entry.size
+            continue
+        if dry_run or _retire(entry, cutoff, remote):
+            report.deleted_files += 1
+            report.deleted_bytes += entry.size
+            report.deleted.append(entry.name)
+        else:
+            report.kept_files += 1
+            report.kept_bytes += entry.size
+    return report
+
+
+def _entries(location: str) -> Iterator[_Entry]:
+    if storage.is_remote(location):
+        filesystem, root = storage.filesystem(location)
+        selector = pafs.FileSelector(root, allow_not_found=True, recursive=True)
+        for info in filesystem.get_file_info(selector):
+            if info.type == pafs.FileType.File:
+                mtime = info.mtime.timestamp() if info.mtime is not None else time.time()
+                yield _Entry("s3://" + info.path, info.base_name, info.size or 0, mtime)
+        return
+    folder = Path(location)
+    if not folder.is_dir():
+        return
+    for shard in folder.iterdir():
+        if not shard.is_dir():
+            continue
+        for child in shard.iterdir():
+            try:
+                status = child.stat()
+            except FileNotFoundError:  # renamed or deleted meanwhile
+                continue
+            yield _Entry(str(child), child.name, status.st_size, status.st_mtime)
+
+
+def _retire(entry: _Entry, cutoff: float, remote: bool) -> bool:
+    """Delete an unreferenced old content file unless a writer refreshed it meanwhile."""
+    if remote:
+        filesystem, key = storage.filesystem(entry.path)
+        info = filesystem.get_file_info(key)
+        if info.type != pafs.FileType.File or (
+            info.mtime is not None and info.mtime.timestamp() >= cutoff
+        ):
+            return False
+        filesystem.delete_file(key)
+        return True
+    path = Path(entry.path)
+    tombstone = path.with_name(f"{_TOMBSTONE}{path.name}")
+    try:
+        os.rename(path, tombstone)
+    except FileNotFoundError:
+        return False
+    if tombstone.stat().st_mtime >= cutoff:  # touched before the rename: it is wanted
+        try:
+            os.link(tombstone, path)  # never over a file a writer wrote since
+        except FileExistsError:
+            pass
+        tombstone.unlink()
+        return False
+    tombstone.unlink()
+    return True
+
+
+def _delete(path: str, remote: bool) -> bool:
+    try:
+        if remote:
+            filesystem, key = storage.filesystem(path)
+            filesystem.delete_file(key)
+        else:
+            Path(path).unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def content_size(location: str) -> tuple[int, int]:
+    """(files, bytes) of the content under `location`, temporary files included."""
+    files = size = 0
+    for entry in _entries(location):
+        files += 1
+        size += entry.size
+    return files, size

@@ -1,0 +1,88 @@
+"""The content collector's sweep (routing_lib/content_gc.py) and the store's freshness rule it
+relies on: unreferenced old files go, referenced or recently written ones stay, a file a writer
+refreshes while the sweep runs stays, and crashed writers' temporary files go."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from routing_lib.content_files import ContentFolder
+from routing_lib.content_gc import _Entry, _retire, check_grace, content_size, sweep
+from routing_lib.core.content import ContentStore, content_ref
+
+pytestmark = pytest.mark.unit
+
+HOUR = 3600.0
+
+
+def _write(folder: ContentFolder, text: str, age_s: float) -> Path:
+    ref = content_ref(text)
+    folder.write(ref, text)
+    path = Path(folder.name) / ref[1:3] / ref[1:]
+    then = time.time() - age_s
+    os.utime(path, (then, then))
+    return path
+
+
+def test_sweep_deletes_only_unreferenced_files_older_than_the_grace(tmp_path):
+    folder = ContentFolder(str(tmp_path / "content"))
+    referenced = _write(folder, "in a state version", 5 * HOUR)
+    unreferenced = _write(folder, "nothing names me", 5 * HOUR)
+    recent = _write(folder, "written a minute ago", 60)
+    old_temporary = referenced.parent / ".tmp-crashed"
+    old_temporary.write_text("half")
+    os.utime(old_temporary, (time.time() - 5 * HOUR,) * 2)
+    new_temporary = referenced.parent / ".tmp-writing"
+    new_temporary.write_text("half")
+
+    report = sweep(folder.name, {referenced.name}, time.time(), HOUR)
+
+    assert referenced.exists() and recent.exists() and new_temporary.exists()
+    assert not unreferenced.exists() and not old_temporary.exists()
+    assert (report.deleted_files, report.deleted_temporaries, report.kept_files) == (1, 1, 2)
+    assert report.deleted == [unreferenced.name]
+    files, size = content_size(folder.name)
+    assert files == 3 and size == referenced.stat().st_size + recent.stat().st_size + 4
+
+
+def test_dry_run_deletes_nothing(tmp_path):
+    folder = ContentFolder(str(tmp_path / "content"))
+    path = _write(folder, "old", 5 * HOUR)
+    assert sweep(folder.name, set(), time.time(), HOUR, dry_run=True).deleted == [path.name]
+    assert path.exists()
+
+
+def test_a_file_a_writer_refreshes_during_the_sweep_stays(tmp_path):
+    folder = ContentFolder(str(tmp_path / "content"))
+    text = "re-sent after a long while"
+    path = _write(folder, text, 5 * HOUR)
+    listed = _Entry(str(path), path.name, path.stat().st_size, path.stat().st_mtime)
+    folder.write(content_ref(text), text)  # a writer between the listing and the delete
+    assert not _retire(listed, time.time() - HOUR, remote=False)
+    assert path.read_text() == text
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no tombstone left
+
+
+def test_the_store_refreshes_a_file_once_its_memo_is_stale(tmp_path):
+    """A reference leaves the store only if its file was written or touched within
+    freshness_s: what lets the collector trust a file's date."""
+    folder = ContentFolder(str(tmp_path / "content"))
+    store = ContentStore(freshness_s=HOUR)
+    ref = store.put("some topics", folder)
+    path = Path(folder.name) / ref[1:3] / ref[1:]
+    os.utime(path, (time.time() - 5 * HOUR,) * 2)
+    store.put("some topics", folder)  # within the window: no I/O
+    assert path.stat().st_mtime < time.time() - 4 * HOUR
+    store.freshness_s = 0.0
+    store.put("some topics", folder)  # stale memo: touched again
+    assert path.stat().st_mtime > time.time() - 60
+
+
+def test_a_grace_period_shorter_than_the_freshness_window_is_refused():
+    with pytest.raises(ValueError, match="too short"):
+        check_grace(60)
+    check_grace(HOUR)
