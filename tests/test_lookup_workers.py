@@ -14,6 +14,7 @@ import httpx
 
 from routing_lib.remoting.protocol import RequestCode, ResponseCode
 from tests.support.lookup_support import RemotingClient, Warehouse, tables, wait_until
+from tests.support.metrics_support import sample
 from tests.support.process_support import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,8 +38,8 @@ def sockets(pid: int) -> int:
 
 
 def requests_answered(text: str) -> int:
-    prefix = 'routelake_lookup_requests_total{protocol="remoting",request="105",code="0"} '
-    return sum(int(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix))
+    counted = "routelake_lookup_requests_total"
+    return int(sample(text, counted, protocol="remoting", request="105", code="0") or 0)
 
 
 def test_two_processes_share_the_remoting_port(tmp_path):
@@ -75,7 +76,7 @@ def test_two_processes_share_the_remoting_port(tmp_path):
         wait_until(ready, timeout=60)
         workers = children(proc.pid)
         assert len(workers) == 1
-        assert 'routelake_lookup_workers{state="ready"} 1' in http.get("/metrics").text
+        assert sample(http.get("/metrics").text, "routelake_lookup_workers", state="ready") == 1
         # New connections are spread over both processes (SO_REUSEPORT): each process
         # holds some of them open; every one is answered.
         before = {p: sockets(p) for p in (proc.pid, *workers)}
@@ -92,7 +93,12 @@ def test_two_processes_share_the_remoting_port(tmp_path):
         # Both processes' counters reach the primary's /metrics (reported every second).
         wait_until(lambda: requests_answered(http.get("/metrics").text) == 40, timeout=10)
         text = http.get("/metrics").text
-        assert 'routelake_lookup_snapshot_builds_total{kind="full"} 2' in text
+        builds = "routelake_lookup_snapshot_build_duration_seconds_count"
+        assert sample(text, builds, kind="full") == 2
+        # memory of both processes, summed: more than the primary's alone
+        assert sample(text, "routelake_lookup_resident_memory_bytes") > sample(
+            text, "process_resident_memory_bytes"
+        )
     finally:
         http.close()
         proc.send_signal(signal.SIGTERM)

@@ -16,6 +16,7 @@ from routing_lib.collector.service import Collector
 from routing_lib.lookup.refresher import Refresher, SnapshotHolder
 from routing_lib.remoting.limits import Limits
 from routing_lib.remoting.service import LOOPBACK, NetworkService, serve_until_signal
+from routing_lib.remoting.service_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from routing_lib.remoting.service_metrics import Metrics
 from routing_lib.remoting.tls import PLAIN, ListenerTls
 
@@ -52,7 +53,7 @@ def create_http_app(
         text = metrics.render(
             served.index if served else None, served.loaded_at if served else None
         )
-        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(text, media_type=METRICS_CONTENT_TYPE)
 
     return app
 
@@ -77,7 +78,7 @@ class CollectorServer(NetworkService):
         """`http_port` (0 = ephemeral): also serve /healthz, /readyz, /metrics over HTTP;
         `tls`, `http_tls`: the TLS of the remoting and HTTP listeners (remoting/tls.py)."""
         self.collector = collector
-        self.metrics = Metrics()
+        self.metrics = Metrics(prefix="routelake_collector")
         super().__init__(
             "collector",
             collector.handle,

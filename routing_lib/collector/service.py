@@ -21,10 +21,11 @@ import asyncio
 import enum
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any, Final, Literal, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from routing_lib.collector.admin_events import (
     COUNT_FIELD,
@@ -60,9 +61,11 @@ from routing_lib.remoting.protocol import (
     RequestCode,
     ResponseCode,
 )
-from routing_lib.remoting.service_metrics import Metrics
+from routing_lib.remoting.service_metrics import Metrics, label_values
 
 log = logging.getLogger("routelake.collector")
+# Kafka acknowledges in ms (acks=all on a healthy cluster); the request timeout is seconds.
+PUBLISH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class _Acked(enum.Enum):
@@ -84,48 +87,90 @@ def wall_clock_ms() -> int:
 
 
 class CollectorMetrics:
+    """The collector's own counters (its registry joins the service's /metrics)."""
+
     def __init__(self) -> None:
-        self.published: Counter[str] = Counter()  # eventType
-        self.publish_failures: Counter[str] = Counter()  # eventType
-        self.refused: Counter[str] = Counter()  # request code
-        self.admin_denied: Counter[str] = Counter()  # request code, client not in admin_allow
-        self.ticks_skipped = 0  # the previous TICK was still unacknowledged
-
-    def lines(self) -> Iterable[str]:
-        def counter(name: str, help_text: str, label: str, values: Counter[str]) -> Iterable[str]:
-            yield f"# HELP routelake_collector_{name} {help_text}"
-            yield f"# TYPE routelake_collector_{name} counter"
-            for key, n in sorted(values.items()):
-                yield f'routelake_collector_{name}{{{label}="{key}"}} {n}'
-
-        yield from counter(
-            "published_total", "Events acknowledged by Kafka.", "event", self.published
+        self.registry = CollectorRegistry(auto_describe=True)
+        p, reg = "routelake_collector", self.registry
+        self._published = Counter(
+            f"{p}_published", "Events acknowledged by Kafka.", ["event"], registry=reg
         )
-        yield from counter(
-            "publish_failures_total",
+        self._publish_failures = Counter(
+            f"{p}_publish_failures",
             "Events Kafka did not acknowledge (the broker got SYSTEM_ERROR).",
-            "event",
-            self.publish_failures,
+            ["event"],
+            registry=reg,
         )
-        yield from counter(
-            "refused_total",
+        self._publish_latency = Histogram(
+            f"{p}_publish_duration_seconds",
+            "Time from handing an event to the Kafka producer to its acknowledgement (or failure).",
+            buckets=PUBLISH_BUCKETS,
+            registry=reg,
+        )
+        self._refused = Counter(
+            f"{p}_refused",
             "Broker requests refused (bad crc32, header, body); nothing published.",
-            "code",
-            self.refused,
+            ["code"],
+            registry=reg,
         )
-        yield from counter(
-            "admin_denied_total",
-            "Administrative requests from clients not "
-            "in [collector] admin_allow (NO_PERMISSION); nothing published.",
-            "code",
-            self.admin_denied,
+        self._admin_denied = Counter(
+            f"{p}_admin_denied",
+            "Administrative requests from clients not in [collector] admin_allow "
+            "(NO_PERMISSION); nothing published.",
+            ["code"],
+            registry=reg,
         )
-        yield from counter(
-            "ticks_skipped_total",
+        self._ticks_skipped = Counter(
+            f"{p}_ticks_skipped",
             "TICKs skipped: the previous one was not acknowledged yet.",
-            "reason",
-            Counter(unacked=self.ticks_skipped),
+            registry=reg,
         )
+        self.kafka_up = Gauge(
+            f"{p}_kafka_up",
+            "1 while Kafka acknowledges the collector's TICKs (its /readyz), 0 otherwise.",
+            registry=reg,
+        )
+
+    def acknowledged(self, event: str, seconds: float) -> None:
+        self._published.labels(event).inc()
+        self._publish_latency.observe(seconds)
+
+    def not_acknowledged(self, event: str, seconds: float) -> None:
+        self._publish_failures.labels(event).inc()
+        self._publish_latency.observe(seconds)
+
+    def refuse(self, code: int) -> None:
+        self._refused.labels(str(code)).inc()
+
+    def deny(self, code: int) -> None:
+        self._admin_denied.labels(str(code)).inc()
+
+    def tick_skipped(self) -> None:
+        self._ticks_skipped.inc()
+
+    # -- reading back (tests, the closing log line) --
+
+    @property
+    def published(self) -> dict[str, int]:
+        return self._counts("routelake_collector_published_total", "event")
+
+    @property
+    def publish_failures(self) -> dict[str, int]:
+        return self._counts("routelake_collector_publish_failures_total", "event")
+
+    @property
+    def refused(self) -> dict[str, int]:
+        return self._counts("routelake_collector_refused_total", "code")
+
+    @property
+    def admin_denied(self) -> dict[str, int]:
+        return self._counts("routelake_collector_admin_denied_total", "code")
+
+    def _counts(self, sample: str, label: str) -> dict[str, int]:
+        return {k: int(v) for k, v in label_values(self.registry, sample, label).items()}
+
+    def exposition(self) -> str:
+        return generate_latest(self.registry).decode()
 
 
 class Collector:
@@ -192,17 +237,21 @@ class Collector:
             )
         except BrokerRequestError as exc:
             return self._refuse(request, exc)
+        sent = time.perf_counter()
         ack = self.publisher.send(event["brokerName"].encode(), encode_event(event))
-        return self._after_ack(ack, request, event, version)
+        return self._after_ack(ack, sent, request, event, version)
 
     async def _after_ack(
         self,
         ack: asyncio.Future[None],
+        sent: float,
         request: RemotingCommand,
         event: dict[str, Any],
         version: dict[str, Any] | None,
     ) -> Reply:
-        failed = await self._not_acknowledged(ack, request, event["eventType"], event["brokerAddr"])
+        failed = await self._not_acknowledged(
+            ack, sent, request, event["eventType"], event["brokerAddr"]
+        )
         if failed is not _ACKED:
             return failed
         cluster, addr, now = event["clusterName"], event["brokerAddr"], event["eventTime"]
@@ -227,7 +276,7 @@ class Collector:
         return _reply(request, ResponseCode.SUCCESS)
 
     def _refuse(self, request: RemotingCommand, exc: BrokerRequestError) -> Reply:
-        self.metrics.refused[str(request.code)] += 1
+        self.metrics.refuse(request.code)
         self._log.log(
             ("refused", request.code),
             logging.WARNING,
@@ -239,13 +288,18 @@ class Collector:
         return None if request.is_oneway else _reply(request, code, str(exc))
 
     async def _not_acknowledged(
-        self, ack: asyncio.Future[None], request: RemotingCommand, kind: str, who: object
+        self,
+        ack: asyncio.Future[None],
+        sent: float,
+        request: RemotingCommand,
+        kind: str,
+        who: object,
     ) -> Reply | Literal[_Acked.ACKED]:
         """Wait for Kafka: _ACKED (and counted), or the error reply to send instead."""
         try:
             await ack
         except PublishError as exc:
-            self.metrics.publish_failures[kind] += 1
+            self.metrics.not_acknowledged(kind, time.perf_counter() - sent)
             self._log.log(
                 ("publish", kind),
                 logging.WARNING,
@@ -261,7 +315,7 @@ class Collector:
                     request, ResponseCode.SYSTEM_ERROR, f"routelake: event not published: {exc}"
                 )
             )
-        self.metrics.published[kind] += 1
+        self.metrics.acknowledged(kind, time.perf_counter() - sent)
         return _ACKED
 
     # -- operators' requests --
@@ -269,7 +323,7 @@ class Collector:
     def _admin(self, request: RemotingCommand, peer: object) -> Reply | Awaitable[Reply]:
         host = peer_host(peer)
         if not allowed(host, self.admin_allow):
-            self.metrics.admin_denied[str(request.code)] += 1
+            self.metrics.deny(request.code)
             self._log.log(
                 "admin_denied",
                 logging.WARNING,
@@ -297,8 +351,9 @@ class Collector:
         ext = None
         if request.code in COUNT_FIELD:  # counted now: the snapshot before this change
             ext = {COUNT_FIELD[request.code]: str(self.topic_count(event["brokerName"]))}
+        sent = time.perf_counter()
         ack = self.publisher.send(event_key(event), encode_event(event))
-        return self._after_admin_ack(ack, request, event, ext)
+        return self._after_admin_ack(ack, sent, request, event, ext)
 
     def topic_count(self, broker_name: str) -> int:
         """Topics with queues of `broker_name` in the latest loaded snapshot (0: none)."""
@@ -308,12 +363,13 @@ class Collector:
     async def _after_admin_ack(
         self,
         ack: asyncio.Future[None],
+        sent: float,
         request: RemotingCommand,
         event: dict[str, Any],
         ext: dict[str, str] | None,
     ) -> Reply:
         kind = event["eventType"]
-        failed = await self._not_acknowledged(ack, request, kind, event.get("requestedBy"))
+        failed = await self._not_acknowledged(ack, sent, request, kind, event.get("requestedBy"))
         if failed is not _ACKED:
             return failed
         log.info(
@@ -329,7 +385,7 @@ class Collector:
         if holder is not None:
             self.view = SnapshotView(holder, self.memory)
             self.holder = holder
-        metrics.extra.append(self.metrics.lines)
+        metrics.register(self.metrics.registry.collect)
 
     # -- clock ticks --
 
@@ -345,20 +401,22 @@ class Collector:
 
     def tick(self) -> None:
         if self._tick is not None and not self._tick.done():
-            self.metrics.ticks_skipped += 1  # Kafka is slow or away: do not pile TICKs up
+            self.metrics.tick_skipped()  # Kafka is slow or away: do not pile TICKs up
             return
         event = tick_event(self.clock(), self.collector_id)
+        sent = time.perf_counter()
         self._tick = self.publisher.send(self.collector_id.encode(), encode_event(event))
-        self._tick.add_done_callback(self._ticked)
+        self._tick.add_done_callback(lambda future: self._ticked(future, sent))
 
-    def _ticked(self, future: asyncio.Future[None]) -> None:
+    def _ticked(self, future: asyncio.Future[None], sent: float) -> None:
         if future.cancelled():
             return
         self.kafka_ok = future.exception() is None
+        self.metrics.kafka_up.set(int(self.kafka_ok))
         if self.kafka_ok:
-            self.metrics.published["TICK"] += 1
+            self.metrics.acknowledged("TICK", time.perf_counter() - sent)
         else:
-            self.metrics.publish_failures["TICK"] += 1
+            self.metrics.not_acknowledged("TICK", time.perf_counter() - sent)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.publisher.close)

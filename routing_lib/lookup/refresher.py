@@ -123,12 +123,12 @@ class Refresher:
         try:
             result, served = await asyncio.to_thread(self._load)
         except SnapshotNotSettledError as exc:
-            self.metrics.refreshes["not_settled"] += 1
+            self.metrics.refreshed("not_settled")
             # Normal while a micro-batch commits table by table: the next poll catches up.
             log.debug("snapshot not settled, keeping the current one: %s", exc)
             return "not_settled"
         except Exception as exc:  # any failure: keep serving the last good one
-            self.metrics.refreshes["error"] += 1
+            self.metrics.refreshed("error")
             message = f"{type(exc).__name__}: {exc}"
             self.metrics.last_refresh_error = message
             if message != self._last_error:  # one line per distinct error, not per poll
@@ -148,7 +148,7 @@ class Refresher:
                 served.index.route_count,
                 "" if previous else " - ready",
             )
-        self.metrics.refreshes[result] += 1
+        self.metrics.refreshed(result)
         return result
 
     async def run(self, poll_interval_s: float, stop: asyncio.Event) -> None:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,11 +23,13 @@ try:
 except ImportError:  # optional: the service works on the default loop too
     uvloop = None  # type: ignore[assignment]  # the module or None, checked before use
 from fastapi import FastAPI, Response
+from prometheus_client.metrics_core import Metric
 
 from routing_lib.config import load_config
 from routing_lib.lookup import jsonbody
 from routing_lib.lookup.processor import answer, no_kv_remark, no_route_remark
 from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
+from routing_lib.lookup.route_risk import RouteRisks
 from routing_lib.lookup.routes import Body, RouteIndex
 from routing_lib.lookup.topics import validate_topic
 from routing_lib.lookup.workers import serve_workers
@@ -36,6 +38,7 @@ from routing_lib.remoting.limits import Limits, clip
 from routing_lib.remoting.listener import Reply
 from routing_lib.remoting.protocol import READ_CODES, ResponseCode
 from routing_lib.remoting.service import LOOPBACK, NetworkService, serve_until_signal
+from routing_lib.remoting.service_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from routing_lib.remoting.service_metrics import Metrics
 from routing_lib.remoting.tls import PLAIN, ListenerTls
 
@@ -219,7 +222,7 @@ def _add_health_api(app: FastAPI, holder: SnapshotHolder, metrics: Metrics) -> N
             )
         age = metrics.stale_watermark_age(served.index.watermark)
         if age is not None:  # the job (or its input) stopped: routes are older than allowed
-            metrics.readyz_stale += 1
+            metrics.readyz_stale()
             return _error(
                 served,
                 503,
@@ -231,10 +234,11 @@ def _add_health_api(app: FastAPI, holder: SnapshotHolder, metrics: Metrics) -> N
     @app.get("/metrics")
     async def prometheus() -> Response:
         served = holder.current
-        text = metrics.render(
-            served.index if served else None, served.loaded_at if served else None
+        # in a thread: the route gauges walk the topics of a new snapshot once
+        text = await asyncio.to_thread(
+            metrics.render, served.index if served else None, served.loaded_at if served else None
         )
-        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(text, media_type=METRICS_CONTENT_TYPE)
 
 
 # -- the service --
@@ -308,6 +312,9 @@ class LookupService(NetworkService):
             limits = replace(limits, idle_timeout_s=idle_timeout_s)
         self.metrics = Metrics(max_watermark_age_s=max_watermark_age_s)
         self.holder = SnapshotHolder()
+        # the route gauges of the served snapshot (the console's health view lists the same)
+        self.route_risks = RouteRisks()
+        self.metrics.register(self._route_families)
         self.refresher = Refresher(
             warehouse,
             self.holder,
@@ -335,6 +342,10 @@ class LookupService(NetworkService):
             max_frame_bytes=limits.collector_max_frame_bytes if collector else None,
             large_frame_codes=collector.large_frame_codes if collector else frozenset(),
         )
+
+    def _route_families(self) -> Iterable[Metric]:
+        served = self.holder.current
+        return self.route_risks.families(served.index if served else None)
 
     def _respond(self, command: RemotingCommand) -> Reply | Awaitable[Reply]:
         if self.collector is not None and command.code in self.collector.codes:

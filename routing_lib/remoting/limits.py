@@ -100,7 +100,7 @@ class Rejections:
         self.log = ThrottledLog(logger)
 
     def __call__(self, listener: str, reason: str, peer: object, detail: str = "") -> None:
-        self.metrics.rejections[(listener, reason)] += 1
+        self.metrics.reject(listener, reason)
         level = logging.DEBUG if reason in self.QUIET else logging.WARNING
         self.log.log(
             (listener, reason),

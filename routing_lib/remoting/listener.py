@@ -129,7 +129,7 @@ class RemotingListener:
             writer.close()
             return
         self.connections[task] = writer
-        self.metrics.connections += 1
+        self.metrics.connection_opened()
         pending: set[asyncio.Task[None]] = set()
         try:
             await self._serve_connection(reader, writer, peer, pending)
@@ -148,7 +148,7 @@ class RemotingListener:
                 _, late = await asyncio.wait(pending, timeout=self.pending_timeout_s)
                 for t in late:
                     t.cancel()
-            self.metrics.connections -= 1
+            self.metrics.connection_closed()
             self.connections.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
@@ -314,7 +314,7 @@ class RemotingListener:
 
     def _frame_error(self, exc: RemotingCodecError, peer: object) -> None:
         name = type(exc).__name__
-        self.metrics.frame_errors[name] += 1
+        self.metrics.frame_error(name)
         self._frame_log.log(
             name, logging.WARNING, "remoting: closing connection from %s: %s", peer, exc
         )

@@ -1,19 +1,45 @@
-"""Prometheus text exposition for the network services, the lookup and the collector (no
-client library needed): requests and rejections per listener, and the served snapshot.
+"""The network services' metrics (the lookup's and the collector's), in a prometheus_client
+registry: requests and rejections per listener, the served snapshot, and what other parts add
+(the collector's counters, the lookup's route-risk gauges) as collectors of the same registry.
 
-All updates happen on the server's event loop thread, so plain counters suffice.
+Several worker processes (lookup/workers.py) each count in their own registry; every second a
+worker sends its samples (`export`) to the primary, whose /metrics sums them with its own: one
+aggregate, no shared files. Everything in `counted` is a sum over processes by construction
+(counters, histograms, open connections, resident memory); the snapshot's gauges are the
+primary's.
 """
 
 from __future__ import annotations
 
+import os
+import resource
+import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
+
+from prometheus_client import (
+    CONTENT_TYPE_PLAIN_0_0_4,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+# A `_created` sample per counter means nothing once counts are summed over processes.
+disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 
 class ServedIndex(Protocol):
-    """What the metrics render of the served snapshot (the lookup's RouteIndex has it): the
+    """What the metrics show of the served snapshot (the lookup's RouteIndex has it): the
     network layer names no lookup type, so it does not depend on the lookup."""
 
     @property
@@ -40,106 +66,270 @@ LATENCY_BUCKETS = (
     1.0,
     2.5,
 )
-_PREFIX = "routelake_lookup"
+# Snapshot builds: ms for a batch of heartbeats, tens of seconds for a full load at scale.
+BUILD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+# Remoting answers the lookup gives when the thing asked for does not exist (TOPIC_NOT_EXIST,
+# QUERY_NOT_FOUND): the client's question, not the service's failure.
+NOT_FOUND_CODES = frozenset({"17", "22"})
 
 
-def _labels(**labels: object) -> str:
-    def esc(value: object) -> str:
-        return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def request_result(protocol: str, code: str) -> str:
+    """ok / not_found / error: what a request's answer code means to an operator."""
+    if protocol == "http":
+        if code.startswith(("2", "3")):
+            return "ok"
+        return "not_found" if code == "404" else "error"
+    if code == "0":
+        return "ok"
+    return "not_found" if code in NOT_FOUND_CODES else "error"
 
-    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in labels.items()) + "}"
+
+def resident_memory_bytes() -> float:
+    """This process's resident set size (Linux: /proc/self/statm)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return float(int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, IndexError):  # elsewhere: the peak, which is what we have
+        return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 
 
-class _Histogram:
-    def __init__(self) -> None:
-        self.buckets = [0] * len(LATENCY_BUCKETS)
-        self.total = 0.0
-        self.count = 0
+def label_values(registry: CollectorRegistry, sample: str, *labels: str) -> dict[Any, float]:
+    """{label values (a tuple, or the one value): sample value} of one sample name: what a
+    test or a log line reads back of a labelled counter."""
+    found: dict[Any, float] = {}
+    for family in registry.collect():
+        for s in family.samples:
+            if s.name == sample:
+                key = tuple(s.labels[name] for name in labels)
+                found[key[0] if len(key) == 1 else key] = s.value
+    return found
 
-    def copy(self) -> _Histogram:
-        twin = _Histogram()
-        twin.buckets, twin.total, twin.count = list(self.buckets), self.total, self.count
-        return twin
 
-    def observe(self, seconds: float) -> None:
-        for i, bound in enumerate(LATENCY_BUCKETS):
-            if seconds <= bound:
-                self.buckets[i] += 1
-                break
-        self.total += seconds
-        self.count += 1
+def summed_families(own: Iterable[Metric], others: Iterable[Iterable[Metric]]) -> Iterator[Metric]:
+    """`own` families with the samples of `others` added in, sample by sample (same name and
+    labels): counters, histograms and additive gauges of several processes as one."""
+    merged: dict[str, tuple[Metric, dict[tuple[str, tuple[tuple[str, str], ...]], float]]] = {}
+    for source in (own, *others):
+        for family in source:
+            entry = merged.setdefault(
+                family.name, (Metric(family.name, family.documentation, family.type), {})
+            )
+            values = entry[1]
+            for s in family.samples:
+                key = (s.name, tuple(sorted(s.labels.items())))
+                values[key] = values.get(key, 0.0) + s.value
+    for family, values in merged.values():
+        for (name, labels), value in values.items():
+            family.add_sample(name, dict(labels), value)
+        yield family
 
-    def lines(self, name: str, **labels: object) -> Iterable[str]:
-        cumulative = 0
-        for bound, n in zip(LATENCY_BUCKETS, self.buckets, strict=True):
-            cumulative += n
-            yield f"{name}_bucket{_labels(**labels, le=bound)} {cumulative}"
-        yield f"{name}_bucket{_labels(**labels, le='+Inf')} {self.count}"
-        yield f"{name}_sum{_labels(**labels)} {self.total:.6f}"
-        yield f"{name}_count{_labels(**labels)} {self.count}"
+
+class _Summed(Collector):
+    """The process's own counted metrics plus every worker's last export."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        self.metrics._memory.set(resident_memory_bytes())
+        peers = [peer["families"] for peer in self.metrics.peers.values()]
+        return summed_families(self.metrics.counted.collect(), peers)
+
+
+class _Snapshot(Collector):
+    """The served snapshot's gauges, from what `render` was given."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        m = self.metrics
+        index, loaded_at, now = m._view
+        p = m.prefix
+        yield _gauge(f"{p}_ready", "1 once a snapshot is loaded.", int(index is not None))
+        if m.expected_peers:
+            workers = GaugeMetricFamily(
+                f"{p}_workers",
+                "Worker processes on the remoting port besides this one, by state "
+                "(counters are summed over all processes).",
+                labels=["state"],
+            )
+            loading = m.workers_loading()
+            workers.add_metric(["ready"], m.expected_peers - loading)
+            workers.add_metric(["loading"], loading)
+            yield workers
+        if m.last_build_seconds is not None:
+            yield _gauge(
+                f"{p}_snapshot_last_build_duration_seconds",
+                "Time this process took to build the snapshot it serves.",
+                m.last_build_seconds,
+            )
+        if index is None or loaded_at is None:
+            return
+        yield _gauge(
+            f"{p}_snapshot_age_seconds",
+            "Seconds since the served snapshot loaded.",
+            now - loaded_at,
+        )
+        if index.watermark is not None:
+            yield _gauge(
+                f"{p}_snapshot_watermark_age_seconds",
+                "Wall clock minus the served snapshot's event-time watermark.",
+                now - index.watermark / 1000,
+            )
+            yield _gauge(
+                f"{p}_snapshot_watermark_timestamp_seconds",
+                "The served snapshot's event-time watermark (Unix time).",
+                index.watermark / 1000,
+            )
+        if m.max_watermark_age_s > 0:
+            stale = m.stale_watermark_age(index.watermark, now) is not None
+            yield _gauge(
+                f"{p}_watermark_stale",
+                "1 while the watermark is older than [serve] max_watermark_age_s "
+                "(then /readyz fails).",
+                int(stale),
+            )
+        versions = GaugeMetricFamily(
+            f"{p}_table_version", "Delta version of each table served.", labels=["table"]
+        )
+        for table, version in sorted(index.versions.items()):
+            versions.add_metric([table], version)
+        yield versions
+        if index.route_count is not None:
+            yield _gauge(
+                f"{p}_snapshot_topics", "Topics with a route in the snapshot.", index.route_count
+            )
+
+
+def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, value=value)
 
 
 class Metrics:
-    def __init__(self, max_watermark_age_s: float = 0.0) -> None:
+    def __init__(self, max_watermark_age_s: float = 0.0, prefix: str = "routelake_lookup") -> None:
         self.max_watermark_age_s = max_watermark_age_s  # 0: no staleness bound
-        self.readyz_stale = 0
-        # More exposition lines (the collector's, under `serve --collect`).
-        self.extra: list[Callable[[], Iterable[str]]] = []
-        self.requests: Counter[tuple[str, str, str]] = Counter()  # (protocol, request, code)
-        self.latency: dict[str, _Histogram] = {}
-        self.refreshes: Counter[str] = Counter()  # result
-        self.frame_errors: Counter[str] = Counter()  # exception class
-        self.rejections: Counter[tuple[str, str]] = Counter()  # (listener, reason)
-        self.connections = 0
+        self.prefix = prefix
+        # What /metrics shows; other parts register their collectors here (the collector's
+        # counters under `serve --collect`, the lookup's route gauges).
+        self.registry = CollectorRegistry(auto_describe=True)
+        # What this process counts: summed over the worker processes.
+        self.counted = CollectorRegistry(auto_describe=True)
+        p, reg = prefix, self.counted
+        self._requests = Counter(
+            f"{p}_requests",
+            "Requests answered, by protocol, request, answer code and result "
+            "(ok, not_found, error).",
+            ["protocol", "request", "code", "result"],
+            registry=reg,
+        )
+        self._latency = Histogram(
+            f"{p}_request_duration_seconds",
+            "Time to answer one request.",
+            ["protocol"],
+            buckets=LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self._refreshes = Counter(
+            f"{p}_refreshes", "Snapshot refresh polls by result.", ["result"], registry=reg
+        )
+        self._builds = Histogram(
+            f"{p}_snapshot_build_duration_seconds",
+            "Time to build a new snapshot, by kind (incremental: the batch's changes applied "
+            "to the last one; full: every table read again).",
+            ["kind"],
+            buckets=BUILD_BUCKETS,
+            registry=reg,
+        )
+        self._frame_errors = Counter(
+            f"{p}_frame_errors", "Connections closed on a bad frame.", ["reason"], registry=reg
+        )
+        self._rejections = Counter(
+            f"{p}_rejections",
+            "Connections closed or requests refused by a limit, by listener and reason.",
+            ["listener", "reason"],
+            registry=reg,
+        )
+        self._connections = Gauge(f"{p}_connections", "Open remoting connections.", registry=reg)
+        self._memory = Gauge(
+            f"{p}_resident_memory_bytes",
+            "Resident memory of the service's processes (summed over worker processes).",
+            registry=reg,
+        )
+        self._readyz_stale = Counter(
+            f"{p}_readyz_stale", "/readyz answered 503: stale watermark.", registry=reg
+        )
         self.last_refresh_error: str | None = None
-        self.builds: Counter[str] = Counter()  # snapshot builds: "full" / "incremental"
         self.last_build_seconds: float | None = None
         self.peers: dict[int, dict[str, Any]] = {}  # worker pid -> its last export()
         self.expected_peers = 0  # worker processes besides this one
+        self._view: tuple[ServedIndex | None, float | None, float] = (None, None, 0.0)
+        self._render_lock = threading.Lock()
+        self.registry.register(_Summed(self))
+        self.registry.register(_Snapshot(self))
+        # process_* (CPU, open files, the primary's memory), as every Prometheus exporter has
+        ProcessCollector(registry=self.registry)
+
+    # -- counting (on the server's event loop, or the refresher's thread) --
+
+    def observe(self, protocol: str, request: str, code: str, seconds: float) -> None:
+        result = request_result(protocol, code)
+        self._requests.labels(protocol, request, code, result).inc()
+        self._latency.labels(protocol).observe(seconds)
+
+    def observe_build(self, how: str, seconds: float) -> None:
+        self._builds.labels(how).observe(seconds)
+        self.last_build_seconds = seconds
+
+    def refreshed(self, result: str) -> None:
+        self._refreshes.labels(result).inc()
+
+    def frame_error(self, reason: str) -> None:
+        self._frame_errors.labels(reason).inc()
+
+    def reject(self, listener: str, reason: str) -> None:
+        self._rejections.labels(listener, reason).inc()
+
+    def connection_opened(self) -> None:
+        self._connections.inc()
+
+    def connection_closed(self) -> None:
+        self._connections.dec()
+
+    def readyz_stale(self) -> None:
+        self._readyz_stale.inc()
+
+    # -- reading back (tests, logs) --
+
+    @property
+    def refreshes(self) -> Tally[str]:
+        return Tally(
+            {k: int(v) for k, v in self._own(f"{self.prefix}_refreshes_total", "result").items()}
+        )
+
+    @property
+    def rejections(self) -> Tally[tuple[str, str]]:
+        counted = self._own(f"{self.prefix}_rejections_total", "listener", "reason")
+        return Tally({k: int(v) for k, v in counted.items()})
+
+    @property
+    def connections(self) -> int:
+        return int(self._own(f"{self.prefix}_connections").get((), 0))
+
+    def _own(self, sample: str, *labels: str) -> dict[Any, float]:
+        return label_values(self.counted, sample, *labels)
 
     # -- several worker processes (workers.py): each exports, the HTTP process sums --
 
     def export(self, ready: bool) -> dict[str, Any]:
-        """This process's counters, for the process that serves /metrics."""
-        return {
-            "ready": ready,
-            "requests": dict(self.requests),
-            "latency": {p: (h.buckets, h.total, h.count) for p, h in self.latency.items()},
-            "refreshes": dict(self.refreshes),
-            "builds": dict(self.builds),
-            "frame_errors": dict(self.frame_errors),
-            "rejections": dict(self.rejections),
-            "connections": self.connections,
-        }
+        """This process's counted families, for the process that serves /metrics."""
+        self._memory.set(resident_memory_bytes())
+        return {"ready": ready, "families": list(self.counted.collect())}
 
     def workers_loading(self) -> int:
         """Worker processes without a snapshot yet (or not reporting yet)."""
         reported = [p for p in self.peers.values() if p["ready"]]
         return max(0, self.expected_peers - len(reported))
-
-    def _summed(self) -> Metrics:
-        """This process's counters plus every worker's last export."""
-        if not self.peers:
-            return self
-        total = Metrics()
-        total.requests = Counter(self.requests)
-        total.refreshes, total.builds = Counter(self.refreshes), Counter(self.builds)
-        total.frame_errors, total.rejections = Counter(self.frame_errors), Counter(self.rejections)
-        total.connections = self.connections
-        total.latency = {p: h.copy() for p, h in self.latency.items()}
-        for peer in self.peers.values():
-            total.requests.update(peer["requests"])
-            total.refreshes.update(peer["refreshes"])
-            total.builds.update(peer["builds"])
-            total.frame_errors.update(peer["frame_errors"])
-            total.rejections.update(peer["rejections"])
-            total.connections += peer["connections"]
-            for protocol, (buckets, seconds, count) in peer["latency"].items():
-                histogram = total.latency.setdefault(protocol, _Histogram())
-                histogram.buckets = [a + b for a, b in zip(histogram.buckets, buckets, strict=True)]
-                histogram.total += seconds
-                histogram.count += count
-        return total
 
     def stale_watermark_age(self, watermark: int | None, now: float | None = None) -> float | None:
         """Wall clock minus the watermark, if that exceeds the bound (or there is none)."""
@@ -148,99 +338,22 @@ class Metrics:
         age = (time.time() if now is None else now) - (watermark or 0) / 1000
         return age if age > self.max_watermark_age_s else None
 
-    def observe_build(self, how: str, seconds: float) -> None:
-        self.builds[how] += 1
-        self.last_build_seconds = seconds
-
-    def observe(self, protocol: str, request: str, code: str, seconds: float) -> None:
-        self.requests[(protocol, request, code)] += 1
-        self.latency.setdefault(protocol, _Histogram()).observe(seconds)
+    def register(self, families: Callable[[], Iterable[Metric]]) -> None:
+        """Another part's metrics in this registry: a function of metric families."""
+        self.registry.register(_Calls(families))
 
     def render(
         self, index: ServedIndex | None, loaded_at: float | None, now: float | None = None
-    ) -> str:
-        now = time.time() if now is None else now
-        out: list[str] = []
-        summed = self._summed()
-
-        def family(name: str, kind: str, help_text: str) -> str:
-            full = f"{_PREFIX}_{name}"
-            out.extend((f"# HELP {full} {help_text}", f"# TYPE {full} {kind}"))
-            return full
-
-        name = family("requests_total", "counter", "Requests answered, by protocol, request, code.")
-        for (protocol, request, code), n in sorted(summed.requests.items()):
-            out.append(f"{name}{_labels(protocol=protocol, request=request, code=code)} {n}")
-        name = family("request_seconds", "histogram", "Time to answer one request.")
-        for protocol, histogram in sorted(summed.latency.items()):
-            out.extend(histogram.lines(name, protocol=protocol))
-        name = family("refresh_total", "counter", "Snapshot refresh attempts by result.")
-        for result, n in sorted(summed.refreshes.items()):
-            out.append(f"{name}{_labels(result=result)} {n}")
-        name = family("snapshot_builds_total", "counter", "Snapshots built, by kind.")
-        for how, n in sorted(summed.builds.items()):
-            out.append(f"{name}{_labels(kind=how)} {n}")
-        if self.last_build_seconds is not None:
-            name = family(
-                "snapshot_build_seconds", "gauge", "Time to build the last snapshot served."
-            )
-            out.append(f"{name} {self.last_build_seconds:.3f}")
-        name = family("frame_errors_total", "counter", "Connections closed on a bad frame.")
-        for reason, n in sorted(summed.frame_errors.items()):
-            out.append(f"{name}{_labels(reason=reason)} {n}")
-        name = family(
-            "rejections_total",
-            "counter",
-            "Connections closed or requests refused by a limit, by listener, reason.",
-        )
-        for (listener, reason), n in sorted(summed.rejections.items()):
-            out.append(f"{name}{_labels(listener=listener, reason=reason)} {n}")
-        name = family("connections", "gauge", "Open remoting connections.")
-        out.append(f"{name} {summed.connections}")
-        name = family("ready", "gauge", "1 once a snapshot is loaded.")
-        out.append(f"{name} {int(index is not None)}")
-        if self.expected_peers:
-            name = family(
-                "workers",
-                "gauge",
-                "Worker processes on the remoting port besides this one, by state "
-                "(counters above are summed over all processes).",
-            )
-            loading = self.workers_loading()
-            out.append(f"{name}{_labels(state='ready')} {self.expected_peers - loading}")
-            out.append(f"{name}{_labels(state='loading')} {loading}")
-        if index is not None and loaded_at is not None:
-            name = family("snapshot_age_seconds", "gauge", "Seconds since the snapshot loaded.")
-            out.append(f"{name} {now - loaded_at:.3f}")
-            if index.watermark is not None:
-                name = family(
-                    "snapshot_watermark_age_seconds",
-                    "gauge",
-                    "Wall clock minus the snapshot's event-time watermark.",
-                )
-                out.append(f"{name} {now - index.watermark / 1000:.3f}")
-                name = family("snapshot_watermark_ms", "gauge", "The snapshot's watermark.")
-                out.append(f"{name} {index.watermark}")
-            if self.max_watermark_age_s > 0:
-                name = family(
-                    "watermark_stale",
-                    "gauge",
-                    "1 while the watermark is older than [serve] "
-                    "max_watermark_age_s (then /readyz fails).",
-                )
-                stale = self.stale_watermark_age(index.watermark, now) is not None
-                out.append(f"{name} {int(stale)}")
-            name = family("table_version", "gauge", "Delta version of each table served.")
-            out.extend(_table_lines(name, index.versions))
-            name = family("snapshot_topics", "gauge", "Topics with a route in the snapshot.")
-            out.append(f"{name} {index.route_count}")
-        name = family("readyz_stale_total", "counter", "/readyz answered 503: stale watermark.")
-        out.append(f"{name} {self.readyz_stale}")
-        for lines in self.extra:
-            out.extend(lines())
-        return "\n".join(out) + "\n"
+    ) -> bytes:
+        """The exposition of everything registered, `index` being the served snapshot."""
+        with self._render_lock:  # renders may run in threads: each sees its own view
+            self._view = (index, loaded_at, time.time() if now is None else now)
+            return generate_latest(self.registry)
 
 
-def _table_lines(name: str, versions: Mapping[str, int]) -> Iterable[str]:
-    for table, version in sorted(versions.items()):
-        yield f"{name}{_labels(table=table)} {version}"
+class _Calls(Collector):
+    def __init__(self, families: Callable[[], Iterable[Metric]]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families()

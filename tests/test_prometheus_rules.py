@@ -1,0 +1,127 @@
+"""promtool on what routelake ships: the job's, the lookup's and the collector's expositions
+(`promtool check metrics`: names, units, types by Prometheus conventions), the alert rules
+(`promtool check rules`) and their unit tests (`promtool test rules`)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import yaml
+
+from routing_lib.collector.service import CollectorMetrics
+from routing_lib.lookup.route_risk import RouteRisks
+from routing_lib.lookup.routes import RouteIndex
+from routing_lib.metrics import JobMetrics
+from routing_lib.remoting.service_metrics import Metrics
+from tests.support.lookup_support import snapshot
+from tests.support.metrics_support import sample
+from tests.support.prometheus_support import PROMETHEUS_DIR, promtool
+
+RULES = PROMETHEUS_DIR / "routelake-alerts.yml"
+RULE_TESTS = sorted((PROMETHEUS_DIR / "tests").glob("*.yml"))
+
+
+def assert_clean(exposition: bytes) -> None:
+    checked = promtool("check", "metrics", stdin=exposition)
+    assert checked.returncode == 0 and not checked.stdout.strip(), checked.stdout + checked.stderr
+
+
+def job_exposition() -> bytes:
+    metrics = JobMetrics()
+    counts = {"input_rows": 9, "applied": 7, "late": 1, "expired": 1, "dead_lettered": 1}
+    phases = {"step": 0.8, "tables": 0.3, "progress": 0.01}
+    metrics.record_batch(1_764_000_000_000, counts, 1.2, phases, {"not JSON: x": 1})
+    metrics.set("routelake_job_state_rows", 12)
+    metrics.set_kafka_up(True)
+    return metrics.exposition()
+
+
+def lookup_metrics() -> Metrics:
+    metrics = Metrics(max_watermark_age_s=60)
+    metrics.observe("remoting", "105", "0", 0.0004)
+    metrics.observe("remoting", "105", "17", 0.0002)
+    metrics.observe("http", "/topics/{topic}/route", "200", 0.002)
+    metrics.observe_build("full", 0.4)
+    metrics.observe_build("incremental", 0.02)
+    metrics.refreshed("swapped")
+    metrics.frame_error("MalformedFrameError")
+    metrics.reject("remoting", "max_connections")
+    metrics.connection_opened()
+    metrics.readyz_stale()
+    return metrics
+
+
+def test_the_job_exposition_passes_promtool():
+    assert_clean(job_exposition())
+
+
+def test_the_lookup_exposition_sums_its_workers_and_passes_promtool():
+    primary, worker = lookup_metrics(), lookup_metrics()
+    worker.observe("remoting", "105", "0", 0.003)
+    primary.expected_peers = 1
+    primary.peers[4242] = worker.export(ready=True)
+    risks = RouteRisks()
+    index = RouteIndex(snapshot())
+    primary.register(lambda: risks.families(index))
+    collector = CollectorMetrics()  # `serve --collect`: the collector's counters join in
+    collector.acknowledged("REGISTER", 0.004)
+    collector.not_acknowledged("HEARTBEAT", 5.0)
+    collector.kafka_up.set(1)
+    primary.register(collector.registry.collect)
+    text = primary.render(index, loaded_at=1_764_000_060.0, now=1_764_000_070.0)
+    assert_clean(text)
+
+    decoded = text.decode()
+    requests = "routelake_lookup_requests_total"
+    assert sample(decoded, requests, request="105", code="0", result="ok") == 3
+    assert sample(decoded, requests, request="105", code="17", result="not_found") == 2
+    assert sample(decoded, "routelake_lookup_request_duration_seconds_count") == 7
+    assert sample(decoded, "routelake_lookup_snapshot_build_duration_seconds_count") == 4
+    assert sample(decoded, "routelake_lookup_connections") == 2
+    assert sample(decoded, "routelake_lookup_workers", state="ready") == 1
+    assert sample(decoded, "routelake_lookup_snapshot_age_seconds") == 10
+    assert sample(decoded, "routelake_lookup_snapshot_watermark_timestamp_seconds") == (
+        1_764_000_050
+    )
+    unwritable = "routelake_routes_topics_without_writable_queue"
+    assert sample(decoded, unwritable, cluster="ClusterB") == 2
+    assert sample(decoded, "routelake_collector_published_total", event="REGISTER") == 1
+    assert sample(decoded, "process_resident_memory_bytes")
+
+
+def test_the_collector_exposition_passes_promtool():
+    metrics = Metrics(prefix="routelake_collector")
+    metrics.observe("remoting", "103", "0", 0.003)
+    collector = CollectorMetrics()
+    collector.acknowledged("TICK", 0.002)
+    collector.refuse(103)
+    collector.deny(327)
+    collector.tick_skipped()
+    metrics.register(collector.registry.collect)
+    text = asyncio.run(asyncio.to_thread(metrics.render, None, None))
+    assert_clean(text)
+    assert sample(text.decode(), "routelake_collector_requests_total", code="0") == 1
+
+
+def test_the_alert_rules_pass_promtool_check():
+    checked = promtool("check", "rules", str(RULES))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_alert_rules_pass_their_unit_tests():
+    assert RULE_TESTS
+    for path in RULE_TESTS:
+        tested = promtool("test", "rules", str(path))
+        assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_every_alert_has_a_unit_test_that_fires_it():
+    alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    fired = {
+        case["alertname"]
+        for path in RULE_TESTS
+        for test in yaml.safe_load(path.read_text())["tests"]
+        for case in test.get("alert_rule_test", [])
+        if case.get("exp_alerts")
+    }
+    assert alerts == fired
