@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import yaml
 
@@ -125,3 +126,47 @@ def test_every_alert_has_a_unit_test_that_fires_it():
         if case.get("exp_alerts")
     }
     assert alerts == fired
+
+
+def annotated_pods() -> dict[str, dict]:
+    """name label -> annotations of every pod template in deploy/k8s that asks to be scraped
+    (Deployments' templates, the SparkApplication's driver)."""
+    pods = {}
+    for path in sorted((PROMETHEUS_DIR.parent / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc:
+                continue
+            spec = doc.get("spec", {})
+            templates = [spec.get("template", {}).get("metadata", {}), spec.get("driver", {})]
+            for meta in templates:
+                annotations = meta.get("annotations") or {}
+                if annotations.get("prometheus.io/scrape") == "true":
+                    pods[meta["labels"]["app.kubernetes.io/name"]] = annotations
+    return pods
+
+
+def test_the_scrape_config_keeps_the_job_the_lookup_and_the_collector(tmp_path):
+    config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+    (job,) = config["scrape_configs"]
+    keep = {
+        tuple(r["source_labels"]): r["regex"]
+        for r in job["relabel_configs"]
+        if r.get("action") == "keep"
+    }
+    name_regex = keep[("__meta_kubernetes_pod_label_app_kubernetes_io_name",)]
+    pods = annotated_pods()
+    assert set(pods) == {"routelake-route-state", "routelake-lookup", "routelake-collector"}
+    for name in pods:  # Prometheus anchors its regexes
+        assert re.fullmatch(name_regex, name), name
+    assert not re.fullmatch(name_regex, "routelake-spark")
+    assert keep[("__meta_kubernetes_pod_annotation_prometheus_io_scrape",)] == "true"
+    assert config["rule_files"] == ["routelake-alerts.yml"]
+    # Debian's Prometheus is built without Kubernetes discovery: promtool checks the rest
+    # (relabelling, rule files) with the pods given statically instead.
+    del job["kubernetes_sd_configs"]
+    job["static_configs"] = [{"targets": ["127.0.0.1:9100"]}]
+    config["rule_files"] = [str(RULES)]
+    checked_path = tmp_path / "prometheus.yml"
+    checked_path.write_text(yaml.safe_dump(config))
+    checked = promtool("check", "config", str(checked_path))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
