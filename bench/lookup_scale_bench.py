@@ -3,10 +3,10 @@
     .venv/bin/python -m bench.lookup_scale_bench --groups 100 --topics 10000   # 1 M routes
     .venv/bin/python -m bench.lookup_scale_bench --groups 300 --topics 10000   # 3 M routes
 
-1. Writes a warehouse with delta-rs the way the job does (tables with Change Data Feed on,
-   tests/support/snapshot_support.py): `--groups` broker groups (master + slave) with `--topics`
-   topics each, drawn from a pool of 1.5 x topics like the fleet simulator (`--distinct`:
-   every group its own topics, groups x topics distinct topics).
+1. Writes a warehouse with the job's Delta writer, without Spark (tables with Change Data
+   Feed on, tests/support/writer_support.py): `--groups` broker groups (master + slave) with
+   `--topics` topics each, drawn from a pool of 1.5 x topics like the fleet simulator
+   (`--distinct`: every group its own topics, groups x topics distinct topics).
 2. Starts `routectl serve` on it (its own process) and times the first load (start to
    /readyz 200) and its resident memory (all its processes).
 3. Publishes `--batches` small batches, one every `--interval` s, each like a live job's:
@@ -38,7 +38,8 @@ from bench.lookup_bench import free_port
 from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, CLUSTER_ADDR, TOPIC_QUEUE, Row
 from routing_lib.remoting.protocol import RequestCode
 from tests.support.lookup_support import RemotingClient
-from tests.support.snapshot_support import Change, MergeWarehouse, fleet, queue
+from tests.support.snapshot_support import Change, fleet, one_per_key, queue, upserts
+from tests.support.writer_support import WriterWarehouse
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -146,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     pool = None if args.distinct else args.topics * 3 // 2
     t0 = time.monotonic()
     rows = fleet(args.groups, args.topics, pool=pool)
-    MergeWarehouse(warehouse).create(rows, watermark=1_764_000_000_000)
+    wh = WriterWarehouse(warehouse)
+    wh.publish(0, 1_764_000_000_000, upserts(rows))
     topics = sorted({r["topic"] for r in rows[TOPIC_QUEUE]})
     print(
         f"warehouse: {args.groups} groups x {args.topics} topics = "
@@ -195,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             target=client_loop, args=(port, topics, seconds, child_end), daemon=True
         )
         client.start()
-        rng, wh = random.Random(7), MergeWarehouse(warehouse)
+        rng = random.Random(7)
         away: dict[str, dict[str, list[Row]]] = {}
         served_after, build_s = [], []
         time.sleep(1.0)
@@ -204,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             watermark = 1_764_000_000_000 + step * 1000
             changes = batch_changes(rng, rows, step, args.changes, away)
             for table, table_changes in changes.items():
-                wh.merge(table, table_changes, step)
+                wh.merge(table, one_per_key(table, table_changes), step)
             wh.progress(step, watermark)
             committed = time.monotonic()
             while True:
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             served_after.append(time.monotonic() - committed)
             metrics = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics").read()
             for line in metrics.decode().splitlines():
-                if line.startswith("routelake_lookup_snapshot_last_build_duration_seconds "):
+                if line.startswith("routelake_lookup_snapshot_build_seconds "):
                     build_s.append(float(line.split()[1]))
             time.sleep(max(0.0, due - time.monotonic()))
         latencies, errors, missing = parent_end.recv()

@@ -1,6 +1,7 @@
 """The lookup's snapshots at scale: incremental refresh from the change feed equals a full
 reload, pinned versions never mix batches, route bytes joined from fragments equal the
-rendered route objects, and a reader's snapshot never changes under it. Pure delta-rs."""
+rendered route objects, and a reader's snapshot never changes under it. The tables are
+written by the job's Delta writer (delta-rs, no Spark: tests/support/writer_support.py)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ from tests.support.lookup_support import (
     snapshot,
     tables,
 )
-from tests.support.snapshot_support import Change, MergeWarehouse, fleet, key_of
+from tests.support.snapshot_support import Change, fleet, key_of, one_per_key, upserts
+from tests.support.writer_support import WriterWarehouse
 
 FLAGS = [
     {"support_acting_master": False, "order_message_enable": False},
@@ -192,7 +194,7 @@ def random_batch(rng: random.Random, model: Model, step: int) -> dict[str, list[
                 "filter_server_list": servers,
             },
         )
-    return changes
+    return {table: one_per_key(table, table_changes) for table, table_changes in changes.items()}
 
 
 def start_rows() -> dict[str, list[Row]]:
@@ -202,13 +204,19 @@ def start_rows() -> dict[str, list[Row]]:
     return rows
 
 
+def written(root, model: Model) -> WriterWarehouse:
+    """The model's tables, written as batch 0 (watermark 1 000) by the job's writer."""
+    wh = WriterWarehouse(root)
+    wh.publish(0, 1_000, upserts(model.rows()))
+    return wh
+
+
 @pytest.mark.parametrize("seed", seeds([1, 2, 3, 4]))  # odd and even: both flag sets
 def test_incremental_refresh_equals_full_reload(tmp_path, seed):
     rng = random.Random(seed)
     flags = FLAGS[seed % 2]
     model = Model(start_rows())
-    wh = MergeWarehouse(tmp_path)
-    wh.create(model.rows(), watermark=1_000)
+    wh = written(tmp_path, model)
     pinned, _ = settled_versions(tmp_path)
     built = next_index(tmp_path, None, pinned, **flags)
     assert built.how == "full"
@@ -236,8 +244,7 @@ def test_incremental_refresh_equals_full_reload(tmp_path, seed):
 
 def test_unchanged_topics_share_the_store_and_parts(tmp_path):
     model = Model(start_rows())
-    wh = MergeWarehouse(tmp_path)
-    wh.create(model.rows(), watermark=1_000)
+    wh = written(tmp_path, model)
     first = next_index(tmp_path, None, settled_versions(tmp_path)[0]).index
     first.topics, first.route_count  # noqa: B018  computed once, then carried over
     beat = [("upsert", {**r, "last_update_timestamp": 5}) for r in model.rows()[BROKER_LIVE]]
@@ -280,8 +287,7 @@ def test_overwrites_and_vacuumed_changes(tmp_path):
 
 def test_a_large_change_is_a_full_load(tmp_path):
     model = Model(start_rows())
-    wh = MergeWarehouse(tmp_path)
-    wh.create(model.rows(), watermark=1_000)
+    wh = written(tmp_path, model)
     first = next_index(tmp_path, None, settled_versions(tmp_path)[0]).index
     rows = model.rows()[TOPIC_QUEUE]
     wh.publish(1, 2_000, {TOPIC_QUEUE: [("delete", r) for r in rows]})
@@ -293,8 +299,7 @@ def test_a_large_change_is_a_full_load(tmp_path):
 
 def test_pinned_versions_leave_out_a_batch_in_flight(tmp_path):
     model = Model(start_rows())
-    wh = MergeWarehouse(tmp_path)
-    wh.create(model.rows(), watermark=1_000)
+    wh = written(tmp_path, model)
     published, _ = settled_versions(tmp_path)
     row = model.rows()[TOPIC_QUEUE][0]
     wh.merge(TOPIC_QUEUE, [("upsert", {**row, "read_queue_nums": 99})], batch=1)
@@ -314,8 +319,7 @@ def test_a_request_during_a_swap_sees_one_snapshot(tmp_path):
     """A reader holds the index it took; the refresher builds the next one from it at the
     same time. Every answer the reader gets is the old snapshot's, whole."""
     model = Model(start_rows())
-    wh = MergeWarehouse(tmp_path)
-    wh.create(model.rows(), watermark=1_000)
+    wh = written(tmp_path, model)
     old = next_index(tmp_path, None, settled_versions(tmp_path)[0]).index
     topics = [t for t in old.topics if old.route_body(t) is not None]
     expected = {t: old.route_body(t).standard for t in topics}

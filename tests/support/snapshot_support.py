@@ -1,102 +1,36 @@
-"""A warehouse written the way the job writes it, without Spark: tables created with Change
-Data Feed on, each batch a delta-rs MERGE of row changes per route table (upserts and deletes
-by key, txn = batch id), then the progress row. Shared by tests/test_lookup_snapshots.py and
+"""Route-table changes for a warehouse written by the job's writer
+(tests/support/writer_support.py), shared by tests/test_lookup_snapshots.py and
 bench/lookup_scale_bench.py; plus a synthetic fleet of any size."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
-
-import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from routing_lib.core.tables import (
     BROKER_ADDR,
     BROKER_LIVE,
     CLUSTER_ADDR,
-    PROGRESS,
     ROUTE_TABLES,
     TABLE_KEYS,
     TOPIC_QUEUE,
     Row,
 )
-from routing_lib.read.arrow_schema import arrow_schema
 from tests.support.lookup_support import addr, live, queue
-
-APP_ID = "snapshot-test-writer"
-CDF = {"delta.enableChangeDataFeed": "true"}
-
-Change = tuple[str, Row]  # ("upsert" | "delete", row: all columns, or the key for a delete)
+from tests.support.writer_support import Change
 
 
 def key_of(table: str, row: Row) -> tuple:
     return tuple(row[k] for k in TABLE_KEYS[table])
 
 
-class MergeWarehouse:
-    def __init__(self, root: Path) -> None:
-        self.root = root
+def one_per_key(table: str, changes: Iterable[Change]) -> list[Change]:
+    """The last change of each key: the step hands the writer one change per row (a MERGE
+    refuses two source rows for one target row)."""
+    return list({key_of(table, row): (op, row) for op, row in changes}.values())
 
-    def _commit(self, batch: int) -> CommitProperties:
-        return CommitProperties(app_transactions=[Transaction(APP_ID, batch)])
 
-    def create(self, tables: dict[str, list[Row]], watermark: int, batch: int = 0) -> None:
-        """Every route table and route_progress, with these rows, as batch `batch`."""
-        for table in ROUTE_TABLES:
-            data = pa.Table.from_pylist(tables.get(table, []), schema=arrow_schema(table))
-            write_deltalake(
-                self.root / table,
-                data,
-                configuration=CDF,
-                commit_properties=self._commit(batch),
-            )
-        self.progress(batch, watermark, create=True)
-
-    def progress(self, batch: int, watermark: int, create: bool = False) -> None:
-        data = pa.Table.from_pylist(
-            [{"batch_id": batch, "watermark": watermark}], schema=arrow_schema(PROGRESS)
-        )
-        write_deltalake(
-            self.root / PROGRESS,
-            data,
-            mode="append",
-            configuration=CDF if create else None,
-            commit_properties=self._commit(batch),
-        )
-
-    def merge(self, table: str, changes: Iterable[Change], batch: int) -> None:
-        """One MERGE like the job's writer (routing_lib/spark/delta_writer.py); like the job's,
-        it has one change per key (the last one given)."""
-        schema = arrow_schema(table)
-        names = schema.names
-        last = {key_of(table, row): (op, row) for op, row in changes}
-        rows = [{"op": op, **{n: row.get(n) for n in names}} for op, row in last.values()]
-        if not rows:
-            return
-        source = pa.Table.from_pylist(rows, schema=schema.insert(0, pa.field("op", pa.string())))
-        on = " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in TABLE_KEYS[table])
-        every = {f'"{n}"': f's."{n}"' for n in names}
-        (
-            DeltaTable(str(self.root / table))
-            .merge(
-                source,
-                on,
-                source_alias="s",
-                target_alias="t",
-                streamed_exec=False,
-                commit_properties=self._commit(batch),
-            )
-            .when_matched_delete("s.op = 'delete'")
-            .when_matched_update(every)
-            .when_not_matched_insert(every, "s.op = 'upsert'")
-            .execute()
-        )
-
-    def publish(self, batch: int, watermark: int, changes: dict[str, list[Change]]) -> None:
-        for table, table_changes in changes.items():
-            self.merge(table, table_changes, batch)
-        self.progress(batch, watermark)
+def upserts(tables: dict[str, list[Row]]) -> dict[str, list[Change]]:
+    return {table: [("upsert", row) for row in rows] for table, rows in tables.items()}
 
 
 def fleet(groups: int, topics_per_group: int, pool: int | None = None) -> dict[str, list[Row]]:

@@ -1,0 +1,69 @@
+"""A warehouse written by the job's own Delta writer, without Spark: the tables created with
+Change Data Feed on, as the job creates them (routing_lib/spark/delta_writer.py
+`ensure_tables`), and each batch's rows committed by `DeltaRouteWriter.merge_rows`, the
+delta-rs MERGE the job's foreachBatch runs, then its progress row by `append_progress`. Only
+the creation is delta-rs's instead of a Spark CREATE TABLE; every commit is the writer's."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from routing_lib.core.catalog import CATALOG, TableSpec, spec
+from routing_lib.core.tables import Row
+from routing_lib.read.arrow_schema import arrow_schema
+from routing_lib.spark.delta_writer import DeltaRouteWriter
+
+APP_ID = "writer-test"
+# the TBLPROPERTIES of the writer's create_table_sql
+CHANGE_DATA_FEED = {"delta.enableChangeDataFeed": "true"}
+
+Change = tuple[str, Row]  # (op: a RowOp value, the row: all columns, or the key for a delete)
+
+
+def create_tables(root: Path, specs: Iterable[TableSpec] = CATALOG) -> None:
+    for table in specs:
+        DeltaTable.create(
+            str(root / table.name),
+            arrow_schema(table),
+            partition_by=list(table.partition_by) or None,
+            configuration=CHANGE_DATA_FEED,
+        )
+
+
+class WriterWarehouse:
+    """Every catalog table (or `specs`), written batch by batch by a DeltaRouteWriter."""
+
+    def __init__(self, root: Path, specs: Iterable[TableSpec] = CATALOG) -> None:
+        self.root = root
+        self.watermarks: dict[int, int] = {}
+        self.writer = DeltaRouteWriter(str(root), APP_ID, self.watermarks.__getitem__)
+        create_tables(root, specs)
+
+    def merge(self, table: str, changes: Iterable[Change], batch: int) -> None:
+        """One table's changes in batch `batch`, as the step hands them to the writer. A table
+        without changes gets no commit, as in the job."""
+        schema = arrow_schema(table).insert(0, pa.field("op", pa.string()))
+        rows = pa.Table.from_pylist([{**row, "op": op} for op, row in changes], schema=schema)
+        if rows.num_rows:
+            self.writer.merge_rows(batch, spec(table), lambda: rows)
+
+    def progress(self, batch: int, watermark: int) -> None:
+        self.watermarks[batch] = watermark
+        self.writer.append_progress(batch, watermark, {})
+
+    def publish(self, batch: int, watermark: int, changes: dict[str, list[Change]]) -> None:
+        for table, table_changes in changes.items():
+            self.merge(table, table_changes, batch)
+        self.progress(batch, watermark)
+
+
+def last_commit_files(table: Path) -> list[Path]:
+    """The data and change-data files the table's latest commit added."""
+    log = sorted((table / "_delta_log").glob("*.json"))[-1]
+    actions = [json.loads(line) for line in log.read_text().splitlines()]
+    return [table / a[kind]["path"] for a in actions for kind in ("add", "cdc") if kind in a]
