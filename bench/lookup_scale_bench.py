@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             served_after.append(time.monotonic() - committed)
             metrics = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics").read()
             for line in metrics.decode().splitlines():
-                if line.startswith("routelake_lookup_snapshot_build_seconds "):
+                if line.startswith("routelake_lookup_snapshot_last_build_duration_seconds "):
                     build_s.append(float(line.split()[1]))
             time.sleep(max(0.0, due - time.monotonic()))
         latencies, errors, missing = parent_end.recv()

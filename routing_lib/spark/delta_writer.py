@@ -165,7 +165,8 @@ class DeltaRouteWriter:
         """The table to commit the batch to, or None when a commit of this batch (a replay
         after a crash) is in already."""
         target = storage.open_delta(self.path(table))
-        if (target.transaction_version(self.app_id) or -1) >= batch_id:
+        written = target.transaction_version(self.app_id)  # None: no batch of ours yet
+        if written is not None and written >= batch_id:  # batch 0 is a batch: test for None
             return None
         return target
 
