@@ -63,6 +63,8 @@ from tests.support.lookup_support import (
     wait_until,
 )
 from tests.support.metrics_support import sample
+from tests.support.snapshot_support import upserts
+from tests.support.writer_support import WriterWarehouse, last_commit_files
 
 
 @pytest.fixture(scope="module")
@@ -426,23 +428,31 @@ def test_http_api_in_process(index):
     assert sample(text, "routelake_lookup_snapshot_age_seconds") is not None
 
 
-def test_refresher_keeps_last_good(tmp_path, index):
+def test_refresher_keeps_last_good(tmp_path):
+    """A read of the next snapshot fails (its data files are gone): the index served stays,
+    and the next poll once they are back serves the new batch."""
+    wh = WriterWarehouse(tmp_path)
+    wh.publish(0, 1_000, upserts(tables()))
     holder, metrics = SnapshotHolder(), Metrics()
-    calls = []
-
-    def flaky(warehouse):
-        calls.append(warehouse)
-        if len(calls) == 1:
-            return snapshot()
-        raise OSError("disk gone")
-
-    refresher = Refresher(tmp_path / "missing", holder, metrics, loader=flaky)
+    refresher = Refresher(tmp_path, holder, metrics)
     assert asyncio.run(refresher.refresh_once()) == "swapped"
     first = holder.current
-    # The warehouse is not there: polling its versions fails, the index stays.
+    wh.publish(1, 2_000, {TOPIC_QUEUE: [("upsert", tables(orders_queues=2)[TOPIC_QUEUE][0])]})
+    added = last_commit_files(tmp_path / TOPIC_QUEUE)  # its data and change-data files
+    for path in added:
+        path.rename(path.with_name(path.name + ".away"))
+    # The versions settle (the log is whole); reading the batch's rows fails.
     assert asyncio.run(refresher.refresh_once()) == "error"
-    assert holder.current is first and metrics.refreshes == {"swapped": 1, "error": 1}
-    assert "WarehouseError" in metrics.last_refresh_error
+    assert holder.current is first
+    assert (metrics.refreshes["swapped"], metrics.refreshes["error"]) == (1, 1)
+    error = metrics.last_refresh_error
+    assert error.startswith("FileNotFoundError") and any(p.name in error for p in added), error
+    for path in added:
+        path.with_name(path.name + ".away").rename(path)
+    assert asyncio.run(refresher.refresh_once()) == "swapped"
+    assert holder.current.index.watermark == 2_000
+    orders = json.loads(holder.current.index.route_body("Orders").standard)["queueDatas"]
+    assert [q["readQueueNums"] for q in orders if q["brokerName"] == "broker-a"] == [2]
 
 
 # -- end to end: real Delta tables, real server --

@@ -15,14 +15,12 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from routing_lib.lookup.consistency import SnapshotNotSettledError, settled_versions
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.snapshots import next_index
-from routing_lib.read.warehouse import WarehouseSnapshot, table_versions
 from routing_lib.remoting.service_metrics import Metrics
 
 log = logging.getLogger("routelake.lookup")
@@ -67,21 +65,16 @@ class Refresher:
         holder: SnapshotHolder,
         metrics: Metrics,
         support_acting_master: bool = False,
-        loader: Callable[[str | Path], WarehouseSnapshot] | None = None,
         order_message_enable: bool = False,
     ) -> None:
-        """`loader`: read whole snapshots with it instead (tests inject failures this way)."""
         self.warehouse = warehouse
         self.holder = holder
         self.metrics = metrics
         self.support_acting_master = support_acting_master
         self.order_message_enable = order_message_enable
-        self.loader = loader
         self._last_error: str | None = None
 
     def _load(self) -> tuple[str, Served | None]:
-        if self.loader is not None:
-            return self._load_whole(self.loader)
         current = self.holder.current
         pinned, latest = settled_versions(self.warehouse)
         if current is not None and pinned == dict(current.index.versions):
@@ -104,19 +97,6 @@ class Refresher:
         if built.reason and current is not None:
             log.info("full snapshot load: %s", built.reason)
         return "swapped", Served.of(built.index)
-
-    def _load_whole(
-        self, loader: Callable[[str | Path], WarehouseSnapshot]
-    ) -> tuple[str, Served | None]:
-        current = self.holder.current
-        if current is not None and table_versions(self.warehouse) == dict(current.index.versions):
-            return "unchanged", None
-        index = RouteIndex(
-            loader(self.warehouse),
-            support_acting_master=self.support_acting_master,
-            order_message_enable=self.order_message_enable,
-        )
-        return "swapped", Served.of(index)
 
     async def refresh_once(self) -> str:
         """One poll. Never raises (except cancellation): on failure the last good index stays."""
