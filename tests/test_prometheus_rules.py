@@ -8,11 +8,12 @@ import asyncio
 import re
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from routing_lib.collector.service import CollectorMetrics
 from routing_lib.lookup.route_risk import RouteRisks
 from routing_lib.lookup.routes import RouteIndex
-from routing_lib.metrics import JobMetrics
+from routing_lib.metrics import JOB_GAUGES, JobMetrics
 from routing_lib.remoting.service_metrics import Metrics
 from tests.support.lookup_support import snapshot
 from tests.support.metrics_support import sample
@@ -170,3 +171,31 @@ def test_the_scrape_config_keeps_the_job_the_lookup_and_the_collector(tmp_path):
     checked_path.write_text(yaml.safe_dump(config))
     checked = promtool("check", "config", str(checked_path))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def family_names(exposition: bytes) -> set[str]:
+    return {f.name for f in text_string_to_metric_families(exposition.decode())}
+
+
+def test_operations_doc_lists_every_metric_and_alert():
+    doc = (PROMETHEUS_DIR.parents[1] / "docs" / "operations.md").read_text()
+    lookup = lookup_metrics()
+    lookup.expected_peers = 1
+    risks, index = RouteRisks(), RouteIndex(snapshot())
+    lookup.register(lambda: risks.families(index))
+    collector = Metrics(prefix="routelake_collector")
+    collector.register(CollectorMetrics().registry.collect)
+    job = JobMetrics()
+    for name in JOB_GAUGES:
+        job.set(name, 1)
+    names = (
+        family_names(job_exposition())
+        | family_names(job.exposition())
+        | family_names(lookup.render(index, 1.0))
+        | {n for n in family_names(collector.render(None, None)) if "collector" in n}
+    )
+    documented = {n for n in names if not n.startswith("process_")}
+    missing = sorted(n for n in documented if f"`{n}" not in doc)
+    assert not missing
+    alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    assert not sorted(a for a in alerts if f"`{a}`" not in doc)
