@@ -224,3 +224,25 @@ def test_replayed_batch_0_appends_nothing_twice(backfill, tmp_path):
     assert backfill([path]) == first
     assert len(rows(backfill.warehouse, DEAD_LETTER)) == 1
     assert [r["batch_id"] for r in rows(backfill.warehouse, PROGRESS)] == [0]
+
+
+def test_an_event_at_time_1_is_in_the_tables_at_watermark_1(backfill, config, tmp_path):
+    """eventTime 1 is the least the schema admits; a history whose watermark ends at exactly 1
+    publishes State(1), with that event applied (its group's state timeout must fire there)."""
+    from routing_lib.core.dump import project
+    from routing_lib.core.replay import default_watermark, replay_dump
+    from schemas import parse_event
+    from tests.support.bad_records import extreme_register
+
+    delay = config.routes.watermark_delay_ms
+    records = [
+        dict(extreme_register(low=True), heartbeatTimeoutMillis=120_000),
+        {"eventType": "TICK", "eventTime": delay + 1},
+    ]
+    path = tmp_path / "early.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    events = [parse_event(json.dumps(r)) for r in records]
+    assert default_watermark(events, delay) == 1
+    dump = backfill([path])
+    assert dump == project(replay_dump(events, 1))
+    assert [b["brokerAddr"] for b in dump["brokerLiveTable"]] == ["10.9.0.1:10911"]

@@ -18,9 +18,10 @@ from routing_lib.core.catalog import CATALOG, Column, Scalar, StructOf
 from routing_lib.core.clock import GroupClock
 from routing_lib.core.group_routes import DEFAULT_FLAGS, GroupRoutes
 from routing_lib.core.history import HistoryTracker
-from routing_lib.core.tables import DEAD_LETTER, rows_of
+from routing_lib.core.tables import BROKER_LIVE, DEAD_LETTER, rows_of
 from routing_lib.core.wire import pack_event
 from routing_lib.spark.sources import _classify_archives, make_kafka_classifier
+from routing_lib.spark.watermark import job_watermark
 from schemas import parse_event
 from schemas.route_event import (
     INT32_MAX,
@@ -100,6 +101,25 @@ def test_a_deadline_past_int64_sets_no_timeout_it_could_not_hold():
         watermark=MAX_EVENT_TIME_MS - 10_000,
     )
     assert state.exists and not out.empty
+
+
+def test_an_event_at_time_1_is_applied_at_watermark_1():
+    """eventTime 1, the least the schema admits, read while the watermark is 0: its group
+    must run at watermark 1, which needs a state timeout pyspark accepts (>= 1)."""
+    event = parse_event(json.dumps(dict(extreme_register(low=True), heartbeatTimeoutMillis=5)))
+    state = group_state()
+    first = run_step([(1, "f", 1, pack_event(event))], state, watermark=0)
+    assert not [r for r in first.itertuples() if r.kind == "change"]  # not before watermark 1
+    timeout = json.loads(state.json())["timeoutTimestamp"]
+    # Spark fires once its watermark is past the timeout: the first such is the job's 1
+    assert job_watermark(timeout + 1) == 1
+    woken = run_step([], state, watermark=1)
+    lives = [r for r in woken.itertuples() if r.kind == "change" and r.table == BROKER_LIVE]
+    assert [json.loads(r.row_json)[0]["broker_addr"] for r in lives] == ["10.9.0.1:10911"]
+    # its topics grew at 1: it runs at the next watermark, then at its deadline 6 + 1
+    assert job_watermark(json.loads(state.json())["timeoutTimestamp"] + 1) == 2
+    run_step([], state, watermark=2)
+    assert job_watermark(json.loads(state.json())["timeoutTimestamp"] + 1) == 7
 
 
 def test_integer_range_records_are_dead_letters_naming_the_field():

@@ -39,7 +39,7 @@ from routing_lib.core.history import HistoryTracker, decode_history, encode_hist
 from routing_lib.core.rows import WRITES, RowKind, RowOp, StepRow
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, Row, diff
 from routing_lib.core.wire import RS, event_json, inline, packed_event_type, unpack_event
-from schemas.route_event import ADMIN_EVENT_TYPES, INT64_MAX, DeleteTopicEvent
+from schemas.route_event import ADMIN_EVENT_TYPES, DeleteTopicEvent
 
 log = logging.getLogger("routelake.step")
 
@@ -86,7 +86,9 @@ class BatchContext:
 class StepResult:
     rows: list[StepRow]
     state: SavedGroup | None  # None: remove the group's state
-    timeout: int | None  # Spark's event-time timeout (fires once the watermark passes it)
+    # The smallest watermark at which the group's step must run again (None: at none). The
+    # Spark adapter turns it into a state timeout (routing_lib/spark/watermark.py).
+    wake_up: int | None
 
 
 def json_array(rows: list[Row]) -> str:
@@ -179,13 +181,10 @@ def step_group(
         return StepResult(out, None, None)
     state = _save(clock, tracker, config, content)
     wake_up = timeout_at(clock, context.watermark, topics_grew(before_topics, clock.routes.topics))
-    # Spark fires an event-time timeout once the watermark is strictly past it. A deadline
-    # past INT64_MAX (a huge heartbeatTimeoutMillis) is never reached by a watermark, and the
-    # timeout must fit a Java long.
-    timeout = None
-    if wake_up is not None and context.watermark <= wake_up - 1 <= INT64_MAX:
-        timeout = wake_up - 1
-    return StepResult(out, state, timeout)
+    # A wake-up at or below the watermark is one `as_of` holds back: no later watermark helps.
+    if wake_up is not None and wake_up <= context.watermark:
+        wake_up = None
+    return StepResult(out, state, wake_up)
 
 
 def _load(group: str, saved: SavedGroup | None) -> tuple[GroupClock, HistoryTracker]:

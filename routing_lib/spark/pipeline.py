@@ -18,6 +18,7 @@ from routing_lib.core.group_routes import RouteFlags
 from routing_lib.spark.checkpoint import batch_watermark
 from routing_lib.spark.delta_writer import BatchReport, DeltaRouteWriter, ensure_tables
 from routing_lib.spark.stateful import OUTPUT_SCHEMA, STATE_SCHEMA, StepSettings, make_step
+from routing_lib.spark.watermark import spark_event_time
 from routing_lib.storage import is_remote
 
 log = logging.getLogger("routelake.pipeline")
@@ -25,7 +26,8 @@ log = logging.getLogger("routelake.pipeline")
 # Spark drops rows older than the watermark before an event-time-timeout state function sees
 # them (Spark 4.0). The contract needs them: a row between the previous and the current
 # watermark is not late and must be applied in order. So the watermark is computed on the real
-# eventTime, and the operator is handed a stand-in watermark column that no row is older than.
+# eventTime (one ms ahead: routing_lib/spark/watermark.py), and the operator is handed a
+# stand-in watermark column that no row is older than.
 _STAND_IN_EVENT_TIME = "2200-01-01 00:00:00"
 
 
@@ -55,9 +57,9 @@ class JobSettings:
 
 def route_changes(classified: DataFrame, settings: JobSettings) -> DataFrame:
     delay = settings.watermark_delay_ms
-    watermarked = classified.withColumn("event_ts", F.timestamp_millis("event_time")).withWatermark(
-        "event_ts", f"{delay} milliseconds"
-    )
+    watermarked = classified.withColumn(
+        "event_ts", spark_event_time(F.col("event_time"))
+    ).withWatermark("event_ts", f"{delay} milliseconds")
     stand_in = (
         F.lit(_STAND_IN_EVENT_TIME)
         .cast("timestamp")

@@ -34,6 +34,7 @@ from routing_lib.core.tables import DEAD_LETTER
 from routing_lib.ingest import CLOCK_KEY, DEAD_LETTER_KEY, TICK_KEY
 from routing_lib.spark.admin_log import logged_deletes
 from routing_lib.spark.checkpoint import batch_watermark
+from routing_lib.spark.watermark import job_watermark, spark_timeout
 
 # Large values (a group's topics, its open topic intervals) are content references: the state
 # row stays small whatever the group's topic count (routing_lib/core/content.py).
@@ -91,7 +92,7 @@ def _input_rows(frames: Iterable[pd.DataFrame]) -> Iterator[InputRow]:
 
 def _context(state: GroupState | None, settings: StepSettings) -> BatchContext:
     return BatchContext(
-        watermark=state.getCurrentWatermarkMs() if state is not None else 0,
+        watermark=job_watermark(state.getCurrentWatermarkMs()) if state is not None else 0,
         published=published_watermark(settings.checkpoint),
         batch_id=_current_batch_id(),
         now_ms=int(time.time() * 1000),
@@ -150,8 +151,9 @@ def _broker_group_step(
     else:
         new = result.state
         state.update((new.clock, new.topics, new.history, new.topic_history))
-        if result.timeout is not None:
-            state.setTimeoutTimestamp(result.timeout)
+        timeout = spark_timeout(result.wake_up)
+        if timeout is not None:
+            state.setTimeoutTimestamp(timeout)
     return result.rows
 
 

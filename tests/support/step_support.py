@@ -9,6 +9,7 @@ from pyspark.sql.streaming.state import GroupState
 from routing_lib.content_files import ContentSettings
 from routing_lib.core.group_routes import DEFAULT_FLAGS
 from routing_lib.spark.stateful import STATE_SCHEMA, StepSettings, make_step
+from routing_lib.spark.watermark import SPARK_LEAD_MS
 
 
 def group_state(values: tuple | None = None, watermark: int = 0) -> GroupState:
@@ -39,7 +40,8 @@ def run_step(
     group: str = "edge",
     content: ContentSettings | None = None,
 ) -> pd.DataFrame:
-    state._event_time_watermark_ms = watermark
+    """`watermark`: the job's; the GroupState holds Spark's (routing_lib/spark/watermark.py)."""
+    state._event_time_watermark_ms = watermark + SPARK_LEAD_MS
     settings = StepSettings("/nonexistent-checkpoint", DEFAULT_FLAGS, history=True, content=content)
     frame = pd.DataFrame(events, columns=["event_time", "source", "position", "payload"])
     return pd.concat(list(make_step(settings)((group,), iter([frame]), state)))
