@@ -1,0 +1,323 @@
+"""A CPU budget per test module: a pytest plugin that measures the CPU each test module costs
+(every process the run started, not only pytest's) and fails the run when a module goes past
+its budget in tests/cpu_budget.toml, so that a slower suite is a decision, not a drift.
+
+Loaded by the test command (scripts/test.sh):
+
+    pytest -p tests.support.cpu_budget --cpu-budget tests/cpu_budget.toml \\
+        --cpu-figures .work/test-cpu.toml
+
+Where the CPU is read from, best first:
+
+- a cgroup (`ROUTELAKE_CPU_CGROUP`: a cgroup v1 cpuacct directory, read from `cpuacct.usage`,
+  or a cgroup v2 directory, read from `usage_usec` in `cpu.stat`) that scripts/test.sh creates
+  around the run when it may (as root, with cgroups writable). Every process started inside
+  stays in it, daemons and orphans included;
+- otherwise the process tree: this process's CPU and its reaped children's (getrusage), plus
+  the CPU of every live descendant read from /proc (its own and its reaped children's). A
+  process that leaves the tree (re-parented to init when its parent exits) stops being counted.
+
+A test's CPU is the reading after it (teardown included) minus the reading before it (setup
+included), so session and module fixtures count in the module whose test starts or stops them.
+
+After a full run, regenerate the budget from the figures the run wrote:
+
+    .venv/bin/python -m tests.support.cpu_budget regenerate \\
+        .work/test-cpu.toml tests/cpu_budget.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import resource
+import sys
+import tomllib
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+# A module's budget is generous: CPU seconds vary with load (cache misses, JIT timing, polls that
+# spin longer) and a budget must not fail CI on noise, only on growth.
+BUDGET_FACTOR = 1.6
+BUDGET_MIN_HEADROOM_S = 40.0
+# A module not in the budget file yet (a new one): as much as a mid-sized integration module.
+DEFAULT_BUDGET_S = 300.0
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def budget_for(measured_s: float) -> float:
+    """The budget for a module measured at `measured_s`, rounded up to 10 s."""
+    raw = max(BUDGET_FACTOR * measured_s, measured_s + BUDGET_MIN_HEADROOM_S)
+    return float(math.ceil(raw / 10) * 10)
+
+
+# --- reading CPU time ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CpuMeter:
+    """`read()`: CPU seconds used so far by what is measured; `source` says what that is."""
+
+    source: str
+    read: Callable[[], float]
+
+
+def cgroup_meter(path: Path) -> CpuMeter | None:
+    """A meter over cgroup `path` (v1 cpuacct or v2), or None when it cannot be read."""
+    v1, v2 = path / "cpuacct.usage", path / "cpu.stat"
+    if v1.is_file():
+
+        def read_v1() -> float:
+            return int(v1.read_text()) / 1e9
+
+        meter = CpuMeter(f"cgroup v1 cpuacct {path}", read_v1)
+    elif v2.is_file():
+
+        def read_v2() -> float:
+            for line in v2.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+            raise OSError(f"no usage_usec in {v2}")
+
+        meter = CpuMeter(f"cgroup v2 {path}", read_v2)
+    else:
+        return None
+    try:
+        meter.read()
+    except (OSError, ValueError):
+        return None
+    return meter
+
+
+def _proc_stats() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU s of the process and of its reaped children) from /proc."""
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
+                text = stat_file.read()
+        except OSError:  # gone since the listing
+            continue
+        # the command name (2nd field) may hold spaces and parentheses: split after the last ')'
+        fields = text[text.rindex(b")") + 2 :].split()
+        utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
+        stats[int(entry.name)] = (int(fields[1]), (utime + stime + cutime + cstime) / _CLOCK_TICKS)
+    return stats
+
+
+def process_tree_cpu_s() -> float:
+    """CPU s of this process, its reaped descendants and its live descendants."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+    stats = _proc_stats()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    pending = list(children.get(os.getpid(), []))
+    while pending:
+        pid = pending.pop()
+        total += stats[pid][1]
+        pending += children.get(pid, [])
+    return total
+
+
+def tree_meter() -> CpuMeter:
+    return CpuMeter(
+        "process tree (getrusage + /proc; processes that leave the tree are not counted)",
+        process_tree_cpu_s,
+    )
+
+
+def choose_meter(environ: Mapping[str, str]) -> CpuMeter:
+    group = environ.get("ROUTELAKE_CPU_CGROUP", "")
+    meter = cgroup_meter(Path(group)) if group else None
+    return meter or tree_meter()
+
+
+# --- budgets -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Budget:
+    default_s: float = DEFAULT_BUDGET_S
+    modules: Mapping[str, float] = field(default_factory=dict)
+
+    def of(self, module: str) -> float:
+        return self.modules.get(module, self.default_s)
+
+
+@dataclass(frozen=True)
+class Overrun:
+    module: str
+    measured_s: float
+    budget_s: float
+    listed: bool  # False: the module had the default budget
+
+    def __str__(self) -> str:
+        where = "its budget" if self.listed else "the default budget (not in the file)"
+        return (
+            f"{self.module}: {self.measured_s:.1f} CPU-s, over {where} of {self.budget_s:g} "
+            f"CPU-s by {self.measured_s - self.budget_s:.1f}"
+        )
+
+
+def load_budget(path: Path) -> Budget:
+    data = tomllib.loads(path.read_text())
+    modules = {str(k): float(v) for k, v in data.get("modules", {}).items()}
+    return Budget(float(data.get("default_cpu_s", DEFAULT_BUDGET_S)), modules)
+
+
+def check(figures: Mapping[str, float], budget: Budget) -> list[Overrun]:
+    """The modules whose measured CPU is over their budget, largest overrun first."""
+    overruns = [
+        Overrun(module, measured, budget.of(module), module in budget.modules)
+        for module, measured in figures.items()
+        if measured > budget.of(module)
+    ]
+    return sorted(overruns, key=lambda o: o.budget_s - o.measured_s)
+
+
+def _toml_key(module: str) -> str:
+    return '"' + module.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_figures(figures: Mapping[str, float], source: str) -> str:
+    lines = [
+        "# CPU seconds per test module of one run (tests/support/cpu_budget.py)",
+        f'source = "{source}"',
+        "",
+        "[modules]",
+    ]
+    lines += [f"{_toml_key(m)} = {s:.1f}" for m, s in sorted(figures.items())]
+    return "\n".join(lines) + "\n"
+
+
+def load_figures(path: Path) -> dict[str, float]:
+    return {str(k): float(v) for k, v in tomllib.loads(path.read_text())["modules"].items()}
+
+
+def render_budget(figures: Mapping[str, float], source: str, default_s: float) -> str:
+    lines = [
+        "# CPU budget per test module, checked by scripts/test.sh (tests/support/cpu_budget.py):",
+        f"# max({BUDGET_FACTOR} x measured, measured + {BUDGET_MIN_HEADROOM_S:.0f} s),"
+        " rounded up to 10 s. Regenerate after a full run:",
+        "#   .venv/bin/python -m tests.support.cpu_budget regenerate .work/test-cpu.toml"
+        " tests/cpu_budget.toml",
+        f"# measured with: {source}",
+        f"default_cpu_s = {default_s:.0f}  # a module not listed below",
+        "",
+        "[modules]",
+    ]
+    lines += [
+        f"{_toml_key(m)} = {budget_for(s):.0f}  # measured {s:.1f}"
+        for m, s in sorted(figures.items())
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# --- the pytest plugin ---------------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("cpu budget", "CPU per test module (tests/support/cpu_budget.py)")
+    group.addoption(
+        "--cpu-budget",
+        metavar="TOML",
+        help="fail the run when a test module uses more CPU than its budget in this file",
+    )
+    group.addoption(
+        "--cpu-figures", metavar="TOML", help="write each test module's CPU seconds to this file"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    budget_path = config.getoption("--cpu-budget")
+    figures_path = config.getoption("--cpu-figures")
+    # pytest-xdist workers: the controller sees no test run; not measured there
+    if (budget_path or figures_path) and not hasattr(config, "workerinput"):
+        recorder = CpuRecorder(
+            choose_meter(os.environ),
+            load_budget(Path(budget_path)) if budget_path else None,
+            Path(figures_path) if figures_path else None,
+        )
+        config.pluginmanager.register(recorder, "cpu_budget_recorder")
+
+
+class CpuRecorder:
+    def __init__(self, meter: CpuMeter, budget: Budget | None, figures_path: Path | None) -> None:
+        self.meter = meter
+        self.budget = budget
+        self.figures_path = figures_path
+        self.figures: dict[str, float] = {}
+        self.overruns: list[Overrun] = []
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None]:
+        before = self.meter.read()
+        yield
+        module = item.nodeid.split("::")[0]
+        self.figures[module] = self.figures.get(module, 0.0) + self.meter.read() - before
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.figures_path is not None:
+            self.figures_path.parent.mkdir(parents=True, exist_ok=True)
+            self.figures_path.write_text(render_figures(self.figures, self.meter.source))
+        if self.budget is not None:
+            self.overruns = check(self.figures, self.budget)
+            if self.overruns and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        report = terminalreporter
+        total = sum(self.figures.values())
+        report.section("CPU per test module")
+        report.write_line(
+            f"{total:.0f} CPU-s in {len(self.figures)} modules, from {self.meter.source}"
+        )
+        for module, seconds in sorted(self.figures.items(), key=lambda kv: -kv[1])[:10]:
+            budget = f" (budget {self.budget.of(module):g})" if self.budget else ""
+            report.write_line(f"  {seconds:7.1f}  {module}{budget}")
+        if self.figures_path is not None:
+            report.write_line(f"figures written to {self.figures_path}")
+        if self.overruns:
+            report.write_line(
+                f"CPU BUDGET EXCEEDED by {len(self.overruns)} module(s): speed the module up, or "
+                "raise its budget on purpose (see tests/support/cpu_budget.py):",
+                red=True,
+                bold=True,
+            )
+            for overrun in self.overruns:
+                report.write_line(f"  {overrun}", red=True)
+
+
+# --- regenerating the budget file ----------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.support.cpu_budget")
+    commands = parser.add_subparsers(dest="command", required=True)
+    regenerate = commands.add_parser(
+        "regenerate", help="write a budget file from a full run's figures (--cpu-figures)"
+    )
+    regenerate.add_argument("figures", type=Path)
+    regenerate.add_argument("budget", type=Path)
+    regenerate.add_argument("--default-cpu-s", type=float, default=DEFAULT_BUDGET_S)
+    args = parser.parse_args(argv)
+    source = str(tomllib.loads(args.figures.read_text()).get("source", "unknown"))
+    text = render_budget(load_figures(args.figures), source, args.default_cpu_s)
+    args.budget.write_text(text)
+    print(f"wrote {args.budget}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""The per-module CPU budget (tests/support/cpu_budget.py): its arithmetic, its meters, and a
+pytest run of its own that it fails when a module goes past its budget."""
+
+from __future__ import annotations
+
+import resource
+from pathlib import Path
+
+import pytest
+
+from tests.support import cpu_budget
+from tests.support.cpu_budget import Budget, budget_for, check
+
+pytest_plugins = ["pytester"]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_budget_is_generous_for_small_and_large_modules():
+    assert budget_for(10.0) == 50.0  # measured + 40 s
+    assert budget_for(66.6) == 110.0  # 106.6, rounded up to 10
+    assert budget_for(400.0) == 640.0  # 1.6 x measured
+    assert budget_for(0.0) == 40.0
+
+
+def test_check_reports_only_modules_over_their_budget_or_the_default():
+    budget = Budget(default_s=100.0, modules={"tests/test_a.py": 50.0, "tests/test_b.py": 200.0})
+    figures = {"tests/test_a.py": 60.5, "tests/test_b.py": 150.0, "tests/test_new.py": 130.0}
+    overruns = check(figures, budget)
+    assert [(o.module, o.budget_s, o.listed) for o in overruns] == [
+        ("tests/test_new.py", 100.0, False),
+        ("tests/test_a.py", 50.0, True),
+    ]
+    assert str(overruns[1]) == ("tests/test_a.py: 60.5 CPU-s, over its budget of 50 CPU-s by 10.5")
+    assert check({"tests/test_a.py": 50.0}, budget) == []  # at the budget is within it
+
+
+def test_regenerated_budget_reads_back_with_headroom(tmp_path):
+    figures = {"tests/test_a.py": 12.34, 'tests/odd "name".py': 500.0}
+    figures_file = tmp_path / "figures.toml"
+    figures_file.write_text(cpu_budget.render_figures(figures, "cgroup v1 cpuacct /x"))
+    assert cpu_budget.load_figures(figures_file) == {**figures, "tests/test_a.py": 12.3}
+    budget_file = tmp_path / "budget.toml"
+    assert cpu_budget.main(["regenerate", str(figures_file), str(budget_file)]) == 0
+    budget = cpu_budget.load_budget(budget_file)
+    assert budget.modules == {"tests/test_a.py": 60.0, 'tests/odd "name".py': 800.0}
+    assert budget.default_s == cpu_budget.DEFAULT_BUDGET_S
+    assert "cgroup v1 cpuacct /x" in budget_file.read_text()
+
+
+def test_committed_budget_file_loads_and_names_existing_modules():
+    budget = cpu_budget.load_budget(ROOT / "tests" / "cpu_budget.toml")
+    assert budget.modules
+    missing = [m for m in budget.modules if not (ROOT / m).is_file()]
+    assert missing == []
+
+
+def _burn(seconds: float) -> None:
+    start = resource.getrusage(resource.RUSAGE_SELF)
+    while True:
+        now = resource.getrusage(resource.RUSAGE_SELF)
+        if now.ru_utime + now.ru_stime - start.ru_utime - start.ru_stime >= seconds:
+            return
+
+
+def test_process_tree_meter_counts_this_process():
+    before = cpu_budget.process_tree_cpu_s()
+    _burn(0.2)
+    assert cpu_budget.process_tree_cpu_s() - before >= 0.19
+
+
+def test_cgroup_meter_reads_v1_and_v2_counters(tmp_path):
+    v1, v2 = tmp_path / "v1", tmp_path / "v2"
+    v1.mkdir()
+    v2.mkdir()
+    (v1 / "cpuacct.usage").write_text("2500000000\n")
+    (v2 / "cpu.stat").write_text("usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n")
+    meter_v1, meter_v2 = cpu_budget.cgroup_meter(v1), cpu_budget.cgroup_meter(v2)
+    assert meter_v1 is not None and meter_v1.read() == 2.5
+    assert meter_v1.source.startswith("cgroup v1 cpuacct")
+    assert meter_v2 is not None and meter_v2.read() == 1.5
+    assert cpu_budget.cgroup_meter(tmp_path) is None  # neither counter: the tree is used
+    assert cpu_budget.choose_meter({"ROUTELAKE_CPU_CGROUP": str(tmp_path)}).source.startswith(
+        "process tree"
+    )
+    assert cpu_budget.choose_meter({"ROUTELAKE_CPU_CGROUP": str(v2)}).read() == 1.5
+
+
+BUSY_MODULE = """
+import resource
+
+def test_busy():
+    start = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+    while resource.getrusage(resource.RUSAGE_SELF).ru_utime - start < {seconds}:
+        pass
+"""
+
+
+def _run_with_budget(pytester: pytest.Pytester, budget_s: float) -> pytest.RunResult:
+    pytester.makepyfile(test_busy=BUSY_MODULE.format(seconds=0.2))
+    budget = pytester.path / "budget.toml"
+    budget.write_text(f'default_cpu_s = 1000\n[modules]\n"test_busy.py" = {budget_s}\n')
+    figures = pytester.path / "figures.toml"
+    result = pytester.runpytest_inprocess(
+        "-p", "tests.support.cpu_budget", f"--cpu-budget={budget}", f"--cpu-figures={figures}"
+    )
+    assert cpu_budget.load_figures(figures)["test_busy.py"] >= 0.19
+    return result
+
+
+def test_run_fails_with_the_figures_when_a_module_exceeds_its_budget(pytester, monkeypatch):
+    # the process tree is measured here, whatever the outer run uses
+    monkeypatch.delenv("ROUTELAKE_CPU_CGROUP", raising=False)
+    result = _run_with_budget(pytester, budget_s=0.1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*CPU BUDGET EXCEEDED by 1 module(s)*",
+            "*test_busy.py: 0.* CPU-s, over its budget of 0.1 CPU-s by 0.*",
+        ]
+    )
+
+
+def test_run_passes_within_budget(pytester, monkeypatch):
+    # the process tree is measured here, whatever the outer run uses
+    monkeypatch.delenv("ROUTELAKE_CPU_CGROUP", raising=False)
+    result = _run_with_budget(pytester, budget_s=60)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["*CPU per test module*", "*test_busy.py (budget 60)*"])
+    assert "EXCEEDED" not in result.stdout.str()
