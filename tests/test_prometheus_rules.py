@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import yaml
@@ -199,3 +200,18 @@ def test_operations_doc_lists_every_metric_and_alert():
     assert not missing
     alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
     assert not sorted(a for a in alerts if f"`{a}`" not in doc)
+
+
+def test_the_dashboard_queries_name_only_metrics_the_processes_export():
+    """Each panel queries the Prometheus data source variable, and every routelake metric its
+    queries name is one the operations doc lists (which the test above ties to the
+    expositions); tests/test_prometheus_live.py runs the queries against real scrapes."""
+    dashboard = json.loads((PROMETHEUS_DIR.parent / "grafana" / "routelake.json").read_text())
+    doc = (PROMETHEUS_DIR.parents[1] / "docs" / "operations.md").read_text()
+    assert dashboard["panels"]
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}" and panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            for name in re.findall(r"\broutelake_\w+", target["expr"]):
+                base = re.sub(r"_(bucket|count|sum)$", "", name)
+                assert f"`{base}" in doc, (panel["title"], name)

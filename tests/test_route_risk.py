@@ -3,6 +3,7 @@ write to, topics on one broker group, live brokers per cluster; and the lookup's
 
 from __future__ import annotations
 
+import httpx
 from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
@@ -10,7 +11,17 @@ from routing_lib.core.catalog import BROKER_ADDR, CLUSTER_ADDR, TOPIC_QUEUE
 from routing_lib.lookup.route_risk import NO_CLUSTER, RouteRisks
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.read.warehouse import WarehouseSnapshot
-from tests.support.lookup_support import VERSIONS, addr, queue, snapshot, tables
+from tests.support.lookup_support import (
+    VERSIONS,
+    ServerThread,
+    Warehouse,
+    addr,
+    queue,
+    snapshot,
+    tables,
+    wait_until,
+)
+from tests.support.metrics_support import sample
 
 
 class Clock:
@@ -98,3 +109,23 @@ def test_the_lookup_gauges_per_cluster():
     assert value(unwritable, {"cluster": "ClusterA"}) == 0  # a series, so alerts can compare
     assert value("routelake_routes_topics_single_broker_group", {"cluster": NO_CLUSTER}) == 1
     assert list(risks.families(None)) == []
+
+
+def test_the_console_health_view_lists_what_the_gauges_count(tmp_path):
+    Warehouse(tmp_path).publish(0, 1_000, tables())
+    with ServerThread(tmp_path) as server:
+        http = httpx.Client(base_url=f"http://127.0.0.1:{server.service.http_port}")
+        wait_until(lambda: server.service.holder.current is not None)
+        health = http.get("/console/api/health").json()
+        metrics = http.get("/metrics").text
+    risks = health["routeRisks"]
+    assert risks["withoutWritableQueue"]["clusters"] == {
+        "ClusterB": ["Acting", "ActingRW"],
+        NO_CLUSTER: ["Lonely"],
+    }
+    assert risks["withoutWritableQueue"]["total"] == 3
+    assert risks["singleBrokerGroup"]["counts"] == {"ClusterB": 2, NO_CLUSTER: 1}
+    assert risks["liveBrokers"] == {"ClusterA": 2, "ClusterB": 1}
+    for cluster, topics in risks["withoutWritableQueue"]["clusters"].items():
+        gauge = sample(metrics, "routelake_routes_topics_without_writable_queue", cluster=cluster)
+        assert gauge == len(topics)

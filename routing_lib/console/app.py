@@ -10,7 +10,7 @@ styles from this origin only: no inline script can run, whatever a broker names 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from routing_lib.console.snapshot import Console, Snapshot, TimeOutOfRange
 from routing_lib.core.admin import ADMIN_EVENTS
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, Row
 from routing_lib.lookup.refresher import SnapshotHolder
+from routing_lib.lookup.route_risk import RouteRisks
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -45,6 +46,7 @@ SEARCH_LIMIT = 100
 CHANGES_LIMIT = 500
 LATEST = 50
 RAW_CHARS = 1000
+RISK_LIST = 200  # topics listed per cluster and risk (the counts are whole)
 NO_DATA = (
     "No data yet: the warehouse has no published batch. Start the job (`routectl run`) or "
     "load archives (`routectl backfill`); this page shows the fleet once a batch is published. "
@@ -67,8 +69,11 @@ def _static(name: str, media_type: str) -> Callable[[], Any]:
     return handler
 
 
-def add_console(app: FastAPI, holder: SnapshotHolder, warehouse: str | Path) -> Console:
-    """The console's routes on `app`; the caller runs the returned console's keep_warm."""
+def add_console(
+    app: FastAPI, holder: SnapshotHolder, warehouse: str | Path, route_risks: RouteRisks
+) -> Console:
+    """The console's routes on `app`; the caller runs the returned console's keep_warm.
+    `route_risks`: the lookup's, so the health view lists the topics its gauges count."""
     console = Console(holder, warehouse)
     for path, (name, media_type) in STATIC.items():
         app.add_api_route(path, _static(name, media_type), methods=["GET"], include_in_schema=False)
@@ -156,7 +161,7 @@ def add_console(app: FastAPI, holder: SnapshotHolder, warehouse: str | Path) -> 
 
     @app.get("/console/api/health", include_in_schema=False)
     async def health() -> Response:
-        return await answer(_health)
+        return await answer(lambda s: {**_health(s), "routeRisks": _route_risks(s, route_risks)})
 
     return console
 
@@ -179,6 +184,25 @@ def _admin_rows(
 
     kept = [{k: v for k, v in r.items() if k != "event_date"} for r in rows if wanted(r)]
     return sorted(kept, key=lambda r: (r["event_time"], r["source"] or "", r["position"] or 0))
+
+
+def _route_risks(s: Snapshot, risks: RouteRisks) -> JsonObj:
+    """The served tables' topics without a writable queue and on a single broker group, per
+    cluster (the lookup's routelake_routes_* gauges count the same), at most RISK_LIST each."""
+    risk = risks.of(s.index)
+
+    def listed(per_cluster: Mapping[str, tuple[str, ...]]) -> JsonObj:
+        return {
+            "total": len({t for topics in per_cluster.values() for t in topics}),
+            "clusters": {c: list(topics[:RISK_LIST]) for c, topics in per_cluster.items()},
+            "counts": {c: len(topics) for c, topics in per_cluster.items()},
+        }
+
+    return {
+        "withoutWritableQueue": listed(risk.without_writable),
+        "singleBrokerGroup": listed(risk.single_group),
+        "liveBrokers": dict(risk.live_brokers),
+    }
 
 
 def _health(s: Snapshot) -> JsonObj:

@@ -108,9 +108,13 @@ class _ObserveHttp:
 
 
 def create_app(
-    holder: SnapshotHolder, metrics: Metrics, warehouse: str | Path | None = None
+    holder: SnapshotHolder,
+    metrics: Metrics,
+    warehouse: str | Path | None = None,
+    route_risks: RouteRisks | None = None,
 ) -> FastAPI:
-    """The JSON API; with `warehouse`, also the console page (`/`, /console/...)."""
+    """The JSON API; with `warehouse`, also the console page (`/`, /console/...), whose health
+    view lists `route_risks`' topics (the ones the route gauges count)."""
     app = FastAPI(
         title="routelake lookup", docs_url=None, redoc_url=None, openapi_url="/openapi.json"
     )
@@ -123,7 +127,7 @@ def create_app(
     if warehouse is not None:
         from routing_lib.console.app import add_console
 
-        app.state.console = add_console(app, holder, warehouse)
+        app.state.console = add_console(app, holder, warehouse, route_risks or RouteRisks())
     return app
 
 
@@ -361,7 +365,7 @@ class LookupService(NetworkService):
         if not self.serves_http:
             log.debug("lookup worker: remoting on %s:%d", self.host, self.port)
             return
-        app = create_app(self.holder, self.metrics, self.warehouse)
+        app = create_app(self.holder, self.metrics, self.warehouse, self.route_risks)
         self.start_http(app)
         self.console = app.state.console
         self.in_background(self.console.keep_warm(self.stopping), "console-warm")

@@ -492,8 +492,23 @@ async function healthView(state) {
       data.latest.length ? el("h4", null, "Latest") : null,
       data.latest.length ? table(columns, data.latest.map((row) => el("tr", null, cells(row).map((v) =>
         el("td", null, v === null || v === undefined ? "" : String(v)))))) : null);
+    const risks = body.routeRisks;
+    const riskPart = (title, id, data, note) => el("div", { id },
+      el("h3", null, title + ": " + data.total),
+      el("p", { class: "muted" }, note),
+      Object.keys(data.clusters).length ? table(["cluster", "topics (each links to its timeline)"],
+        Object.entries(data.clusters).map(([cluster, topics]) => el("tr", null,
+          el("td", null, cluster + " (" + data.counts[cluster] + ")"),
+          el("td", { class: "risk-topics" }, topics.flatMap((t, i) =>
+            [i ? ", " : "", link(t, { view: "topic", topic: t })]))))) : el("p", { class: "muted" }, "none"));
     return el("section", { id: "health" }, el("h2", null, "Health"),
-      el("p", { class: "muted" }, "By the time the job saw them (seen_at_ms)."),
+      el("h3", null, "Route risks"),
+      riskPart("Topics without a writable queue", "risk-unwritable", risks.withoutWritableQueue,
+        "Producers fail with \"No route info of this topic\": no queue with write permission on a " +
+        "broker group with a master, or gone with every group that held them."),
+      riskPart("Topics on a single broker group", "risk-single-group", risks.singleBrokerGroup,
+        "Every queue on one broker group: a single point of failure (system topics left out)."),
+      el("p", { class: "muted" }, "Dead letters and late events, by the time the job saw them (seen_at_ms)."),
       part("Dead letters", "dead-letters", body.deadLetters, ["seen", "reason", "source @ offset", "record"],
         (r) => [fmtTime(r.seen_at_ms), r.reason, r.source + " @" + r.position,
           (r.raw_text || "").slice(0, 300)]),
