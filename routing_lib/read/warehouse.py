@@ -3,13 +3,14 @@ s3:// / s3a:// (routing_lib/storage.py)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from routing_lib import storage
 from routing_lib.core.catalog import CATALOG, PROGRESS, Reader, read_by
@@ -123,12 +124,36 @@ def read_changes(warehouse: str | Path, table: str, first: int, last: int) -> pa
     """The change-feed rows of versions first..last (`_change_type`: insert, delete,
     update_preimage, update_postimage; `_commit_version`). Commits without the feed (a
     delta-rs append or overwrite) come from their add/remove actions: whole files in or out."""
+    if not 0 <= first <= last:  # delta-rs would say "Invalid table version", as for a cleanup
+        raise ValueError(f"no version range {first}..{last}")
     try:
         delta = open_version(warehouse, table, last)
         reader = delta.load_cdf(starting_version=first, ending_version=last)
         return pa.table(reader.read_all())
-    except Exception as exc:  # delta-rs raises several types for "not there": all mean the same
+    except Exception as exc:
+        if not no_change_feed(exc):  # a bug or a storage fault: the caller must see it
+            raise
         raise ChangesUnavailableError(f"{table} {first}..{last}: {exc}") from exc
+
+
+# What delta-rs (1.6) says when the change feed cannot cover a range. It raises DeltaError, or
+# a bare Exception from the Arrow stream, for these and for real faults alike, so only the
+# message tells them apart (tests/test_read_changes.py pins each one on real tables).
+_NO_CHANGE_FEED = re.compile(
+    "|".join(
+        [
+            "does not have change data enabled",  # the range starts where the feed was off
+            "Change Data not enabled for version",  # the feed was off inside the range
+            r"Invalid table version: \d+",  # the range's commits were cleaned up
+            r"Object at location \S+ not found",  # its change-data or data files were vacuumed
+        ]
+    )
+)
+
+
+def no_change_feed(exc: Exception) -> bool:
+    """Does this error of `load_cdf` mean that the change feed cannot cover the range?"""
+    return type(exc) in (DeltaError, Exception) and bool(_NO_CHANGE_FEED.search(str(exc)))
 
 
 def read_watermark(warehouse: str | Path, version: int) -> int | None:
