@@ -46,9 +46,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("routelake.content_gc")
 
 _DIGEST = re.compile(r"^[0-9a-f]{32}$")
-# Any 32-hex-digit run in a state value: a reference as it sits in a state column, or escaped
-# inside a pending event's JSON (\u001d...). Marking more than the references is safe.
-DIGEST_IN_TEXT = r"(?<![0-9a-f])([0-9a-f]{32})(?![0-9a-f])"
+# A reference in a state value as the value's JSON (Spark's to_json) shows it: the marker
+# character itself, or escaped once or more (a pending event's packed form sits inside the
+# clock's JSON: "\\u001d<digest>"), then the digest. Java and Python read it the same way.
+DIGEST_IN_TEXT = "(?:\x1d|u001[dD])([0-9a-f]{32})"
 _TOMBSTONE = ".gc-"
 
 

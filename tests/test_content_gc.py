@@ -86,3 +86,18 @@ def test_a_grace_period_shorter_than_the_freshness_window_is_refused():
     with pytest.raises(ValueError, match="too short"):
         check_grace(60)
     check_grace(HOUR)
+
+
+def test_the_mark_finds_references_however_deep_their_json_escaping():
+    """The pattern the mark runs over each state value's JSON (Spark's to_json): a reference
+    in a column, and one inside a pending event's packed form inside the clock's JSON."""
+    import json
+    import re
+
+    from routing_lib.content_gc import DIGEST_IN_TEXT
+
+    column, pending = content_ref("a group's topics"), content_ref("a pending table")
+    clock = json.dumps({"pending": [["f", 1, '{"eventType":"REGISTER"}\x1e' + pending]]})
+    value = json.dumps({"clock": clock, "topics": column}).replace("\\u001d", "\\u001D")
+    assert set(re.findall(DIGEST_IN_TEXT, value)) == {column[1:], pending[1:]}
+    assert set(re.findall(DIGEST_IN_TEXT, column + clock)) == {column[1:], pending[1:]}

@@ -5,16 +5,20 @@ give the same tables as the plain replay, in one-file or tiny micro-batches."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import time
 
 import pytest
 
+from routing_lib.content_files import ContentFolder
+from routing_lib.content_gc import collect_content
+from routing_lib.core.content import content_ref
 from routing_lib.core.dump import project
 from routing_lib.jobs.backfill import run_backfill
 from routing_lib.jobs.route_state import run_route_state
 from routing_lib.read.warehouse import load_snapshot
 from tests.support.helpers import (
-    GOLDEN,
     expected_dump,
     fixture_lines,
     random_history,
@@ -55,10 +59,33 @@ def test_split_registrations_as_references_in_one_file_batches_equal_replay(
 
 @pytest.mark.spark
 def test_golden_split_registration_backfill_with_references(spark, config, tmp_path):
+    """Then the content collector runs on the checkpoint with every file made older than its
+    grace period, beside a file no state names: that one goes, every file a retained state
+    version names (pending registrations' tables included) stays, and a second backfill over
+    more input (the same tables re-sent later) still equals the replay."""
     name = "17_split_registration"
-    assert _backfill(spark, config, [GOLDEN / name / "events.jsonl"], tmp_path) == (
-        expected_dump(name)
-    )
+    lines = fixture_lines(name)
+    write_files(tmp_path / "in", [lines])
+    assert _backfill(spark, config, [tmp_path / "in"], tmp_path) == expected_dump(name)
+
+    checkpoint = tmp_path / "checkpoint"
+    content = checkpoint / "content"
+    stray = content_ref("a table no state version names")
+    ContentFolder(str(content)).write(stray, "a table no state version names")
+    stored = {p.name for p in content.rglob("*") if p.is_file()}
+    for path in content.rglob("*"):
+        if path.is_file():
+            os.utime(path, (time.time() - 5 * 3600,) * 2)
+    report = collect_content(spark, str(checkpoint), 3600)
+    assert report.deleted == [stray[1:]]
+    assert report.marked >= len(stored) - 1  # the pending tables' references were found
+    assert {p.name for p in content.rglob("*") if p.is_file()} == stored - {stray[1:]}
+
+    later = [
+        json.dumps({**r, "eventTime": r["eventTime"] + 400_000}) for r in map(json.loads, lines)
+    ]
+    write_files(tmp_path / "in", [lines, later])
+    assert _backfill(spark, config, [tmp_path / "in"], tmp_path) == reference_dump(lines + later)
 
 
 @pytest.mark.kafka
