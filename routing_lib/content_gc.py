@@ -101,8 +101,8 @@ def live_digests(spark: SparkSession, checkpoint: str) -> set[str] | None:
         return None
     location = storage.spark_uri(checkpoint)
     meta = spark.read.format("state-metadata").load(location).collect()
-    if not meta:
-        return None
+    if not meta:  # a state folder whose versions cannot be listed: mark nothing, delete nothing
+        raise RuntimeError(f"no state metadata under {checkpoint}/state: nothing collected")
     digests: set[str] = set()
     for operator in meta:
         first, last = int(operator["minBatchId"]), int(operator["maxBatchId"])

@@ -101,3 +101,10 @@ def test_the_mark_finds_references_however_deep_their_json_escaping():
     value = json.dumps({"clock": clock, "topics": column}).replace("\\u001d", "\\u001D")
     assert set(re.findall(DIGEST_IN_TEXT, value)) == {column[1:], pending[1:]}
     assert set(re.findall(DIGEST_IN_TEXT, column + clock)) == {column[1:], pending[1:]}
+
+
+def test_routectl_refuses_a_content_collection_with_a_short_grace(capsys):
+    from routing_lib.cli import main as routectl
+
+    assert routectl(["housekeeping", "--content", "--content-grace-s", "60"]) == 2
+    assert "too short" in capsys.readouterr().err

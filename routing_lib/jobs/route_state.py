@@ -46,6 +46,10 @@ def run_route_state(
 
     collect_due = threading.Event()  # set by the batch callback, run by the loop below
     every = config.spark.content_gc_every_batches
+    if every > 0:
+        from routing_lib.content_gc import check_grace
+
+        check_grace(config.spark.content_gc_grace_s)  # refused before the query starts
     published = [0]
 
     def on_batch(report: BatchReport) -> None:
