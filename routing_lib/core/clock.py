@@ -2,13 +2,15 @@
 
 Events wait in `pending` until the watermark passes them; `advance(W)` then applies them in
 (eventTime, arrival) order, expiring brokers before each one and at W itself. The group's
-tables therefore equal State(W) however the events were split into micro-batches.
+tables therefore equal State(W) however the events were split into micro-batches. `steps(W)`
+is the same move one change at a time, for the history tables (routing_lib/core/history.py).
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -87,6 +89,18 @@ class Advance:
     failed: list[tuple[PendingEvent, str]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ClockStep:
+    """One change of a clock move: an event applied (or one whose application raised), or
+    the expiry of the brokers sharing one deadline."""
+
+    time: int  # the event's eventTime; an expiry's deadline + 1, the first T it shows in
+    item: PendingEvent | None = None  # the event; None for an expiry
+    applied: bool = True  # False: applying the event raised (Advance.failed holds it)
+    expired: tuple[tuple[BrokerKey, int], ...] = ()  # an expiry's (broker, deadline), in order
+    detected_at: int | None = None  # an expiry's clock reading (batch-dependent: not stored)
+
+
 def apply_guarded(
     routes: GroupRoutes, item: PendingEvent, flags: RouteFlags, advance: Advance
 ) -> bool:
@@ -126,14 +140,21 @@ class GroupClock:
     def advance(self, watermark: int, flags: RouteFlags) -> Advance:
         """Move the group's clock forward to `watermark` (never backwards)."""
         result = Advance()
-        if watermark <= self.watermark:
-            return result
-        for item in self.take_due(watermark):
-            result.expiries += self._expire(item.event_time)
-            apply_guarded(self.routes, item, flags, result)
-        result.expiries += self._expire(watermark)
-        self.watermark = watermark
+        for _ in self.steps(watermark, flags, result):
+            pass
         return result
+
+    def steps(self, watermark: int, flags: RouteFlags, result: Advance) -> Iterator[ClockStep]:
+        """`advance`, yielding after each change; `result` gets what `advance` returns. The
+        clock's watermark moves once the last step is taken: consume it to the end."""
+        if watermark <= self.watermark:
+            return
+        for item in self.take_due(watermark):
+            yield from self._expire(item.event_time, result)
+            applied = apply_guarded(self.routes, item, flags, result)
+            yield ClockStep(item.event_time, item, applied)
+        yield from self._expire(watermark, result)
+        self.watermark = watermark
 
     def take_due(self, watermark: int) -> list[PendingEvent]:
         """Remove and return the pending events at or before `watermark`, in order.
@@ -149,8 +170,14 @@ class GroupClock:
         del pending[:cut]
         return due
 
-    def _expire(self, now: int) -> list[Expiry]:
-        return [Expiry(key, deadline, now) for key, deadline in self.routes.expire(now)]
+    def _expire(self, now: int, result: Advance) -> Iterator[ClockStep]:
+        """Expire the brokers whose deadline is before `now`, one deadline at a time: each
+        expiry is a step of its own, stamped deadline + 1 (GroupRoutes.expire takes brokers in
+        (deadline, key) order, so this leaves the tables as one expire(now) would)."""
+        while (deadline := self.routes.next_deadline()) is not None and deadline < now:
+            expired = self.routes.expire(deadline + 1)
+            result.expiries += [Expiry(key, d, now) for key, d in expired]
+            yield ClockStep(deadline + 1, expired=tuple(expired), detected_at=now)
 
     def wake_up_at(self) -> int | None:
         """The smallest watermark at which `advance` would change something."""

@@ -28,7 +28,8 @@ opened and closed at the same instant never existed in any State(T), so it is dr
 
 Streaming. All transitions of one instant happen in one GroupClock advance (a later event at
 that instant would be late), so per-group state between micro-batches is the GroupClock plus
-a small HistoryTracker (valid_from of every open interval, the liveness sequence).
+a small HistoryTracker (valid_from of every open interval, the liveness sequence). The
+transitions are GroupClock.steps, the move GroupClock.advance makes, seen one change at a time.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ from routing_lib.core.catalog import BROKER_MEMBERSHIP_HISTORY as BROKER_MEMBERS
 from routing_lib.core.catalog import CLUSTER_MEMBERSHIP_HISTORY as CLUSTER_MEMBERSHIP_HISTORY
 from routing_lib.core.catalog import HISTORY_SPECS, names, spec
 from routing_lib.core.catalog import TOPIC_ROUTE_HISTORY as TOPIC_ROUTE_HISTORY
-from routing_lib.core.clock import Advance, Expiry, GroupClock, apply_guarded
-from routing_lib.core.group_routes import BrokerKey, GroupRoutes, RouteFlags
+from routing_lib.core.clock import Advance, ClockStep, GroupClock
+from routing_lib.core.group_routes import BrokerKey, RouteFlags
 from routing_lib.core.rows import RowOp
 from routing_lib.core.tables import RoutesSnapshot, Row, RowKey
 from routing_lib.core.wire import Event
@@ -75,7 +76,7 @@ REGISTER, HEARTBEAT, UNREGISTER, EXPIRE = "REGISTER", "HEARTBEAT", "UNREGISTER",
 # Liveness event types.
 REGISTERED, UNREGISTERED, EXPIRED, REJECTED = "REGISTERED", "UNREGISTERED", "EXPIRED", "REJECTED"
 
-# Change ops, as the Delta writer applies them (see merge_history_batch).
+# Change ops, as the Delta writer applies them (routing_lib/spark/delta_writer.py).
 UPSERT, CLOSE, DELETE, APPEND = RowOp.UPSERT, RowOp.CLOSE, RowOp.DELETE, RowOp.APPEND
 
 
@@ -92,7 +93,7 @@ def _day_name(days_since_epoch: int) -> str:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-# ---- transitions: GroupClock.advance, one state change at a time ------------------------------
+# ---- transitions: GroupClock.steps, one state change at a time --------------------------------
 
 
 @dataclass(frozen=True)
@@ -112,36 +113,40 @@ class Transition:
 
 
 def iter_transitions(
-    clock: GroupClock, watermark: int, flags: RouteFlags, advance: Advance | None = None
+    clock: GroupClock, watermark: int, flags: RouteFlags, advance: Advance
 ) -> Iterator[Transition]:
-    """GroupClock.advance(watermark, flags), yielding each transition with its snapshots.
-
-    Leaves `clock` (routes, pending, watermark) and `advance` exactly as GroupClock.advance
-    would; consume it to the end."""
+    """clock.steps(watermark, flags, advance) as transitions, each with the tables before and
+    after it. Consume it to the end (the clock's watermark moves at the end)."""
     if watermark <= clock.watermark:
-        return
-    advance = advance if advance is not None else Advance()
-    routes = clock.routes
-    snapshot = RoutesSnapshot.of(routes)
-    for item in clock.take_due(watermark):
-        for transition in _expiries(routes, item.event_time, snapshot, advance):
-            snapshot = transition.after
+        return  # no step: spare the snapshot
+    snapshot = RoutesSnapshot.of(clock.routes)
+    for step in clock.steps(watermark, flags, advance):
+        after = RoutesSnapshot.of(clock.routes)
+        transition = _transition(step, snapshot, after)
+        if transition is not None:
             yield transition
-        if not apply_guarded(routes, item, flags, advance):
-            # A failed event may have changed part of the tables: record what it left.
-            # (One that could not even be decoded changed nothing.)
-            after = RoutesSnapshot.of(routes)
-            if after != snapshot:
-                event = item.event
-                yield Transition(event.eventType, item.event_time, snapshot, after, *_cause(event))
-            snapshot = after
-            continue
-        event = item.event
-        after = RoutesSnapshot.of(routes)
-        yield Transition(event.eventType, item.event_time, snapshot, after, *_cause(event))
         snapshot = after
-    yield from _expiries(routes, watermark, snapshot, advance)
-    clock.watermark = watermark
+
+
+def _transition(
+    step: ClockStep, before: RoutesSnapshot, after: RoutesSnapshot
+) -> Transition | None:
+    if step.item is None:
+        return Transition(
+            EXPIRE,
+            step.time,
+            before,
+            after,
+            _blamed(before, step.expired),
+            expired=step.expired,
+            detected_at=step.detected_at,
+        )
+    # An event whose application raised may have changed part of the tables: its transition
+    # records what it left; one that changed nothing (say, could not be decoded) has none.
+    if not step.applied and after == before:
+        return None
+    event = step.item.event
+    return Transition(event.eventType, step.time, before, after, *_cause(event))
 
 
 def _cause(event: Event) -> tuple[tuple[str, str | None], int | None]:
@@ -152,28 +157,7 @@ def _cause(event: Event) -> tuple[tuple[str, str | None], int | None]:
     )
 
 
-def _expiries(
-    routes: GroupRoutes, now: int, snapshot: RoutesSnapshot, advance: Advance
-) -> Iterator[Transition]:
-    """routes.expire(now), one deadline at a time: GroupRoutes.expire handles brokers in
-    (deadline, key) order, so expiring up to each deadline in turn gives the same tables."""
-    while (deadline := routes.next_deadline()) is not None and deadline < now:
-        expired = routes.expire(deadline + 1)
-        advance.expiries += [Expiry(key, d, now) for key, d in expired]
-        after = RoutesSnapshot.of(routes)
-        yield Transition(
-            EXPIRE,
-            deadline + 1,
-            snapshot,
-            after,
-            _blamed(snapshot, expired),
-            expired=tuple(expired),
-            detected_at=now,
-        )
-        snapshot = after
-
-
-def _blamed(before: RoutesSnapshot, expired: list[tuple[BrokerKey, int]]) -> BrokerKey:
+def _blamed(before: RoutesSnapshot, expired: Iterable[tuple[BrokerKey, int]]) -> BrokerKey:
     """Of brokers expiring together, the last one listed in brokerAddrTable: its removal is
     the one that can cascade (group removal, perm wipe)."""
     in_table = _listed(before)
@@ -186,14 +170,6 @@ def _listed(snapshot: RoutesSnapshot) -> set[BrokerKey]:
         return set()
     cluster, addrs = snapshot.broker_data[0], snapshot.broker_data[1]
     return {(cluster, addr) for _, addr in addrs}
-
-
-def advance_transitions(
-    clock: GroupClock, watermark: int, flags: RouteFlags
-) -> tuple[Advance, list[Transition]]:
-    advance = Advance()
-    transitions = list(iter_transitions(clock, watermark, flags, advance))
-    return advance, transitions
 
 
 # ---- one transition -> interval ends and starts, liveness events ------------------------------
@@ -617,7 +593,7 @@ def decode_history(state: HistoryState) -> HistoryTracker:
     return HistoryTracker(s["name"], open_since, instant, seq, topic_opens_blob=topic_blob)
 
 
-# ---- the writer's side: compaction and MERGE semantics ----------------------------------------
+# ---- the writer's side: one change per row ------------------------------------------------------
 
 
 def compact_changes(changes: Iterable[HistoryChange]) -> list[HistoryChange]:
@@ -632,44 +608,3 @@ def compact_changes(changes: Iterable[HistoryChange]) -> list[HistoryChange]:
             change = HistoryChange(change.table, UPSERT, {**previous.row, **change.row})
         folded[slot] = change
     return list(folded.values())
-
-
-def merge_history_batch(
-    tables: dict[str, dict[RowKey, Row]], batch: Iterable[HistoryChange]
-) -> None:
-    """Apply one compacted batch like the writer's MERGE on HISTORY_IDENTITY:
-
-        matched & delete -> DELETE          matched & close  -> UPDATE SET close columns
-        matched & upsert -> UPDATE SET *    not matched & upsert/append -> INSERT
-        matched & append -> nothing         not matched & close/delete -> nothing
-
-    so re-applying a batch changes nothing. `tables`: table -> identity -> row."""
-    seen: set[tuple[str, RowKey]] = set()
-    for change in batch:
-        slot = (change.table, change.identity)
-        if slot in seen:
-            raise ValueError(f"two changes for one row in a batch: {slot}")
-        seen.add(slot)
-        rows = tables.setdefault(change.table, {})
-        ident = change.identity
-        current = rows.get(ident)
-        if change.op == DELETE:
-            rows.pop(ident, None)
-        elif change.op == CLOSE:
-            if current is not None:
-                for column in HISTORY_CLOSE_COLUMNS[change.table]:
-                    current[column] = change.row[column]
-        elif change.op == UPSERT or (change.op == APPEND and current is None):
-            rows[ident] = dict(change.row)
-
-
-def apply_history_changes(
-    rows: Mapping[str, Iterable[Row]], changes: Iterable[HistoryChange]
-) -> dict[str, list[Row]]:
-    """History rows after one batch of changes (compacted, then merged); sorted by identity."""
-    tables = {
-        t: {tuple(r[c] for c in HISTORY_IDENTITY[t]): dict(r) for r in rows.get(t, ())}
-        for t in HISTORY_TABLES
-    }
-    merge_history_batch(tables, compact_changes(changes))
-    return {t: [tables[t][i] for i in sorted(tables[t])] for t in HISTORY_TABLES}

@@ -36,12 +36,15 @@ def create_tables(root: Path, specs: Iterable[TableSpec] = CATALOG) -> None:
 
 
 class WriterWarehouse:
-    """Every catalog table (or `specs`), written batch by batch by a DeltaRouteWriter."""
+    """Tables written batch by batch by a DeltaRouteWriter of `app_id`; `specs`: the tables
+    to create first (none: they are there already)."""
 
-    def __init__(self, root: Path, specs: Iterable[TableSpec] = CATALOG) -> None:
+    def __init__(
+        self, root: Path, specs: Iterable[TableSpec] = CATALOG, app_id: str = APP_ID
+    ) -> None:
         self.root = root
         self.watermarks: dict[int, int] = {}
-        self.writer = DeltaRouteWriter(str(root), APP_ID, self.watermarks.__getitem__)
+        self.writer = DeltaRouteWriter(str(root), app_id, self.watermarks.__getitem__)
         create_tables(root, specs)
 
     def merge(self, table: str, changes: Iterable[Change], batch: int) -> None:
