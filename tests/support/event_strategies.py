@@ -179,9 +179,7 @@ def admin_events() -> st.SearchStrategy[Record]:
 @st.composite
 def untimed_event(draw: st.DrawFn, fleet: list[Member], versions: list[Record]) -> Record:
     kind = draw(
-        st.sampled_from(
-            ["REGISTER", "REGISTER", "HEARTBEAT", "HEARTBEAT", "UNREGISTER", "TICK", "ADMIN"]
-        )
+        st.sampled_from(["REGISTER"] * 3 + ["HEARTBEAT"] * 2 + ["UNREGISTER", "TICK", "ADMIN"])
     )
     if kind == "TICK":
         return {"eventType": "TICK", "source": "collector-1"}
@@ -237,7 +235,8 @@ def histories(draw: st.DrawFn, max_events: int = 30) -> History:
         now += gap
         times.append(now)
     timed = [{**record, "eventTime": t} for record, t in zip(untimed, times, strict=True)]
-    delay = draw(st.integers(1, 60_000))
+    # the delay the job runs with (10 s by default), its floor, and anything up to a minute
+    delay = draw(st.one_of(st.sampled_from([1, 1_000, 10_000]), st.integers(1, 60_000)))
     lags = draw(st.lists(st.integers(0, delay - 1), min_size=len(timed), max_size=len(timed)))
     order = sorted(range(len(timed)), key=lambda i: (times[i] + lags[i], i))
     arrivals = [timed[i] for i in order]
