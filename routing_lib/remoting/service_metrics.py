@@ -259,6 +259,7 @@ class Metrics:
         self._readyz_stale = Counter(
             f"{p}_readyz_stale", "/readyz answered 503: stale watermark.", registry=reg
         )
+        self._observed: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
         self.last_refresh_error: str | None = None
         self.last_build_seconds: float | None = None
         self.peers: dict[int, dict[str, Any]] = {}  # worker pid -> its last export()
@@ -273,9 +274,18 @@ class Metrics:
     # -- counting (on the server's event loop, or the refresher's thread) --
 
     def observe(self, protocol: str, request: str, code: str, seconds: float) -> None:
-        result = request_result(protocol, code)
-        self._requests.labels(protocol, request, code, result).inc()
-        self._latency.labels(protocol).observe(seconds)
+        # the hot path: each (protocol, request, code)'s children looked up once
+        key = (protocol, request, code)
+        children = self._observed.get(key)
+        if children is None:
+            result = request_result(protocol, code)
+            children = (
+                self._requests.labels(protocol, request, code, result),
+                self._latency.labels(protocol),
+            )
+            self._observed[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def observe_build(self, how: str, seconds: float) -> None:
         self._builds.labels(how).observe(seconds)
