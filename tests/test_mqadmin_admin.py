@@ -1,6 +1,6 @@
 """Operators' mqadmin commands (RocketMQ 5.3.3 tools from .jars/rocketmq) against `serve
 --collect` over fixture 16's warehouse: writes become contract events in the real local Kafka,
-and the KV reads (updateOrderConf -m get) answer from the served snapshot."""
+and the KV reads (updateOrderConf -m get, getNamesrvConfig) answer from the served snapshot."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from routelake_dev import mqadmin
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
+from routing_lib.lookup import namesrv_config
 from tests.support.lookup_support import (
     KV_TABLES,
     KV_WATERMARK,
@@ -19,7 +20,7 @@ from tests.support.lookup_support import (
     Warehouse,
     wait_until,
 )
-from tests.support.rocketmq_support import events
+from tests.support.rocketmq_support import events, run_mqadmin_batch
 
 
 @pytest.fixture
@@ -58,6 +59,16 @@ def test_mqadmin_admin_commands(tools, tmp_path, kafka_bootstrap, topic):
 
         with ThreadPoolExecutor(max_workers=len(commands)) as pool:
             results = dict(zip(commands, pool.map(run, commands), strict=True))
+        # the name server's settings: three commands in one JVM
+        update, refused, shown = run_mqadmin_batch(
+            [
+                ("updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "false"),
+                ("updateNamesrvConfig", "-k", "listenPort", "-v", "1"),
+                ("getNamesrvConfig",),
+            ],
+            namesrv=namesrv,
+            home=tmp_path / "config",
+        )
     for name, result in results.items():
         assert result.error is None, (name, result.stdout, result.stderr)
     # A read from the snapshot (no job applied the puts): fixture 16's value.
@@ -78,6 +89,18 @@ def test_mqadmin_admin_commands(tools, tmp_path, kafka_bootstrap, topic):
         ("WIPE_WRITE_PERM", None, None, None, "broker-a"),
         ("ADD_WRITE_PERM", None, None, None, "broker-b"),
         ("DELETE_KV", "ORDER_TOPIC_CONFIG", "Gone", None, None),
+        ("PUT_KV", namesrv_config.NAMESPACE, "orderMessageEnable", "false", None),
     }
     assert "OK" in results["add"].stdout
+    assert update.error is None and "update name server config success!" in update.stdout
+    assert refused.code == 29 and "listenPort cannot be changed here" in refused.remark
+    # read from the snapshot, which runs with orderMessageEnable: the update is not applied
+    # until the job publishes its PUT_KV
+    settings = dict(
+        (key.strip(), value)
+        for key, value in (
+            line.split("=  ", 1) for line in shown.stdout.splitlines() if "=  " in line
+        )
+    )
+    assert settings["orderMessageEnable"] == "true" and settings["enableTopicList"] == "true"
     assert all(e["requestedBy"].startswith("127.0.0.1:") for e in events(kafka_bootstrap, topic))

@@ -47,11 +47,9 @@ class RefusedRequest(BrokerRequestError):
         self.code = code
 
 
-def single_topic_refusal(request: RemotingCommand) -> BrokerRequestError:
-    """What REGISTER_TOPIC_IN_NAMESRV is answered: the header decoder's refusal without a
-    topic, else REQUEST_CODE_NOT_SUPPORTED saying why and what to do instead."""
-    if request.ext_fields.get("topic") is None:  # RegisterTopicRequestHeader.topic, @CFNotNull
-        return BrokerRequestError("the custom field <topic> is null")
+def single_topic_refusal(request: RemotingCommand) -> RefusedRequest:
+    """What REGISTER_TOPIC_IN_NAMESRV is answered, whatever it carries: REQUEST_CODE_NOT_SUPPORTED
+    saying why and what to do instead."""
     return RefusedRequest(
         ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
         "routelake: REGISTER_TOPIC_IN_NAMESRV is not taken: the route-state contract has no "

@@ -750,15 +750,16 @@ class RouteIndex:
             views.unit_lists[which] = body
         return body
 
-    def broker_member_group_body(self, cluster: str, broker_name: str) -> Body:
+    def broker_member_group_body(self, cluster: str | None, broker_name: str | None) -> Body:
         """getBrokerMemberGroup: the group's brokerAddrs from brokerAddrTable (whatever its
-        cluster: Java looks the name up alone), the cluster as asked; empty when unknown."""
-        broker = self._broker_part.brokers.get(broker_name)
-        group = {
-            "brokerAddrs": dict(broker.addrs) if broker is not None else {},
-            "brokerName": broker_name,
-            "cluster": cluster,
-        }
+        cluster: Java looks the name up alone), the cluster as asked; empty when unknown.
+        A null name or cluster is left out, as fastjson leaves out null fields."""
+        broker = self._broker_part.brokers.get(broker_name) if broker_name is not None else None
+        group: JsonObj = {"brokerAddrs": dict(broker.addrs) if broker is not None else {}}
+        if broker_name is not None:
+            group["brokerName"] = broker_name
+        if cluster is not None:
+            group["cluster"] = cluster
         return Body.of({"brokerMemberGroup": group})
 
     @property
