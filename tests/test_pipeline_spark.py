@@ -73,43 +73,6 @@ def assert_tables_are_the_catalogs(warehouse) -> None:
         assert metadata.configuration["delta.enableChangeDataFeed"] == "true", spec.name
 
 
-def test_registration_with_20000_topics(backfill, tmp_path):
-    topics = {
-        f"Topic{i:05d}": {
-            "topicName": f"Topic{i:05d}",
-            "readQueueNums": 8,
-            "writeQueueNums": 8,
-            "perm": 6,
-            "topicSysFlag": 0,
-        }
-        for i in range(20_000)
-    }
-    register = {
-        "eventType": "REGISTER",
-        "eventTime": 1764000000000,
-        "clusterName": "Big",
-        "brokerAddr": "10.1.0.1:10911",
-        "brokerName": "big",
-        "brokerId": 0,
-        "haServerAddr": "10.1.0.1:10912",
-        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1},
-        "topicConfigTable": topics,
-    }
-    heartbeat = {
-        "eventType": "HEARTBEAT",
-        "eventTime": 1764000030000,
-        "clusterName": "Big",
-        "brokerAddr": "10.1.0.1:10911",
-        "brokerName": "big",
-        "brokerId": 0,
-    }
-    path = tmp_path / "big.jsonl"
-    path.write_text(json.dumps(register) + "\n" + json.dumps(heartbeat) + "\n")
-    dump = backfill([path], as_of=1764000040000)
-    assert len(dump["topicQueueTable"]) == 20_000
-    assert dump["brokerLiveTable"][0]["lastUpdateTimestamp"] == 1764000030000
-
-
 def test_replayed_batch_changes_nothing(spark, backfill, tmp_path):
     """A micro-batch replayed after a crash (same batch id) is skipped by every table."""
     from routing_lib.spark.delta_writer import DeltaRouteWriter

@@ -1,0 +1,219 @@
+"""Values at the schema's edges through the backfill and the Kafka paths, table-driven.
+
+One history holds every edge, each in a broker group of its own (so one Spark run covers them
+all): event time 1 and its maximum, dataVersion counters and timestamps and every other
+integer at both ends, zero, one and 20 000 topics, groups of only slaves, an UNREGISTER before
+any REGISTER, a TICK first, names at their longest, and event times just outside the range.
+Each run's tables equal the plain replay (routing_lib/core/replay.py) of the events it
+accepted, its history equals the replay at every event time, and every other record is a dead
+letter with its reason. The Kafka run also replays batch 0 and its last batch N after a
+crash, and runs with nothing new."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from routing_lib.core.as_of import as_of_view
+from routing_lib.core.dump import project
+from routing_lib.core.history import HISTORY_IDENTITY, HISTORY_TABLES
+from routing_lib.core.replay import default_watermark, replay_dump
+from routing_lib.core.tables import DEAD_LETTER, PROGRESS, ROUTE_TABLES, TABLE_KEYS
+from routing_lib.read.history import as_of_dump, load_history
+from schemas import parse_event
+from schemas.route_event import (
+    INT64_MAX,
+    MAX_EVENT_TIME_MS,
+    NAME_MAX_LENGTH,
+    TOPIC_NAME_MAX_LENGTH,
+)
+from tests.support.bad_records import extreme_register
+from tests.support.kafka_support import produce, rows
+
+pytestmark = pytest.mark.spark
+
+T = 1_764_000_000_000  # the fleet's time: in the past, so no wall-clock check refuses it
+DELAY_MS = 10_000  # conf/routelake.toml [routes] watermark_delay_ms
+
+
+@dataclass(frozen=True)
+class Edge:
+    name: str
+    records: list[dict]
+    # None: accepted by both paths; else the reason's words for the paths that refuse it
+    dead_in_backfill: str | None = None
+    dead_in_kafka: str | None = None
+
+
+def topic_config(name: str) -> dict:
+    return {
+        "topicName": name,
+        "readQueueNums": 4,
+        "writeQueueNums": 4,
+        "perm": 6,
+        "topicSysFlag": 0,
+    }
+
+
+def register(group: str, host: int, broker_id: int, at: int, topics: list[str], **extra) -> dict:
+    """`host`: the address's last byte, unique in the history (one address, one broker)."""
+    return {
+        "eventType": "REGISTER",
+        "eventTime": at,
+        "clusterName": "Edge",
+        "brokerAddr": f"10.8.0.{host}:10911",
+        "brokerName": group,
+        "brokerId": broker_id,
+        "haServerAddr": None,
+        "dataVersion": {"stateVersion": 0, "timestamp": at, "counter": 1},
+        "topicConfigTable": {t: topic_config(t) for t in topics},
+        **extra,
+    }
+
+
+def broker_event(kind: str, of: dict, at: int) -> dict:
+    keys = ("clusterName", "brokerAddr", "brokerName", "brokerId")
+    return {"eventType": kind, "eventTime": at, **{k: of[k] for k in keys}}
+
+
+def edges() -> list[Edge]:
+    """The fleet's events lie in [T, T + 10 s), less than the watermark delay apart, so none
+    is late however the input is cut into micro-batches; the two at event time 1 come first."""
+    low = dict(extreme_register(low=True), brokerName="edge-low", heartbeatTimeoutMillis=60_000)
+    high = dict(
+        extreme_register(low=False),  # brokerId INT64_MAX: a slave; heartbeat timeout INT64_MAX
+        brokerName="edge-high",
+        brokerAddr="10.9.9.9:10911",
+        eventTime=MAX_EVENT_TIME_MS - DELAY_MS,  # applied at the watermark the maximum gives
+    )
+    slaves = [register("edge-slaves", 10 + n, n, T + 2_000, ["OnlySlaves"]) for n in (1, 2)]
+    lone = register("edge-unregister-first", 3, 0, T + 3_000, ["Lone"])
+    one = register("edge-one-topic", 4, 0, T + 4_000, ["One"])
+    longest = register(
+        "n" * NAME_MAX_LENGTH,
+        5,
+        0,
+        T + 5_000,
+        ["t" * TOPIC_NAME_MAX_LENGTH],
+        clusterName="c" * NAME_MAX_LENGTH,
+    )
+    big = register("edge-20000-topics", 6, 0, T + 6_000, [f"T{i:05d}" for i in range(20_000)])
+    zero = register("edge-zero-topics", 7, 0, T + 7_000, [])
+    dv_max = {"stateVersion": INT64_MAX, "timestamp": INT64_MAX, "counter": INT64_MAX}
+    future = "clock skew"  # the stream refuses what the backfill takes with --allow-future-events
+    return [
+        Edge("a TICK first, at event time 1", [{"eventType": "TICK", "eventTime": 1}]),
+        Edge("event time 1, every integer at its low end", [low]),
+        Edge("event time 0", [{"eventType": "TICK", "eventTime": 0}], "eventTime", "eventTime"),
+        Edge("the fleet's first event, a TICK", [{"eventType": "TICK", "eventTime": T}]),
+        Edge(
+            "an UNREGISTER before any REGISTER",
+            [broker_event("UNREGISTER", lone, T + 1_000), lone],
+        ),
+        Edge("a group of only slaves", [*slaves, broker_event("HEARTBEAT", slaves[0], T + 9_000)]),
+        Edge("one topic", [one]),
+        Edge("names at their longest", [longest]),
+        Edge("20 000 topics", [big, broker_event("HEARTBEAT", big, T + 9_500)]),
+        Edge("zero topics", [zero, dict(zero, eventTime=T + 8_000, dataVersion=dv_max)]),
+        Edge("the fleet's clock moves on", [{"eventType": "TICK", "eventTime": T + 60_000}]),
+        Edge("integers at their high end", [high], None, future),
+        Edge(
+            "the maximum event time",
+            [{"eventType": "TICK", "eventTime": MAX_EVENT_TIME_MS}],
+            None,
+            future,
+        ),
+        Edge(
+            "event time past the maximum",
+            [{"eventType": "TICK", "eventTime": MAX_EVENT_TIME_MS + 1}],
+            "eventTime",
+            "eventTime",
+        ),
+    ]
+
+
+def lines_and_expected(path: str) -> tuple[list[bytes], list[str], dict[int, str]]:
+    """All lines in arrival order, the accepted ones, and {line index: reason words} of the
+    dead letters, for the path ("backfill" or "kafka")."""
+    lines: list[bytes] = []
+    accepted: list[str] = []
+    dead: dict[int, str] = {}
+    for edge in edges():
+        reason = edge.dead_in_backfill if path == "backfill" else edge.dead_in_kafka
+        for record in edge.records:
+            if reason is None:
+                accepted.append(json.dumps(record))
+            else:
+                dead[len(lines)] = reason
+            lines.append(json.dumps(record).encode())
+    return lines, accepted, dead
+
+
+def assert_equals_the_replay(
+    warehouse: Path, dump: dict, accepted: list[str], dead: dict[int, str], first_position: int
+) -> None:
+    """Tables, history at every event time, dead letters and progress of one run."""
+    events = [parse_event(line) for line in accepted]
+    watermark = default_watermark(events, DELAY_MS)
+    assert dump == project(replay_dump(events, watermark))
+    for table in ROUTE_TABLES:
+        keys = [tuple(r[k] for k in TABLE_KEYS[table]) for r in rows(warehouse, table)]
+        assert len(keys) == len(set(keys)), f"duplicate rows in {table}"
+    history = load_history(warehouse)
+    for table in HISTORY_TABLES:
+        ids = [tuple(r[c] for c in HISTORY_IDENTITY[table]) for r in history[table]]
+        assert len(ids) == len(set(ids)), f"duplicate rows in {table}"
+    for at in sorted({e.eventTime for e in events if e.eventTime <= watermark} | {watermark}):
+        assert as_of_dump(warehouse, at) == as_of_view(replay_dump(events, at)), f"as of {at}"
+    letters = {r["position"] - first_position: r["reason"] for r in rows(warehouse, DEAD_LETTER)}
+    assert sorted(letters) == sorted(dead)
+    for index, words in dead.items():
+        assert words in letters[index], (index, letters[index])
+    progress = rows(warehouse, PROGRESS)
+    batch_ids = [r["batch_id"] for r in progress]
+    assert len(batch_ids) == len(set(batch_ids)), "a batch was published twice"
+    assert sum(r["input_rows"] for r in progress) == len(accepted) + len(dead)
+    assert sum(r["dead_lettered"] for r in progress) == len(dead)
+    assert sum(r["late"] for r in progress) == 0
+
+
+def test_edges_through_the_backfill(backfill, tmp_path):
+    lines, accepted, dead = lines_and_expected("backfill")
+    path = tmp_path / "edges.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    dump = backfill([path], allow_future_events=True)  # a synthetic archive reaching year 9999
+    assert_equals_the_replay(backfill.warehouse, dump, accepted, dead, first_position=1)
+
+
+def _drop_commit(checkpoint: Path, batch_id: int) -> None:
+    """A crash after the batch's Delta commits, before Spark's commit log has it."""
+    for name in (str(batch_id), f".{batch_id}.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+
+
+def _last_commit(checkpoint: Path) -> int:
+    return max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+
+
+@pytest.mark.kafka
+def test_edges_through_kafka_with_replayed_and_empty_batches(job):
+    lines, accepted, dead = lines_and_expected("kafka")
+    # batch 0 alone: the first TICK and the event-time-1 register; then the crash and its replay
+    produce(job.bootstrap, job.topic, lines[:2])
+    job()
+    assert _last_commit(job.checkpoint) == 0
+    _drop_commit(job.checkpoint, 0)
+    produce(job.bootstrap, job.topic, lines[2:])
+    job(max_offsets_per_trigger=3)  # replays batch 0, then many small batches
+    last = _last_commit(job.checkpoint)
+    assert last > 3
+    _drop_commit(job.checkpoint, last)
+    job()  # replays batch N
+    assert _last_commit(job.checkpoint) >= last
+    progress = rows(job.warehouse, PROGRESS)
+    dump = job()  # a run with nothing new: no batch, nothing changes
+    assert rows(job.warehouse, PROGRESS) == progress
+    assert_equals_the_replay(job.warehouse, dump, accepted, dead, first_position=0)
