@@ -6,6 +6,8 @@ collector's decoding; then the collector on the wire against the real local Kafk
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +24,14 @@ from routing_lib.lookup.processor import answer
 from routing_lib.lookup.routes import RouteIndex, first_in_java_hashmap
 from routing_lib.read.warehouse import WarehouseSnapshot
 from routing_lib.remoting.frames import RemotingCommand
-from routing_lib.remoting.protocol import NAMESRV_VERSION, RequestCode, ResponseCode
+from routing_lib.remoting.protocol import (
+    ADMIN_CODES,
+    BROKER_CODES,
+    NAMESRV_VERSION,
+    READ_CODES,
+    RequestCode,
+    ResponseCode,
+)
 from schemas import parse_event
 from tests.support.lookup_support import VERSIONS, queue, tables
 from tests.support.rocketmq_support import CollectorThread, call, events
@@ -347,3 +356,27 @@ def test_collector_publishes_settings_and_refuses_the_rest(kafka_bootstrap, topi
         "value": "true",
     }
     assert event["requestedBy"].startswith("127.0.0.1:")
+
+
+# -- the documented table of requests --
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "lookup.md"
+# DefaultRequestProcessor.processRequest's cases in 5.3.3, plus ClientRequestProcessor's 105
+JAVA_NAMESRV_CODES = {
+    100, 101, 102, 103, 104, 105, 106, 205, 206, 216, 217, 219, 224, 304,
+    311, 312, 313, 318, 319, 322, 327, 901, 904,
+}  # fmt: skip
+
+
+def test_the_docs_list_every_request_the_java_nameserver_handles():
+    rows = re.findall(r"^\| (\d+) \| ([A-Z_]+) \| (.+) \|$", DOCS.read_text(), re.M)
+    documented = {int(code): (name, what) for code, name, what in rows}
+    assert set(documented) == JAVA_NAMESRV_CODES == {code.value for code in RequestCode}
+    for code, (name, what) in documented.items():
+        assert RequestCode(code).name == name
+        assert what.startswith("answered") or what.startswith("**refused**, because"), name
+        # who answers it, as the docs say, is who does
+        if "(lookup" in what:
+            assert code in READ_CODES, name
+        if "(collector" in what:
+            assert code in ADMIN_CODES | BROKER_CODES, name
