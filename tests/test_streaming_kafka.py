@@ -92,28 +92,6 @@ def test_malformed_values_are_dead_lettered_with_partition_and_offset(job):
     assert all(r["reason"] for r in dead)
 
 
-def test_registration_with_20000_topics_through_kafka(job):
-    topics = {
-        f"T{i:05d}": {
-            "topicName": f"T{i:05d}",
-            "readQueueNums": 4,
-            "writeQueueNums": 4,
-            "perm": 6,
-            "topicSysFlag": 0,
-        }
-        for i in range(20_000)
-    }
-    register = json.loads(fixture_lines("01_master_registers")[0])
-    register["topicConfigTable"] = topics
-    clock = dict(
-        json.loads(fixture_lines("01_master_registers")[2]),
-        eventTime=register["eventTime"] + 30_000,
-    )
-    produce(job.bootstrap, job.topic, [json.dumps(register).encode(), json.dumps(clock).encode()])
-    dump = job()
-    assert len([t for t in dump["topicQueueTable"] if t.startswith("T")]) == 20_000
-
-
 def _start_job(job, *extra: str) -> subprocess.Popen:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     return subprocess.Popen(
