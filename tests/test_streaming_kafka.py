@@ -53,14 +53,25 @@ def test_late_event_goes_to_the_late_table(job):
     late = json.loads(fixture_lines(name)[-1])
     late.update(eventTime=watermark - 60_000, brokerName="broker-late", brokerAddr="10.7.7.7:1")
     produce(job.bootstrap, job.topic, [json.dumps(late).encode()])
+    listeners = _listener_count()
     after = job()
     assert after == before  # not applied
+    assert _listener_count() == listeners  # the run took its progress listener away
     late_rows = rows(job.warehouse, LATE_EVENT)
     assert [(r["broker_name"], r["event_time"], r["published_watermark"]) for r in late_rows] == [
         ("broker-late", watermark - 60_000, watermark)
     ]
     assert late_rows[0]["source"].startswith(job.topic + "-")
     assert sum(r["late"] for r in rows(job.warehouse, PROGRESS)) == 1
+
+
+def _listener_count() -> int:
+    """Streaming listeners on the session the in-process jobs share."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    assert session is not None
+    return len(session._jsparkSession.streams().listListeners())
 
 
 def test_far_future_event_is_dead_lettered_and_expires_nobody(job):

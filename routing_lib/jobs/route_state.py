@@ -42,7 +42,8 @@ def run_route_state(
     spark = build_spark(config, app_name("route_state"))
     from routing_lib.spark.progress_listener import ProgressListener
 
-    spark.streams.addListener(ProgressListener(metrics))
+    listener = ProgressListener(metrics)
+    spark.streams.addListener(listener)
 
     collect_due = threading.Event()  # set by the batch callback, run by the loop below
     every = config.spark.content_gc_every_batches
@@ -108,11 +109,16 @@ def run_route_state(
         if query.isActive:
             log.info("stopping the query (an unfinished micro-batch is replayed on restart)")
             query.stop()
+        # The session outlives this run when it is shared (tests, a notebook): a listener left
+        # on it would be called back, through py4j, for every later query of the session.
+        spark.streams.removeListener(listener)
         if probe is not None:
             probe.stop.set()
     failure = query.exception()
     if failure is not None:
         raise _explained(failure, config)
+    if collect_due.is_set():  # due as the query ended (an --available-now run): now, then
+        _collect_content(spark, settings.checkpoint, config, metrics)
     return metrics
 
 
