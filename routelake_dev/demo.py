@@ -91,8 +91,10 @@ def render(view: Refresh) -> str:
     """The refresh as a few aligned lines: a summary (watermark lag, counts), one row per broker
     group (cluster, master, slaves, live brokers) and a sample route."""
     # Before the job's first batch the tables carry watermark 0 (or none): no lag to show.
-    published = view.watermark is not None and view.watermark > 0
-    lag = f"{(view.now_ms - view.watermark) / 1000:.1f} s" if published else "-"
+    watermark = view.watermark
+    lag = (
+        "-" if watermark is None or watermark <= 0 else f"{(view.now_ms - watermark) / 1000:.1f} s"
+    )
     live = {(row["clusterName"], row["brokerAddr"]) for row in view.live}
     groups = view.clusters.get("brokerAddrTable", {})
     rows = [["cluster", "group", "master", "slaves", "live"]]

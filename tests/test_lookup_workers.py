@@ -107,7 +107,9 @@ def test_two_processes_share_the_remoting_port(tmp_path):
         finally:
             if proc.poll() is None:
                 proc.kill()
-    assert proc.returncode == 0, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    assert proc.returncode == 0, err[-2000:]
+    assert f"route console: http://127.0.0.1:{http_port}/" in err  # printed without -v
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(Path(f"/proc/{w}").exists() for w in workers):
         time.sleep(0.1)

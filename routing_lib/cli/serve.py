@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from routing_lib.cli.common import warehouse
@@ -38,15 +39,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def handle(args: argparse.Namespace, config: Config) -> int:
-    from routing_lib.lookup.server import serve
+    from routing_lib.lookup.server import console_url, serve
     from routing_lib.remoting.limits import Limits
 
     port = args.port or config.serve.port
+    http_port = args.http_port or config.serve.http_port
     tls, http_tls = listener_tls(args, config)
+    # Printed whatever the log level: a newcomer learns where the console is.
+    print(
+        f"route console: {console_url(config.serve.host, http_port, http_tls.enabled)}",
+        file=sys.stderr,
+        flush=True,
+    )
     serve(
         warehouse(args, config),
         port,
-        args.http_port or config.serve.http_port,
+        http_port,
         config.serve.poll_interval_s,
         config.serve.max_frame_bytes,
         config.routes.support_acting_master,

@@ -383,7 +383,10 @@ class LookupService(NetworkService):
             self.listener.tls.mode,
             self.http_tls.mode,
         )
-        log.info("route console: %s", console_url(self.host, self.http_port, self.http_tls.enabled))
+        if self.http_port is not None:  # bound by now
+            log.info(
+                "route console: %s", console_url(self.host, self.http_port, self.http_tls.enabled)
+            )
 
     async def stop(self) -> None:
         # The refresher may be inside a warehouse read: no need to wait for it.
