@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pyarrow as pa
@@ -27,6 +28,8 @@ from routing_lib.core.tables import (
     LATE_EVENT,
     TOPIC_QUEUE,
 )
+from routing_lib.lookup.route_risk import RouteRisks
+from routing_lib.lookup.routes import RouteIndex
 from routing_lib.read.history import as_of_dump, load_history
 from routing_lib.read.warehouse import load_snapshot
 from tests.support.helpers import fixture_lines, write_files
@@ -385,7 +388,7 @@ def test_unicode_names_render_unchanged(page):
     assert page.texts("#broker-name") == [UNICODE_GROUP]
 
 
-def test_operators_changes_and_health(page):
+def test_operators_changes_and_health(page, warehouse):
     page.open("/?view=changes")
     page.page.fill("#filter-fbroker", "broker-a0")
     page.page.click("#changes-filter button")
@@ -400,7 +403,22 @@ def test_operators_changes_and_health(page):
     assert page.texts("#late-events h3")[0] == "Late events: 1"
     assert page.page.locator("#late-events td", has_text="late-group").count() == 1
     assert page.texts("#dead-letters h3")[0] == "Dead letters: 1"
+    # the route risks, as a RouteRisks of the warehouse's own snapshot finds them
+    risk = RouteRisks().of(RouteIndex(load_snapshot(warehouse)))
+    unwritable, single = risk.topics_without_writable(), risk.single_group_topics()
+    assert page.texts("#risk-unwritable h3")[0] == (
+        f"Topics without a writable queue: {len(unwritable)}"
+    )
+    assert page.texts("#risk-single-group h3")[0] == (
+        f"Topics on a single broker group: {len(single)}"
+    )
+    assert single  # the fleet has some: each links to its timeline
     page.shot("health")
+    risks = page.page.locator("#risk-single-group")
+    risks.get_by_role("link", name=single[0], exact=True).first.click()
+    page.page.wait_for_url(f"**/?{urlencode({'topic': single[0]})}")
+    page.ready()
+    assert page.texts("#topic-name") == [single[0]]
 
 
 def test_an_empty_warehouse_shows_no_data_yet(browser, tmp_path):
