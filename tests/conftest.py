@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -9,6 +10,15 @@ from routing_lib.config import load_config
 from tests.support import tiers
 
 RUN_LAST = ("s3", "cluster")  # start servers of their own (moto, a Spark cluster) and take minutes
+
+# The tests' Spark drivers are short-lived JVMs over small data: C2 re-compiling Spark's and
+# Delta's code paths costs them more CPU than its faster code saves (the JIT threads were about
+# half of a warm streaming test's CPU). C1 alone: about -30 % CPU on streaming and backfill tests
+# (docs/testing.md). spark-submit passes SPARK_SUBMIT_OPTS to the driver JVM it starts: the
+# in-process session and the routectl / spark-submit children of the tests.
+os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
+    filter(None, [os.environ.get("SPARK_SUBMIT_OPTS", ""), "-XX:TieredStopAtLevel=1"])
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
