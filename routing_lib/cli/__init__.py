@@ -31,6 +31,7 @@ from routing_lib.cli import (
 from routing_lib.cli.common import UsageError, add_common
 from routing_lib.config import Config, load_config
 from routing_lib.jobs import COMMAND
+from routing_lib.storage import is_remote
 
 
 class Subcommand(Protocol):
@@ -75,8 +76,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Folders named on the command line: relative ones are from the current directory, as a shell
+# user expects. Relative paths in a config file stay relative to the project (config.base_dir).
+_PATH_OPTIONS = ("warehouse", "checkpoint", "work_dir")
+
+
+def _paths_from_cwd(args: argparse.Namespace) -> None:
+    for name in _PATH_OPTIONS:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value and not is_remote(value):
+            setattr(args, name, os.path.abspath(value))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _paths_from_cwd(args)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
