@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from chispa import assert_df_equality
 
 from routing_lib import history_recipes as hr
 from routing_lib.cli import main
@@ -198,8 +199,14 @@ def records(frame: pd.DataFrame) -> list[tuple]:
     ]
 
 
-def spark_records(spark, fleet: Fleet, sql: str, **params: Any) -> list[tuple]:
-    return [tuple(row) for row in hr.spark_sql(spark, sql, fleet.warehouse, **params).collect()]
+def assert_spark_answer(
+    spark, fleet: Fleet, sql: str, expected: list[tuple], **params: Any
+) -> None:
+    """The recipe's Spark SQL answer equals `expected` (rows in order), compared by chispa as
+    DataFrames: the expected rows take the answer's schema, so a column of another type or
+    name fails too."""
+    answer = hr.spark_sql(spark, sql, fleet.warehouse, **params)
+    assert_df_equality(answer, spark.createDataFrame(expected, answer.schema))
 
 
 def test_routes_at(fleet, spark):
@@ -224,7 +231,7 @@ def test_routes_at(fleet, spark):
     pandas = hr.routes_at(fleet.frames, TOPIC, t)
     assert len(pandas) > 1
     assert records(hr.routes_at(fleet.rows, TOPIC, t)) == records(pandas)
-    assert spark_records(spark, fleet, hr.ROUTES_AT_SQL, topic=TOPIC, at=t) == records(pandas)
+    assert_spark_answer(spark, fleet, hr.ROUTES_AT_SQL, records(pandas), topic=TOPIC, at=t)
 
 
 def test_masterless_intervals(fleet, spark):
@@ -236,7 +243,7 @@ def test_masterless_intervals(fleet, spark):
     assert len(expected) > 10
     assert ("broker-a", 1764000005000, 1764000121001) in expected  # fixture 11: slave left
     assert records(hr.masterless_intervals(fleet.rows)) == expected
-    assert spark_records(spark, fleet, hr.MASTERLESS_INTERVALS_SQL) == expected
+    assert_spark_answer(spark, fleet, hr.MASTERLESS_INTERVALS_SQL, expected)
 
     # Sample State(T) by the reference replay inside and just outside some intervals.
     for name, start, end in random.Random(3).sample(expected, 6):
@@ -268,7 +275,7 @@ def test_write_perm_lost(fleet, spark):
     assert records(window) == [r for r in records(everything) if a <= r[2] < b]
     assert window["lost_at"].min() == a and b not in set(window["lost_at"])
     assert records(hr.write_perm_lost(fleet.rows, a, b)) == records(window)
-    assert spark_records(spark, fleet, hr.WRITE_PERM_LOST_SQL, start=a, end=b) == records(window)
+    assert_spark_answer(spark, fleet, hr.WRITE_PERM_LOST_SQL, records(window), start=a, end=b)
     for row in window.head(5).itertuples():  # the reference agrees at both ends
         before = replay_dump(fleet.events, row.lost_at - 1)["topicQueueTable"]
         after = replay_dump(fleet.events, row.lost_at)["topicQueueTable"]
@@ -311,9 +318,8 @@ def test_frequent_expiries(fleet, spark):
         assert records(pandas) == expected
         assert records(hr.frequent_expiries(fleet.rows, n)) == expected
     assert len(hr.frequent_expiries(fleet.frames, 3)) > 1
-    assert spark_records(spark, fleet, hr.FREQUENT_EXPIRIES_SQL, n=3) == records(
-        hr.frequent_expiries(fleet.frames, 3)
-    )
+    expected_3 = records(hr.frequent_expiries(fleet.frames, 3))
+    assert_spark_answer(spark, fleet, hr.FREQUENT_EXPIRIES_SQL, expected_3, n=3)
 
 
 def test_cluster_sizes(fleet, spark):
@@ -322,7 +328,7 @@ def test_cluster_sizes(fleet, spark):
     assert records(pandas) == expected
     assert {c for c, _, _ in expected} >= {"cluster-0", "cluster-1", "cluster-2", "DefaultCluster"}
     assert records(hr.cluster_sizes(fleet.rows)) == expected
-    assert spark_records(spark, fleet, hr.CLUSTER_SIZES_SQL) == expected
+    assert_spark_answer(spark, fleet, hr.CLUSTER_SIZES_SQL, expected)
     # The reference replay at some change points and 1 ms before them.
     previous = {}
     sampled = set(random.Random(5).sample(range(len(expected)), 8))
