@@ -40,7 +40,6 @@ _COUNTS = {
     "input_rows": ("routelake_job_input_events", "Records read from the source."),
     "applied": ("routelake_job_processed_events", "Events applied to the route state."),
     "late": ("routelake_job_late_events", "Events older than the published watermark."),
-    "expired": ("routelake_job_broker_expiries", "Brokers expired by the event-time clock."),
     "changes": ("routelake_job_row_changes", "Route table row changes written."),
 }
 # Micro-batches take from well under a second (a few heartbeats) to a minute (a fleet's
@@ -83,6 +82,13 @@ class JobMetrics:
             key: Counter(name, help_text, registry=reg)
             for key, (name, help_text) in _COUNTS.items()
         }
+        self._expiries = Counter(
+            "routelake_job_broker_expiries",
+            "Brokers expired by the event-time clock (EXPIRED rows of broker_liveness_events), "
+            "by cluster and broker name.",
+            ["cluster", "broker"],
+            registry=reg,
+        )
         self._dead = Counter(
             "routelake_job_dead_letters",
             "Records sent to the dead-letter table, by kind of reason.",
@@ -128,9 +134,11 @@ class JobMetrics:
         seconds: float,
         phases: Mapping[str, float] | None = None,
         dead_letter_reasons: Mapping[str, int] | None = None,
+        broker_expiries: Mapping[tuple[str, str], int] | None = None,
     ) -> None:
-        """A published micro-batch: its watermark, counts, time and phases, and its dead
-        letters' reasons (reason text -> records)."""
+        """A published micro-batch: its watermark, counts, time and phases, its dead
+        letters' reasons (reason text -> records) and its broker expiries ((cluster, broker
+        name) -> EXPIRED rows written; None when the job writes no history)."""
         now = self.clock()
         self._batches.inc()
         for key, counter in self._counts.items():
@@ -145,6 +153,12 @@ class JobMetrics:
             kinds["invalid_event"] = kinds.get("invalid_event", 0) + unread
         for kind, n in kinds.items():
             self._dead.labels(kind).inc(n)
+        if broker_expiries is None:
+            # no history rows to name the brokers: the count alone, without cluster or broker
+            broker_expiries = {("", ""): counts.get("expired", 0)}
+        for (cluster, broker), n in broker_expiries.items():
+            if n:
+                self._expiries.labels(cluster, broker).inc(n)
         self._batch_seconds.observe(seconds)
         for phase, spent in (phases or {}).items():
             self._phase_seconds.labels(phase).observe(spent)

@@ -323,7 +323,8 @@ def test_prometheus_sees_a_broker_group_expire_and_the_alert_fire_and_resolve(
             120,
             "broker-b to expire",
         )
-        assert value(api, "routelake_job_broker_expiries_total") >= 1
+        expiries = f'routelake_job_broker_expiries_total{{cluster="{CLUSTER}",broker="broker-b"}}'
+        assert (value(api, expiries) or 0) >= 1
         assert value(api, unwritable) == 1
         firing = wait_for(
             lambda: alive(stack) and [a for a in api.alerts(ALERT) if a["state"] == "firing"],

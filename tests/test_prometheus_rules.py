@@ -33,7 +33,8 @@ def job_exposition() -> bytes:
     metrics = JobMetrics()
     counts = {"input_rows": 9, "applied": 7, "late": 1, "expired": 1, "dead_lettered": 1}
     phases = {"step": 0.8, "tables": 0.3, "progress": 0.01}
-    metrics.record_batch(1_764_000_000_000, counts, 1.2, phases, {"not JSON: x": 1})
+    expiries = {("cluster-a", "broker-b"): 1}
+    metrics.record_batch(1_764_000_000_000, counts, 1.2, phases, {"not JSON: x": 1}, expiries)
     metrics.set("routelake_job_state_rows", 12)
     metrics.set_kafka_up(True)
     return metrics.exposition()

@@ -63,6 +63,7 @@ def run_route_state(
             report.seconds,
             report.phases,
             report.dead_letter_reasons,
+            report.broker_expiries,
         )
         phases = " ".join(f"{k} {v:.2f}s" for k, v in report.phases.items())
         log.info(

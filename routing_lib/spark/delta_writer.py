@@ -27,7 +27,15 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from routing_lib import storage
-from routing_lib.core.catalog import CATALOG, DEAD_LETTER, PROGRESS, TableSpec, WriteMode
+from routing_lib.core.catalog import (
+    BROKER_LIVENESS_EVENTS,
+    CATALOG,
+    DEAD_LETTER,
+    PROGRESS,
+    TableSpec,
+    WriteMode,
+)
+from routing_lib.core.history import EXPIRED
 from routing_lib.core.rows import WRITES, RowKind, RowOp
 
 log = logging.getLogger("routelake.writer")
@@ -65,6 +73,10 @@ class BatchReport:
     phases: dict[str, float] = field(default_factory=dict)
     # the dead letters written, by reason (for the job's metrics)
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
+    # EXPIRED rows written to broker_liveness_events, by (cluster, broker name); None when the
+    # batch has no liveness rows to write (the job writes no history, or nothing happened).
+    # A replayed batch whose rows are in already counts nothing again.
+    broker_expiries: dict[tuple[str, str], int] | None = None
 
 
 class DeltaRouteWriter:
@@ -82,6 +94,7 @@ class DeltaRouteWriter:
         self.watermark_of_batch = watermark_of_batch  # batch id -> watermark its tables show
         self.on_batch = on_batch  # callback(BatchReport), for metrics and logs
         self._dead_letter_reasons: dict[str, int] = {}  # this batch's, read as they are written
+        self.broker_expiries: dict[tuple[str, str], int] | None = None  # idem
 
     def path(self, table: str) -> str:
         return storage.join(self.warehouse, table)
@@ -89,6 +102,7 @@ class DeltaRouteWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         self._dead_letter_reasons = {}
+        self.broker_expiries = None
         batch = batch.persist()
         try:
             # One Spark action runs the plan: the stats rows (one per step call) say what
@@ -96,6 +110,8 @@ class DeltaRouteWriter:
             stats = batch.filter(F.col("kind") == RowKind.STATS.value).select("row_json").collect()
             stepped = time.monotonic()
             counts, per_table = _read_stats(r["row_json"] for r in stats)
+            if (RowKind.HISTORY, BROKER_LIVENESS_EVENTS) in per_table:
+                self.broker_expiries = {}  # filled by merge_rows if it writes them
             writes = [
                 partial(self._write, batch, batch_id, kind, spec)
                 for kind, spec in STEP_TABLES
@@ -123,6 +139,7 @@ class DeltaRouteWriter:
                 "progress": finished - written,
             },
             self._dead_letter_reasons,
+            self.broker_expiries,
         )
         if self.on_batch:
             self.on_batch(report)
@@ -149,6 +166,8 @@ class DeltaRouteWriter:
         source = (
             rows().select(["op", *schema.names]).cast(schema.insert(0, pa.field("op", pa.string())))
         )
+        if spec.name == BROKER_LIVENESS_EVENTS:  # the rows are on the driver: count expiries
+            self._count_expiries(source)
         merge = target.merge(
             source,
             _merge_condition(spec),
@@ -160,6 +179,21 @@ class DeltaRouteWriter:
             commit_properties=self._commit(batch_id),
         )
         _merge_clauses(spec, merge).execute()
+
+    def _count_expiries(self, liveness: pa.Table) -> None:
+        """Add the EXPIRED rows being written to broker_expiries, by (cluster, broker name)."""
+        expiries = self.broker_expiries if self.broker_expiries is not None else {}
+        for op, event_type, cluster, broker in zip(
+            liveness.column("op").to_pylist(),
+            liveness.column("event_type").to_pylist(),
+            liveness.column("cluster_name").to_pylist(),
+            liveness.column("broker_name").to_pylist(),
+            strict=True,
+        ):
+            if event_type == EXPIRED and op != RowOp.DELETE.value:
+                key = (str(cluster or ""), str(broker or ""))
+                expiries[key] = expiries.get(key, 0) + 1
+        self.broker_expiries = expiries
 
     def _unless_written(self, table: str, batch_id: int) -> DeltaTable | None:
         """The table to commit the batch to, or None when a commit of this batch (a replay
