@@ -12,7 +12,7 @@ import time
 import pytest
 
 from routing_lib.content_files import ContentFolder
-from routing_lib.content_gc import collect_content
+from routing_lib.content_gc import collect_content, live_digests
 from routing_lib.core.content import content_ref
 from routing_lib.core.dump import project
 from routing_lib.jobs.backfill import run_backfill
@@ -93,17 +93,16 @@ def test_golden_split_registration_backfill_with_references(spark, config, tmp_p
 def test_split_registrations_through_kafka_with_references_equal_replay(
     spark, config, kafka_bootstrap, topic, tmp_path
 ):
-    """The same kind of history through the streaming job, ~10 micro-batches."""
+    """The same kind of history through the streaming job, ~10 micro-batches in two runs (a
+    restart between them), the job collecting its content store every 2 batches: an old file
+    no state names goes, the tables equal the replay, and every reference a retained state
+    version holds still has its file."""
     rng = random.Random(8)
     lines = [json.dumps(r) for r in registration_modes(random_history(8, rng), rng)]
-    produce(kafka_bootstrap, topic, [line.encode() for line in lines])
+    checkpoint = tmp_path / "checkpoint"
     cfg = (
-        config.with_overrides("spark", content_min_chars=0)
-        .with_overrides(
-            "paths",
-            warehouse=str(tmp_path / "warehouse"),
-            checkpoint=str(tmp_path / "checkpoint"),
-        )
+        config.with_overrides("spark", content_min_chars=0, content_gc_every_batches=2)
+        .with_overrides("paths", warehouse=str(tmp_path / "warehouse"), checkpoint=str(checkpoint))
         .with_overrides(
             "kafka",
             topic=topic,
@@ -111,5 +110,21 @@ def test_split_registrations_through_kafka_with_references_equal_replay(
             max_offsets_per_trigger=len(lines) // 10 + 1,
         )
     )
+    half = len(lines) // 2
+    produce(kafka_bootstrap, topic, [line.encode() for line in lines[:half]])
     run_route_state(cfg, available_now=True, install_signal_handlers=False)
+
+    content = checkpoint / "content"
+    stray = content_ref("a table no state version names, written long ago")
+    ContentFolder(str(content)).write(stray, "a table no state version names, written long ago")
+    stray_path = content / stray[1:3] / stray[1:]
+    os.utime(stray_path, (time.time() - 5 * 3600,) * 2)
+    produce(kafka_bootstrap, topic, [line.encode() for line in lines[half:]])
+    metrics = run_route_state(cfg, available_now=True, install_signal_handlers=False)
+
     assert project(load_snapshot(tmp_path / "warehouse").dump()) == reference_dump(lines)
+    assert not stray_path.exists(), "the job collected its content store"
+    on_disk = {p.name for p in content.rglob("*") if p.is_file()}
+    live = live_digests(spark, str(checkpoint))
+    assert live and live <= on_disk
+    assert 0 < metrics.get("routelake_job_content_files") <= len(on_disk)
