@@ -19,10 +19,9 @@ import pytest
 
 from routing_lib.core.as_of import as_of_view
 from routing_lib.core.dump import project
-from routing_lib.core.history import HISTORY_IDENTITY, HISTORY_TABLES
 from routing_lib.core.replay import default_watermark, replay_dump
-from routing_lib.core.tables import DEAD_LETTER, PROGRESS, ROUTE_TABLES, TABLE_KEYS
-from routing_lib.read.history import as_of_dump, load_history
+from routing_lib.core.tables import DEAD_LETTER, PROGRESS
+from routing_lib.read.history import as_of_dump
 from schemas import parse_event
 from schemas.route_event import (
     INT64_MAX,
@@ -31,6 +30,7 @@ from schemas.route_event import (
     TOPIC_NAME_MAX_LENGTH,
 )
 from tests.support.bad_records import extreme_register
+from tests.support.fault_support import assert_no_row_twice
 from tests.support.kafka_support import produce, rows
 
 pytestmark = pytest.mark.spark
@@ -159,13 +159,7 @@ def assert_equals_the_replay(
     events = [parse_event(line) for line in accepted]
     watermark = default_watermark(events, DELAY_MS)
     assert dump == project(replay_dump(events, watermark))
-    for table in ROUTE_TABLES:
-        keys = [tuple(r[k] for k in TABLE_KEYS[table]) for r in rows(warehouse, table)]
-        assert len(keys) == len(set(keys)), f"duplicate rows in {table}"
-    history = load_history(warehouse)
-    for table in HISTORY_TABLES:
-        ids = [tuple(r[c] for c in HISTORY_IDENTITY[table]) for r in history[table]]
-        assert len(ids) == len(set(ids)), f"duplicate rows in {table}"
+    assert_no_row_twice(warehouse)
     for at in sorted({e.eventTime for e in events if e.eventTime <= watermark} | {watermark}):
         assert as_of_dump(warehouse, at) == as_of_view(replay_dump(events, at)), f"as of {at}"
     letters = {r["position"] - first_position: r["reason"] for r in rows(warehouse, DEAD_LETTER)}

@@ -29,7 +29,7 @@ from routing_lib.core.as_of import as_of_view
 from routing_lib.core.dump import project
 from routing_lib.core.history import HISTORY_IDENTITY, HISTORY_TABLES
 from routing_lib.core.replay import replay_dump
-from routing_lib.core.tables import PROGRESS, ROUTE_TABLES, TABLE_KEYS
+from routing_lib.core.tables import PROGRESS, ROUTE_TABLES, TABLE_KEYS, Row
 from routing_lib.read.history import as_of_dump, load_history
 from routing_lib.read.warehouse import load_snapshot
 from schemas import parse_event
@@ -333,11 +333,8 @@ def caught_up(warehouse: Path, lines: list[str]) -> bool:
     return load_snapshot(warehouse).watermark == reference_dump(lines)["watermark"]
 
 
-def assert_matches_reference(warehouse: Path, lines: list[str], probes: int = 12) -> None:
-    """Route tables = the reference replay; no route or history row twice; the history's
-    as-of view = the replay at sampled times; every record counted once in the progress."""
-    expected = reference_dump(lines)
-    assert project(load_snapshot(warehouse).dump()) == expected
+def assert_no_row_twice(warehouse: Path) -> dict[str, list[Row]]:
+    """No route-table key and no history identity twice; returns the history read."""
     for table in ROUTE_TABLES:
         keys = [tuple(r[k] for k in TABLE_KEYS[table]) for r in rows(warehouse, table)]
         assert len(keys) == len(set(keys)), f"duplicate rows in {table}"
@@ -345,6 +342,15 @@ def assert_matches_reference(warehouse: Path, lines: list[str], probes: int = 12
     for table in HISTORY_TABLES:
         ids = [tuple(r[c] for c in HISTORY_IDENTITY[table]) for r in history[table]]
         assert len(ids) == len(set(ids)), f"duplicate rows in {table}"
+    return history
+
+
+def assert_matches_reference(warehouse: Path, lines: list[str], probes: int = 12) -> None:
+    """Route tables = the reference replay; no route or history row twice; the history's
+    as-of view = the replay at sampled times; every record counted once in the progress."""
+    expected = reference_dump(lines)
+    assert project(load_snapshot(warehouse).dump()) == expected
+    history = assert_no_row_twice(warehouse)
     assert history["topic_route_history"], "no history written"
     events = [parse_event(line) for line in lines]
     times = sorted({e.eventTime for e in events if e.eventTime <= expected["watermark"]})
