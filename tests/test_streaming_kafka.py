@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from routing_lib.content_gc import live_digests
+from routing_lib.core.content import CONTENT
 from routing_lib.core.dump import project
 from routing_lib.core.tables import (
     DEAD_LETTER,
@@ -22,6 +25,7 @@ from routing_lib.core.tables import (
     TABLE_KEYS,
 )
 from routing_lib.read.warehouse import load_snapshot
+from tests.support.fault_support import wait_for
 from tests.support.helpers import FIXTURES, GOLDEN, expected_dump, fixture_lines
 from tests.support.kafka_support import lines_of, produce, rows
 
@@ -103,29 +107,32 @@ def test_malformed_values_are_dead_lettered_with_partition_and_offset(job):
     assert all(r["reason"] for r in dead)
 
 
-def _start_job(job, *extra: str) -> subprocess.Popen:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "routing_lib.cli",
-            "run",
-            "--kafka",
-            job.bootstrap,
-            "--topic",
-            job.topic,
-            "--warehouse",
-            str(job.warehouse),
-            "--checkpoint",
-            str(job.checkpoint),
-            *extra,
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def _start_job(job, *extra: str, log: Path | None = None, **settings: str) -> subprocess.Popen:
+    """`routectl run` as a process of its own; `settings` are environment overrides
+    (ROUTELAKE_<SECTION>_<KEY>), its output goes to `log` if given."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, **settings)
+    with open(log or os.devnull, "ab") as output:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "routing_lib.cli",
+                "run",
+                "--kafka",
+                job.bootstrap,
+                "--topic",
+                job.topic,
+                "--warehouse",
+                str(job.warehouse),
+                "--checkpoint",
+                str(job.checkpoint),
+                *extra,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _wait_for_batches(job, count: int, timeout_s: float = 120) -> None:
@@ -140,7 +147,48 @@ def _wait_for_batches(job, count: int, timeout_s: float = 120) -> None:
     raise AssertionError(f"the job did not publish {count} batches in {timeout_s} s")
 
 
-def test_killed_job_restarts_from_checkpoint_without_duplicates(job):
+# Every value goes through the content store and the job collects it after every batch, with
+# the shortest grace period allowed: with every content file made older than that before each
+# restart, only the mark (the references in the retained state versions) keeps a file. Spark
+# keeps 2 state versions (and drops older ones every second), so values that earlier versions
+# alone named become garbage.
+CONTENT_COLLECTED_EVERY_BATCH = {
+    "ROUTELAKE_SPARK_CONTENT_MIN_CHARS": "1",
+    "ROUTELAKE_SPARK_CONTENT_GC_EVERY_BATCHES": "1",
+    "ROUTELAKE_SPARK_CONTENT_GC_GRACE_S": str(2 * CONTENT.freshness_s),
+    "SPARK_SUBMIT_OPTS": " ".join(
+        [
+            os.environ.get("SPARK_SUBMIT_OPTS", ""),
+            "-Dspark.sql.streaming.minBatchesToRetain=2",
+            "-Dspark.sql.streaming.stateStore.maintenanceInterval=1s",
+        ]
+    ),
+}
+COLLECTION_LINE = re.compile(r"content: .*; deleted (\d+) files")
+
+
+def _age_files(folder: Path, seconds: float) -> set[str]:
+    """Every file under folder last written `seconds` ago; their names."""
+    aged = set()
+    for path in folder.rglob("*"):
+        if path.is_file():
+            os.utime(path, (time.time() - seconds,) * 2)
+            aged.add(path.name)
+    return aged
+
+
+def _collections(log: Path) -> list[int]:
+    """How many files each content collection logged in `log` deleted."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return [int(m[1]) for m in COLLECTION_LINE.finditer(text)]
+
+
+def test_killed_job_restarts_from_checkpoint_without_duplicates(job, spark, tmp_path):
+    """Three runs, each SIGKILLed mid-stream, then an --available-now run: the tables equal the
+    replay, nothing twice. The killed runs keep every value as a content reference and collect
+    the content store after every batch, every content file aged past the grace period before
+    each restart: a collection ran in each run, some deleted files, and every reference a
+    retained state version holds still has its file."""
     name = "20_random_fleet_seed202"
     lines = lines_of(name)
     thirds = [
@@ -148,15 +196,27 @@ def test_killed_job_restarts_from_checkpoint_without_duplicates(job):
         lines[len(lines) // 3 : 2 * len(lines) // 3],
         lines[2 * len(lines) // 3 :],
     ]
+    content = job.checkpoint / "content"
+    aged: set[str] = set()
+    logs = [tmp_path / f"run-{i}.log" for i in range(len(thirds))]
     batches_seen = 0
-    for part in thirds:
+    for part, log in zip(thirds, logs, strict=True):
         produce(job.bootstrap, job.topic, part)
+        aged |= _age_files(content, 5 * 3600)
         process = _start_job(
-            job, "--max-offsets-per-trigger", "150", "--trigger-interval", "1 second"
+            job,
+            "--verbose",
+            "--max-offsets-per-trigger",
+            "150",
+            "--trigger-interval",
+            "1 second",
+            log=log,
+            **CONTENT_COLLECTED_EVERY_BATCH,
         )
         batches_seen += 2
         try:
             _wait_for_batches(job, batches_seen)
+            wait_for(lambda log=log: bool(_collections(log)), 120, f"a collection in {log}")
         finally:
             process.send_signal(signal.SIGKILL)  # mid-stream, no clean shutdown
             process.wait(30)
@@ -168,6 +228,13 @@ def test_killed_job_restarts_from_checkpoint_without_duplicates(job):
     batch_ids = [r["batch_id"] for r in progress]
     assert len(batch_ids) == len(set(batch_ids)), "a batch was published twice"
     assert sum(r["input_rows"] for r in progress) == len(lines)
+
+    on_disk = {p.name for p in content.rglob("*") if p.is_file()}
+    assert sum(sum(_collections(log)) for log in logs) > 0, "no collection deleted a file"
+    assert aged - on_disk, "none of the aged files was deleted"
+    live = live_digests(spark, str(job.checkpoint))
+    assert live, "the state holds content references"
+    assert live <= on_disk, f"referenced by state, no file: {sorted(live - on_disk)}"
 
 
 def test_available_now_via_cli_on_golden_fixture(job):
