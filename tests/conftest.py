@@ -17,7 +17,9 @@ RUN_LAST = ("s3", "cluster")  # start servers of their own (moto, a Spark cluste
 # half of a warm streaming test's CPU). C1 alone: about -30 % CPU on streaming and backfill tests
 # (docs/testing.md). spark-submit passes SPARK_SUBMIT_OPTS to the driver JVM it starts: the
 # in-process session and the routectl / spark-submit children of the tests.
-_DRIVER_OPTS = ["-XX:TieredStopAtLevel=1"]
+_GIVEN_OPTS = os.environ.get("SPARK_SUBMIT_OPTS", "")
+# a JIT level already given (e.g. -XX:TieredStopAtLevel=4 to measure without this) is kept
+_DRIVER_OPTS = [] if "TieredStopAtLevel" in _GIVEN_OPTS else ["-XX:TieredStopAtLevel=1"]
 # And the classes a Spark session loads, from the class-data-sharing archive scripts/setup.sh
 # builds: ~40 % less CPU to start a session (10.9 -> 6.6 CPU-s). A JVM that cannot use it (another
 # JDK, other jars) runs without it; its logging is off so that nothing is added to the output.
@@ -29,9 +31,7 @@ if _USE_CDS and _CDS_ARCHIVE.is_file() and " " not in str(_CDS_ARCHIVE):  # spli
         "-Xlog:cds=off",
         "-Xlog:cds+dynamic=off",
     ]
-os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
-    filter(None, [os.environ.get("SPARK_SUBMIT_OPTS", ""), *_DRIVER_OPTS])
-)
+os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [_GIVEN_OPTS, *_DRIVER_OPTS]))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
