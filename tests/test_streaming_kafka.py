@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from routing_lib.content_gc import live_digests
+from routing_lib.content_gc import collect_content
 from routing_lib.core.content import CONTENT
 from routing_lib.core.dump import project
 from routing_lib.core.tables import (
@@ -165,6 +165,9 @@ CONTENT_COLLECTED_EVERY_BATCH = {
     ),
 }
 COLLECTION_LINE = re.compile(r"content: .*; deleted (\d+) files")
+# A reference (the marker character, then the digest) in a state value as json.dumps shows it,
+# the marker escaped once or more (a pending event's packed form sits inside another value)
+REFERENCE_IN_JSON = re.compile(r"(?:u001d|\\x1d)([0-9a-f]{32})")
 
 
 def _age_files(folder: Path, seconds: float) -> set[str]:
@@ -187,8 +190,9 @@ def test_killed_job_restarts_from_checkpoint_without_duplicates(job, spark, tmp_
     """Three runs, each SIGKILLed mid-stream, then an --available-now run: the tables equal the
     replay, nothing twice. The killed runs keep every value as a content reference and collect
     the content store after every batch, every content file aged past the grace period before
-    each restart: a collection ran in each run, some deleted files, and every reference a
-    retained state version holds still has its file."""
+    each restart; before the last run a collection with every file aged: a collection ran in
+    each killed run, collections deleted files, and every reference a retained state version
+    holds still has its file."""
     name = "20_random_fleet_seed202"
     lines = lines_of(name)
     thirds = [
@@ -220,6 +224,10 @@ def test_killed_job_restarts_from_checkpoint_without_duplicates(job, spark, tmp_
         finally:
             process.send_signal(signal.SIGKILL)  # mid-stream, no clean shutdown
             process.wait(30)
+    # Between runs (as `routectl housekeeping --content` would) with every file aged: nothing
+    # is fresh, so the mark alone keeps what the state names; the last run then reads it.
+    aged |= _age_files(content, 5 * 3600)
+    between = collect_content(spark, str(job.checkpoint), CONTENT.freshness_s * 2)
     assert job() == expected_dump(name)
     for table in ROUTE_TABLES:
         keys = [tuple(r[k] for k in TABLE_KEYS[table]) for r in rows(job.warehouse, table)]
@@ -230,11 +238,31 @@ def test_killed_job_restarts_from_checkpoint_without_duplicates(job, spark, tmp_
     assert sum(r["input_rows"] for r in progress) == len(lines)
 
     on_disk = {p.name for p in content.rglob("*") if p.is_file()}
-    assert sum(sum(_collections(log)) for log in logs) > 0, "no collection deleted a file"
+    in_runs = sum(sum(_collections(log)) for log in logs)
+    assert in_runs > 0 and between.deleted_files > 0, "collections deleted nothing"
     assert aged - on_disk, "none of the aged files was deleted"
-    live = live_digests(spark, str(job.checkpoint))
-    assert live, "the state holds content references"
-    assert live <= on_disk, f"referenced by state, no file: {sorted(live - on_disk)}"
+    referenced = _referenced_by_every_state_version(spark, job.checkpoint)
+    assert referenced, "the state holds content references"
+    assert referenced <= on_disk, f"referenced by state, no file: {sorted(referenced - on_disk)}"
+
+
+def _referenced_by_every_state_version(spark, checkpoint: Path) -> set[str]:
+    """The digests every state version Spark can still load names, each version read in full
+    (not as the collector reads them: the oldest in full and the later ones' changes)."""
+    found: set[str] = set()
+    location = str(checkpoint)
+    for operator in spark.read.format("state-metadata").load(location).collect():
+        for version in range(operator["minBatchId"], operator["maxBatchId"] + 1):
+            state = (
+                spark.read.format("statestore")
+                .option("operatorId", operator["operatorId"])
+                .option("batchId", version)
+                .load(location)
+            )
+            for row in state.select("value").collect():
+                text = json.dumps(row.asDict(recursive=True), default=repr)
+                found.update(REFERENCE_IN_JSON.findall(text))
+    return found
 
 
 def test_available_now_via_cli_on_golden_fixture(job):
