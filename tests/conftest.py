@@ -10,6 +10,10 @@ import pytest
 from routing_lib.config import load_config
 from tests.support import tiers
 
+# One moto server for the session: a fixture imported into two test modules would be two
+# fixtures, and the second could not start on the port the first still holds.
+from tests.support.s3_support import s3_endpoint  # noqa: F401 - the session fixture
+
 RUN_LAST = ("s3", "cluster")  # start servers of their own (moto, a Spark cluster) and take minutes
 
 # The tests' Spark drivers are short-lived JVMs over small data: C2 re-compiling Spark's and

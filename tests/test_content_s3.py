@@ -20,7 +20,7 @@ from routing_lib.core.content import (
     MissingContentError,
     content_ref,
 )
-from tests.support.s3_support import S3Endpoint, s3_endpoint  # noqa: F401 - the session fixture
+from tests.support.s3_support import S3Endpoint
 
 pytestmark = pytest.mark.s3
 

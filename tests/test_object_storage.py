@@ -26,7 +26,7 @@ from routing_lib.core.tables import PROGRESS, TOPIC_QUEUE
 from routing_lib.housekeeping import housekeep
 from routing_lib.read.warehouse import load_snapshot, table_versions
 from tests.support.helpers import GOLDEN, expected_dump, fixture_lines
-from tests.support.s3_support import S3Endpoint, s3_endpoint  # noqa: F401 - the session fixture
+from tests.support.s3_support import S3Endpoint
 
 pytestmark = [pytest.mark.s3, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parent.parent
