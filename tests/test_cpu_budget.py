@@ -108,7 +108,8 @@ def _run_with_budget(pytester: pytest.Pytester, budget_s: float) -> pytest.RunRe
 
 
 def test_run_fails_with_the_figures_when_a_module_exceeds_its_budget(pytester, monkeypatch):
-    # the process tree is measured here, whatever the outer run uses
+    # the process tree is measured here, whatever the outer run uses; in the whole suite that
+    # tree holds the session's Spark JVM too, so the figure may pass 1 CPU-s
     monkeypatch.delenv("ROUTELAKE_CPU_CGROUP", raising=False)
     result = _run_with_budget(pytester, budget_s=0.1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -116,7 +117,7 @@ def test_run_fails_with_the_figures_when_a_module_exceeds_its_budget(pytester, m
     result.stdout.fnmatch_lines(
         [
             "*CPU BUDGET EXCEEDED by 1 module(s)*",
-            "*test_busy.py: 0.* CPU-s, over its budget of 0.1 CPU-s by 0.*",
+            "*test_busy.py: * CPU-s, over its budget of 0.1 CPU-s by *",
         ]
     )
 
