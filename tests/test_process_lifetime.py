@@ -21,6 +21,7 @@ from tests.support.process_support import (
     MARKER_VAR,
     VENV_BIN,
     TerminalRun,
+    free_kafka_port,
     free_port,
     kill_marked,
     marked_processes,
@@ -137,7 +138,7 @@ def test_kafka_start_stops_the_broker_it_is_still_starting(tmp_path):
     that (SIGTERM; a hangup is the same), it takes the broker with it."""
     env = {
         **os.environ,
-        "ROUTELAKE_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",
+        "ROUTELAKE_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_kafka_port()}",
         "ROUTELAKE_KAFKA_DATA_DIR": str(tmp_path / "kafka"),
     }
     run = TerminalRun([ROUTECTL, "kafka", "start", "--no-topic"], env, ROOT)
@@ -197,7 +198,7 @@ def _demo_env(tmp_path: Path) -> dict[str, str]:
     """Its own Kafka broker (so that the test sees it end too) and its own ports."""
     return {
         **_service_env(),
-        "ROUTELAKE_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",
+        "ROUTELAKE_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_kafka_port()}",
         "ROUTELAKE_KAFKA_DATA_DIR": str(tmp_path / "kafka"),
         "ROUTELAKE_DRIVER_MEMORY": "1g",
     }

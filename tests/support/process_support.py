@@ -25,6 +25,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_kafka_port() -> int:
+    """A free port whose next one is free too: a local Kafka broker's controller listens on
+    the port after its own (routelake_dev.kafka_local), and refuses to start when it is taken."""
+    while True:
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except (OSError, OverflowError):  # taken, or past the last port
+                continue
+        return port
+
+
 def marked_processes(marker: str) -> dict[int, str]:
     """pid -> command line of every live process whose environment carries the marker (the
     environment is inherited: the JVMs and Spark's Python workers carry it too). Zombies have
