@@ -599,7 +599,9 @@ def test_collector_and_kafka_restarts_lose_nothing_acknowledged(stack):
             )
             > registers_before
         ),
-        40,
+        # 40 s passed here alone (quiet machine) but not once in a whole clean-clone run; why
+        # the producer took longer to come back there is not known (its logs were gone)
+        90,
         "a registration acknowledged after the Kafka restart",
         step=1,
     )
