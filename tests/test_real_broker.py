@@ -591,28 +591,30 @@ def test_collector_and_kafka_restarts_lose_nothing_acknowledged(stack):
     registers_before = sum(
         x.code == RequestCode.REGISTER_BROKER and x.answer_code == 0 for x in stack.proxy.exchanges
     )
-    wait_for(
-        lambda: (
-            sum(
-                x.code == RequestCode.REGISTER_BROKER and x.answer_code == 0
-                for x in stack.proxy.exchanges
-            )
-            > registers_before
-        ),
-        # 40 s passed here alone (quiet machine) but not once in a whole clean-clone run; why
-        # the producer took longer to come back there is not known (its logs were gone)
-        90,
-        "a registration acknowledged after the Kafka restart",
-        step=1,
-    )
-    acked, failed = _acknowledged_are_published(stack, since)
-    assert acked >= 2
-    print(
-        f"restarts: {acked} acknowledged requests all in Kafka; {failed} REGISTERs answered "
-        "with an error while Kafka was down"
-    )
-    if stack.job is None or stack.job.poll() is not None:  # Spark may give up on Kafka
-        stack.start_job()
+    try:
+        wait_for(
+            lambda: (
+                sum(
+                    x.code == RequestCode.REGISTER_BROKER and x.answer_code == 0
+                    for x in stack.proxy.exchanges
+                )
+                > registers_before
+            ),
+            # 40 s passed here alone (quiet machine) but not once in a whole clean-clone run; why
+            # the producer took longer to come back there is not known (its logs were gone)
+            90,
+            "a registration acknowledged after the Kafka restart",
+            step=1,
+        )
+        acked, failed = _acknowledged_are_published(stack, since)
+        assert acked >= 2
+        print(
+            f"restarts: {acked} acknowledged requests all in Kafka; {failed} REGISTERs answered "
+            "with an error while Kafka was down"
+        )
+    finally:  # the module's later tests need the job, whatever happened here
+        if stack.job is None or stack.job.poll() is not None:  # Spark may give up on Kafka
+            stack.start_job()
     wait_for(same_clusters, ROUTE_WAIT_S, "routes caught up after the restarts", step=1)
 
 
