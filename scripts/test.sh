@@ -49,7 +49,7 @@ join_cpu_group() {  # cgroup v1 cpuacct, else v2, under this shell's own group
 leave_cpu_group() {  # back to the parent group; the group goes once empty (stragglers keep it)
   [ -n "$cpu_group" ] || return 0
   echo $$ >"$cpu_group_parent/cgroup.procs" 2>/dev/null
-  rmdir "$cpu_group" 2>/dev/null || true
+  rmdir "$cpu_group"/*/ "$cpu_group" 2>/dev/null || true
 }
 [ "$(id -u)" = 0 ] && join_cpu_group
 
@@ -61,14 +61,56 @@ if [ -x scripts/kafka.sh ]; then
   fi
 fi
 stop_kafka() { [ "$started_kafka" = 1 ] && scripts/kafka.sh stop; }
-trap 'stop_kafka; leave_cpu_group' EXIT
 
 # "python -m pytest": the repository root on sys.path before the plugin is imported
-.venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 -p tests.support.cpu_budget \
-  --cpu-budget tests/cpu_budget.toml --cpu-figures .work/test-cpu.toml "$@"
-rc=$?
-if [ "$rc" -eq 5 ]; then
-  echo "pytest collected no tests: that is a failure" >&2
-  rc=1
+pytest_run() {  # pytest_run FIGURES BASETEMP ARGS...: one pytest process with the CPU budget
+  local figures=$1 basetemp=$2
+  shift 2
+  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 -p tests.support.cpu_budget \
+    --cpu-budget tests/cpu_budget.toml --cpu-figures "$figures" --basetemp "$basetemp" "$@"
+}
+join_lane_group() {  # this (sub)shell and what it starts: a cgroup of its own under the run's
+  [ -n "$cpu_group" ] || return 0
+  mkdir -p "$cpu_group/$1" && echo "$BASHPID" >"$cpu_group/$1/cgroup.procs" \
+    && export ROUTELAKE_CPU_CGROUP=$cpu_group/$1
+}
+no_tests_is_failure() {
+  if [ "$1" -eq 5 ]; then
+    echo "pytest collected no tests: that is a failure" >&2
+    return 1
+  fi
+  return "$1"
+}
+tmp_root=${TMPDIR:-/tmp}/routelake-test-$$
+mkdir -p .work "$tmp_root"
+trap 'stop_kafka; leave_cpu_group; rm -rf "$tmp_root"' EXIT
+
+if [ $# -gt 0 ]; then  # a selection: one pytest process, as asked
+  pytest_run .work/test-cpu.toml "$tmp_root/main" "$@"
+  no_tests_is_failure $?
+  exit $?
 fi
-exit "$rc"
+
+# The whole suite in two lanes side by side: the modules of tests/side_lane.txt (waiting on
+# brokers, periods and outages of their own) in a second pytest process, so the second core
+# works while they wait. Each lane has its own cgroup (its CPU figures) and its own basetemp.
+mapfile -t side_lane < <(grep -v '^#' tests/side_lane.txt | grep .)
+ignores=()
+for module in "${side_lane[@]}"; do ignores+=(--ignore "$module"); done
+side_log=.work/test-side-lane.log
+(join_lane_group side; pytest_run .work/test-cpu-side.toml "$tmp_root/side" "${side_lane[@]}") \
+  >"$side_log" 2>&1 &
+side_pid=$!
+(join_lane_group main; pytest_run .work/test-cpu-main.toml "$tmp_root/main" "${ignores[@]}")
+no_tests_is_failure $?
+main_rc=$?
+wait "$side_pid"
+no_tests_is_failure $?
+side_rc=$?
+echo
+echo "=============== side lane (tests/side_lane.txt, run beside the above): $side_log ==============="
+cat "$side_log"
+.venv/bin/python -m tests.support.cpu_budget merge .work/test-cpu-main.toml .work/test-cpu-side.toml \
+  --output .work/test-cpu.toml >/dev/null 2>&1 || true
+echo "main lane exit $main_rc, side lane exit $side_rc (figures: .work/test-cpu.toml)"
+[ "$main_rc" -eq 0 ] && [ "$side_rc" -eq 0 ]

@@ -45,6 +45,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: any(item.get_closest_marker(m) for m in RUN_LAST))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[pytest.TestReport]:
+    """A failed test of a module that defines `failure_logs()` (name -> text: the tails of the
+    logs of the processes it started) carries those logs in its report, so that a failure in CI,
+    whose machine is gone afterwards, can still be explained."""
+    report: pytest.TestReport = yield
+    failure_logs = getattr(getattr(item, "module", None), "failure_logs", None)
+    if report.failed and failure_logs is not None:
+        try:
+            report.sections.extend((f"log {name}", text) for name, text in failure_logs().items())
+        except Exception as exc:  # the report matters more than its attachments
+            report.sections.append(("log", f"could not read the logs: {exc!r}"))
+    return report
+
+
 @pytest.fixture(scope="session")
 def config():
     return load_config()

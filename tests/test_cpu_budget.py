@@ -129,3 +129,18 @@ def test_run_passes_within_budget(pytester, monkeypatch):
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(["*CPU per test module*", "*test_busy.py (budget 60)*"])
     assert "EXCEEDED" not in result.stdout.str()
+
+
+def test_figures_of_lanes_merge_into_one_file_with_wall_times(tmp_path):
+    lane_a, lane_b = tmp_path / "a.toml", tmp_path / "b.toml"
+    lane_a.write_text(
+        cpu_budget.render_figures({"tests/test_a.py": 12.5}, "cgroup a", {"tests/test_a.py": 30.0})
+    )
+    lane_b.write_text(
+        cpu_budget.render_figures({"tests/test_b.py": 2.0}, "cgroup b", {"tests/test_b.py": 4.0})
+    )
+    merged = tmp_path / "merged.toml"
+    assert cpu_budget.main(["merge", str(lane_a), str(lane_b), "--output", str(merged)]) == 0
+    assert cpu_budget.load_figures(merged) == {"tests/test_a.py": 12.5, "tests/test_b.py": 2.0}
+    assert cpu_budget.load_wall(merged) == {"tests/test_a.py": 30.0, "tests/test_b.py": 4.0}
+    assert 'source = "cgroup a; cgroup b"' in merged.read_text()

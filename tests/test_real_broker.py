@@ -152,6 +152,7 @@ def stack(config, tmp_path_factory) -> Iterator[Stack]:
             pytest.fail(reason)
         pytest.skip(reason)
     root = tmp_path_factory.mktemp("real-broker")
+    _LOG_ROOTS.append(root)
     (root / "conf.toml").write_text(CONF)
     kafka = replace(
         config.kafka, bootstrap_servers=f"127.0.0.1:{KAFKA}", data_dir=str(root / "kafka")
@@ -186,6 +187,25 @@ def stack(config, tmp_path_factory) -> Iterator[Stack]:
         ns.stop(signal.SIGKILL)
         s.proxy.__exit__()
         kafka_local.stop(kafka)
+
+
+_LOG_ROOTS: list[Path] = []  # the stack's folder, once it is up
+LOG_TAIL_LINES = 60
+
+
+def failure_logs() -> dict[str, str]:
+    """The tails of the stack's logs, attached to a failed test's report (tests/conftest.py)."""
+    tails = {}
+    for root in _LOG_ROOTS:
+        logs = [
+            *root.glob("*.log"),
+            root / "kafka/logs/server.log",
+            root / "broker/logs/rocketmqlogs/broker.log",
+        ]
+        for log in sorted(p for p in logs if p.is_file()):
+            lines = log.read_text(errors="replace").splitlines()
+            tails[log.name] = "\n".join(lines[-LOG_TAIL_LINES:])
+    return tails
 
 
 # -- talking to both NameServers --

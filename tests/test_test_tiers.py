@@ -161,3 +161,14 @@ def test_the_quick_tier_runs_fewer_seeds_only_when_asked(monkeypatch):
     assert seeds([3, 1, 2]) == [3, 1, 2] and seeds([5, 1, 2, 9]) == [5, 1, 2]
     monkeypatch.setenv("ROUTELAKE_TEST_SEEDS", "0")
     assert seeds(24) == range(1)  # a property test keeps one seed
+
+
+def test_the_side_lane_lists_existing_test_modules_once():
+    """scripts/test.sh runs these modules in a second pytest process and ignores them in the
+    first: a wrong or stale path would run a module twice or not at all."""
+    repo = Path(__file__).resolve().parents[1]
+    lines = (repo / "tests" / "side_lane.txt").read_text().splitlines()
+    modules = [line for line in lines if line.strip() and not line.startswith("#")]
+    assert modules and len(modules) == len(set(modules))
+    for module in modules:
+        assert (repo / module).is_file() and Path(module).name.startswith("test_"), module

@@ -33,6 +33,7 @@ import math
 import os
 import resource
 import sys
+import time
 import tomllib
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
@@ -190,7 +191,9 @@ def _toml_key(module: str) -> str:
     return '"' + module.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def render_figures(figures: Mapping[str, float], source: str) -> str:
+def render_figures(
+    figures: Mapping[str, float], source: str, wall: Mapping[str, float] | None = None
+) -> str:
     lines = [
         "# CPU seconds per test module of one run (tests/support/cpu_budget.py)",
         f'source = "{source}"',
@@ -198,11 +201,30 @@ def render_figures(figures: Mapping[str, float], source: str) -> str:
         "[modules]",
     ]
     lines += [f"{_toml_key(m)} = {s:.1f}" for m, s in sorted(figures.items())]
+    if wall:
+        lines += ["", "# wall seconds per module (setup and teardown included)", "[wall]"]
+        lines += [f"{_toml_key(m)} = {s:.1f}" for m, s in sorted(wall.items())]
     return "\n".join(lines) + "\n"
 
 
 def load_figures(path: Path) -> dict[str, float]:
     return {str(k): float(v) for k, v in tomllib.loads(path.read_text())["modules"].items()}
+
+
+def load_wall(path: Path) -> dict[str, float]:
+    return {str(k): float(v) for k, v in tomllib.loads(path.read_text()).get("wall", {}).items()}
+
+
+def merge_figures(paths: list[Path]) -> str:
+    """One figures file from the files of runs side by side (the test command's lanes)."""
+    figures: dict[str, float] = {}
+    wall: dict[str, float] = {}
+    sources: list[str] = []
+    for path in paths:
+        figures.update(load_figures(path))
+        wall.update(load_wall(path))
+        sources.append(str(tomllib.loads(path.read_text()).get("source", "unknown")))
+    return render_figures(figures, "; ".join(dict.fromkeys(sources)), wall)
 
 
 def render_budget(figures: Mapping[str, float], source: str, default_s: float) -> str:
@@ -258,19 +280,22 @@ class CpuRecorder:
         self.budget = budget
         self.figures_path = figures_path
         self.figures: dict[str, float] = {}
+        # wall seconds per module: not checked, but what the test command's lanes are balanced by
+        self.wall: dict[str, float] = {}
         self.overruns: list[Overrun] = []
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None]:
-        before = self.meter.read()
+        before, began = self.meter.read(), time.monotonic()
         yield
         module = item.nodeid.split("::")[0]
         self.figures[module] = self.figures.get(module, 0.0) + self.meter.read() - before
+        self.wall[module] = self.wall.get(module, 0.0) + time.monotonic() - began
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.figures_path is not None:
             self.figures_path.parent.mkdir(parents=True, exist_ok=True)
-            self.figures_path.write_text(render_figures(self.figures, self.meter.source))
+            self.figures_path.write_text(render_figures(self.figures, self.meter.source, self.wall))
         if self.budget is not None:
             self.overruns = check(self.figures, self.budget)
             if self.overruns and session.exitstatus == pytest.ExitCode.OK:
@@ -285,7 +310,8 @@ class CpuRecorder:
         )
         for module, seconds in sorted(self.figures.items(), key=lambda kv: -kv[1])[:10]:
             budget = f" (budget {self.budget.of(module):g})" if self.budget else ""
-            report.write_line(f"  {seconds:7.1f}  {module}{budget}")
+            wall = f", {self.wall.get(module, 0.0):.0f} s wall"
+            report.write_line(f"  {seconds:7.1f}  {module}{budget}{wall}")
         if self.figures_path is not None:
             report.write_line(f"figures written to {self.figures_path}")
         if self.overruns:
@@ -311,7 +337,13 @@ def main(argv: list[str] | None = None) -> int:
     regenerate.add_argument("figures", type=Path)
     regenerate.add_argument("budget", type=Path)
     regenerate.add_argument("--default-cpu-s", type=float, default=DEFAULT_BUDGET_S)
+    merge = commands.add_parser("merge", help="merge the figures of runs side by side into one")
+    merge.add_argument("figures", type=Path, nargs="+")
+    merge.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.command == "merge":
+        args.output.write_text(merge_figures(args.figures))
+        return 0
     source = str(tomllib.loads(args.figures.read_text()).get("source", "unknown"))
     text = render_budget(load_figures(args.figures), source, args.default_cpu_s)
     args.budget.write_text(text)
