@@ -1,26 +1,38 @@
 """The content store on object storage, against moto's S3 server (tests/support/s3_support.py):
-an S3 error while writing is retried until the store answers, a read checks the digest, a
-missing object names its s3:// path, and the collector deletes unreferenced objects only.
-No Spark: the folder backend and the sweep talk to S3 through pyarrow, as the workers do."""
+an S3 error while writing is retried until the store answers, S3 errors injected by a proxy in
+front of the server (tests/support/fault_proxy.py) while stage one writes and the step reads
+are retried by the SDK and then by the store, a read checks the digest, a missing object names
+its s3:// path, and the collector deletes unreferenced objects only.
+No Spark: the folder backend and the sweep talk to S3 through pyarrow, as the workers do (the
+same faults through the Spark job: test_object_storage.py)."""
 
 from __future__ import annotations
 
+import json
+import logging
+import random
 import threading
 import time
 
 import boto3
 import pytest
 
-from routing_lib.content_files import ContentFolder
+from routing_lib.content_files import ContentFolder, ContentSettings
 from routing_lib.content_gc import content_size, sweep
 from routing_lib.core.content import (
+    CONTENT,
     ContentStorageError,
     ContentStore,
     CorruptContentError,
     MissingContentError,
     content_ref,
 )
+from routing_lib.ingest import classify
+from schemas import parse_event
+from tests.support.fault_proxy import RESET, fault_proxy
+from tests.support.helpers import DELAY_MS, fixture_lines, reference_dump
 from tests.support.s3_support import S3Endpoint
+from tests.support.stream_model import StreamModel
 
 pytestmark = pytest.mark.s3
 
@@ -74,3 +86,83 @@ def test_the_sweep_on_s3_deletes_only_unreferenced_objects(s3_endpoint):  # noqa
     report = sweep(location, {kept[1:]}, time.time() + 7200, 3600)  # as if two hours later
     assert report.deleted == [gone[1:]]
     assert content_size(location) == (1, len("named by state"))
+
+
+# Keys of the content folder only: the proxy lets every other request through.
+CONTENT_KEYS = "/checkpoint/content/"
+READS, WRITES = ("GET", "HEAD"), ("PUT",)
+# pyarrow's S3 client tries each request up to 3 times (AwsStandardS3RetryStrategy, while its
+# retry quota lasts): 4 faults in a row fail at least one attempt of the store, which tries 5
+# times, so its own retry is needed and suffices whatever the SDK did.
+FAULTS_IN_A_ROW = 4
+
+
+def test_s3_faults_in_stage_one_and_the_step_are_retried_and_give_the_replay(
+    s3_endpoint,  # noqa: F811
+    monkeypatch,
+    caplog,
+):
+    """Before each micro-batch the proxy arms FAULTS_IN_A_ROW faults (503, 500 or a reset) for
+    the content folder's writes or reads; every batch starts with an empty cache, so the step
+    reads every reference from S3. The tables equal the plain replay, and the store retried."""
+    rng = random.Random(21)
+    lines = fixture_lines("14_write_perm_admin")
+    events = [parse_event(line) for line in lines]
+    caplog.set_level(logging.WARNING, logger="routelake.content")
+    CONTENT.clear()
+    with fault_proxy(s3_endpoint.url) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        location = s3_endpoint.prefix("s3") + "/checkpoint/content"
+        model = StreamModel(DELAY_MS, True, backend=ContentFolder(location, 5, 0.0))
+        i = batches = 0
+        while i < len(events):
+            size = rng.randint(1, 2)
+            CONTENT.clear()  # a fresh Python worker: every reference is read from S3
+            fault = (503, 500, RESET)[batches % 3]
+            proxy.fail(CONTENT_KEYS, fault, FAULTS_IN_A_ROW, WRITES if batches % 2 else READS)
+            model.batch([(e, ("file", i + n)) for n, e in enumerate(events[i : i + size])])
+            i += size
+            batches += 1
+        final = max(e.eventTime for e in events) - DELAY_MS
+        model.finish(final)
+        dump = model.dump()
+    assert dump == reference_dump(lines)
+    injected = {(r.fault, tuple(sorted(r.methods or ()))) for r in proxy.rules if r.injected}
+    assert len(injected) == 6, injected  # every fault, on reads and on writes
+    retried = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
+    assert any("writing s3://" in m for m in retried) and any("reading s3://" in m for m in retried)
+    CONTENT.clear()
+
+
+def test_s3_faults_past_the_retries_fail_stage_one_and_the_step(s3_endpoint, monkeypatch):  # noqa: F811
+    """A store that keeps failing fails the call (the task, in Spark), never a dead letter."""
+    CONTENT.clear()
+    with fault_proxy(s3_endpoint.url) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        location = s3_endpoint.prefix("s3") + "/checkpoint/content"
+        settings = ContentSettings(location, 0, 2, 0.0)
+        register = {
+            "eventType": "REGISTER",
+            "eventTime": 1_764_000_000_000,
+            "clusterName": "C1",
+            "brokerAddr": "10.0.0.1:10911",
+            "brokerName": "broker-s3",
+            "brokerId": 0,
+            "haServerAddr": "10.0.0.1:10912",
+            "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1},
+            "topicConfigTable": {"s3-faults": {"topicName": "s3-faults", "perm": 6}},
+        }
+        raw = json.dumps(register).encode()
+        rule = proxy.fail(CONTENT_KEYS, 503, None, WRITES)
+        with pytest.raises(ContentStorageError, match="writing s3://.* failed 2 times"):
+            classify(raw, "k-0", 1, None, 0, store=settings)
+        assert rule.injected >= 2
+        proxy.clear()
+        classified = classify(raw, "k-0", 1, None, 0, store=settings)
+        assert classified.payload is not None
+        ref = classified.payload.rsplit("\x1e", 1)[1]
+        CONTENT.clear()
+        proxy.fail(CONTENT_KEYS, RESET, None, READS)
+        with pytest.raises(ContentStorageError, match="reading s3://.* failed 2 times"):
+            CONTENT.get(ref)
+    CONTENT.clear()
