@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
 from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel
@@ -107,6 +107,14 @@ class LazyTopicTable(Mapping[str, TopicRow]):
 
     def __len__(self) -> int:
         return len(self.topic_keys())
+
+    # Mapping's mixins would call __getitem__ once per topic (applying a 10 000-topic
+    # registration): the decoded dict's own views.
+    def values(self) -> ValuesView[TopicRow]:
+        return self._table().values()
+
+    def items(self) -> ItemsView[str, TopicRow]:
+        return self._table().items()
 
     def packed(self) -> str:
         """The packed form it came in: the reference, or keys RS rows."""
