@@ -105,7 +105,8 @@ class ContentFolder:
         if data is None:
             return None
         text = data.decode("utf-8", "surrogatepass")
-        if content_ref(text) != ref:
+        # a chunked reference names its manifest by the same digest under another mark
+        if content_ref(text)[1:] != ref[1:]:
             raise CorruptContentError(
                 f"corrupt content for reference {ref[1:]}: file {path} of checkpoint "
                 f"{checkpoint_of(self.name)} holds {len(data)} bytes whose BLAKE2b digest is "

@@ -9,7 +9,8 @@ A content file (routing_lib/content_files.py) may be needed by a reference in
 - a Python worker's memory (its cache of texts, its known-records templates).
 
 Mark: the digests named anywhere in the retained state versions, read with Spark's state data
-source (the oldest retained version in full plus the change feed of every later one). Sweep: a
+source (the oldest retained version in full plus the change feed of every later one), and the
+chunks listed by the manifests of the chunked references among them. Sweep: a
 file is deleted only if its digest is not marked AND it was last written before
 `started - grace_s`, where `started` is taken before the mark. Every way a reference reaches a
 future state version other than through a marked one passes through the store's `ensure`, which
@@ -29,7 +30,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,8 +38,13 @@ from typing import TYPE_CHECKING
 from pyarrow import fs as pafs
 
 from routing_lib import storage
-from routing_lib.content_files import CONTENT_FOLDER, TEMPORARY_PREFIX
-from routing_lib.core.content import CONTENT
+from routing_lib.content_files import CONTENT_FOLDER, TEMPORARY_PREFIX, ContentFolder
+from routing_lib.core.content import (
+    CONTENT,
+    MANIFEST_MARK,
+    CorruptContentError,
+    manifest_digests,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,7 +55,10 @@ _DIGEST = re.compile(r"^[0-9a-f]{32}$")
 # A reference in a state value as the value's JSON (Spark's to_json) shows it: the marker
 # character itself, or escaped once or more (a pending event's packed form sits inside the
 # clock's JSON: "\\u001d<digest>"), then the digest. Java and Python read it the same way.
-DIGEST_IN_TEXT = "(?:\x1d|u001[dD])([0-9a-f]{32})"
+# Both marks: a plain reference (1d) and a chunked one (1c, its manifest's digest).
+DIGEST_IN_TEXT = "(?:[\x1c\x1d]|u001[cCdD])([0-9a-f]{32})"
+# A chunked reference only: its manifest is read and the chunks it lists are marked too.
+MANIFEST_IN_TEXT = "(?:\x1c|u001[cC])([0-9a-f]{32})"
 _TOMBSTONE = ".gc-"
 
 
@@ -104,6 +113,7 @@ def live_digests(spark: SparkSession, checkpoint: str) -> set[str] | None:
     if not meta:  # a state folder whose versions cannot be listed: mark nothing, delete nothing
         raise RuntimeError(f"no state metadata under {checkpoint}/state: nothing collected")
     digests: set[str] = set()
+    manifests: set[str] = set()
     for operator in meta:
         first, last = int(operator["minBatchId"]), int(operator["maxBatchId"])
         frames = [
@@ -125,13 +135,29 @@ def live_digests(spark: SparkSession, checkpoint: str) -> set[str] | None:
             )
         for frame in frames:
             text = F.to_json(F.col("value"))  # every column, escapes and all
-            found = (
-                frame.select(F.explode(F.regexp_extract_all(text, F.lit(DIGEST_IN_TEXT), 1)))
-                .distinct()
-                .collect()
-            )
-            digests.update(row[0] for row in found)
-    return digests
+            for pattern, found_in in ((DIGEST_IN_TEXT, digests), (MANIFEST_IN_TEXT, manifests)):
+                found = (
+                    frame.select(F.explode(F.regexp_extract_all(text, F.lit(pattern), 1)))
+                    .distinct()
+                    .collect()
+                )
+                found_in.update(row[0] for row in found)
+    return digests | chunk_digests(storage.join(checkpoint, CONTENT_FOLDER), manifests)
+
+
+def chunk_digests(location: str, manifests: Iterable[str]) -> set[str]:
+    """The chunks the manifests of these chunked references list (a manifest whose file is
+    gone lists nothing: the job stops on that reference whatever is kept)."""
+    folder = ContentFolder(location)
+    chunks: set[str] = set()
+    for digest in manifests:
+        try:
+            text = folder.read(MANIFEST_MARK + digest)
+        except CorruptContentError:
+            continue  # a damaged manifest: keep what it may name by age only, as before
+        listed = manifest_digests(text) if text is not None else None
+        chunks.update(listed or [])
+    return chunks
 
 
 def collect_content(

@@ -15,18 +15,38 @@ reference names the content and nothing else, so:
 
 The digest is BLAKE2b with 128 bits: an accidental collision is out of reach (2^64 values
 before one is likely). Pure Python; the folder backend lives in routing_lib/content_files.py.
+
+A large text is stored in chunks (routing_lib/core/chunks.py): each chunk is content of its
+own, and the text's reference is a *chunked reference* (MANIFEST_MARK and the digest of its
+manifest: a header line, then the chunks' digests in order). A one-topic change of a
+10 000-topic table writes a chunk or two and the manifest; an unchanged chunk is not written
+again. A group's open topic intervals are stored as an *opens value* (OPENS_MARK, the reference
+of their topic names, the runs of their start times): a return of the group with a topic set
+seen before names only content that is already there.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import time
 from collections import OrderedDict
 from typing import Protocol
 
+from routing_lib.core.chunks import chunk_cuts, join_opens, split_opens
+
 REF_MARK = "\x1d"  # ASCII group separator: never in JSON text or a topic name
+MANIFEST_MARK = "\x1c"  # ASCII file separator: a chunked reference (its manifest's digest)
+OPENS_MARK = "\x1a"  # an opens value: names reference + runs of start times (not a reference)
+MANIFEST_HEADER = "routelake-chunks 1\n"
 _REF_LENGTH = 1 + 32
+# Texts from this size are stored in chunks (a 10 000-topic table is ~400 KB; a 100-topic one
+# stays one file).
+CHUNK_MIN_CHARS = 32 * 1024
+# An opens value keeps its runs inline up to this size; longer runs go to a content file.
+_INLINE_RUNS_CHARS = 1024
+_MEMO_LIMIT = 100_000
 
 
 class ContentBackend(Protocol):
@@ -49,7 +69,35 @@ def content_ref(text: str) -> str:
 
 
 def is_ref(value: str | None) -> bool:
-    return value is not None and len(value) == _REF_LENGTH and value[0] == REF_MARK
+    """A content reference: plain (the text's digest) or chunked (its manifest's digest)."""
+    return value is not None and len(value) == _REF_LENGTH and value[0] in (REF_MARK, MANIFEST_MARK)
+
+
+def is_chunked_ref(value: str | None) -> bool:
+    return is_ref(value) and value is not None and value[0] == MANIFEST_MARK
+
+
+def is_opens_value(value: str | None) -> bool:
+    """An opens value: OPENS_MARK, the names' reference, then the runs (JSON, or a reference)."""
+    if value is None or not value.startswith(OPENS_MARK):
+        return False
+    runs = value[1 + _REF_LENGTH :]
+    return is_ref(value[1 : 1 + _REF_LENGTH]) and (runs.startswith("[") or is_ref(runs))
+
+
+Piece = tuple[str, int, int]  # a chunk's plain reference, its start and end in the text
+
+
+def manifest_text(pieces: list[Piece]) -> str:
+    return MANIFEST_HEADER + "\n".join(ref[1:] for ref, _, _ in pieces)
+
+
+def manifest_digests(text: str) -> list[str] | None:
+    """The chunk digests a manifest lists; None if `text` is not a manifest."""
+    if not text.startswith(MANIFEST_HEADER):
+        return None
+    body = text[len(MANIFEST_HEADER) :]
+    return body.split("\n") if body else []
 
 
 class MissingContentError(LookupError):
@@ -89,13 +137,20 @@ class ContentStore:
     lose it. Everything else can be read again, so the cache is bounded by `max_bytes`.
     """
 
-    def __init__(self, max_bytes: int = 512 * 1024 * 1024, freshness_s: float = 300.0):
+    def __init__(
+        self,
+        max_bytes: int = 512 * 1024 * 1024,
+        freshness_s: float = 300.0,
+        chunk_min_chars: int = CHUNK_MIN_CHARS,
+    ):
         self.max_bytes = max_bytes
         # A reference leaves this process only if its backend file was written or touched
         # within this many seconds: the collector's grace period is longer, so it never
         # deletes a file that a reference about to be committed names (docs/architecture.md).
         self.freshness_s = freshness_s
+        self.chunk_min_chars = chunk_min_chars
         self._texts: OrderedDict[str, str] = OrderedDict()
+        self._pieces: dict[str, list[Piece]] = {}  # chunked ref -> its chunks, while cached
         self._bytes = 0
         self._pinned: set[str] = set()
         self._backends: dict[str, ContentBackend] = {}
@@ -103,6 +158,9 @@ class ContentStore:
         # backend name -> ref -> when this process last wrote or touched its file (monotonic)
         self._ensured_at: dict[str, dict[str, float]] = {}
         self._ref_by_id: dict[int, str] = {}  # id(text) -> ref, for texts handed out by `get`
+        # a large text's plain digest -> its chunked reference (a pure function: an unchanged
+        # table read again from a record is hashed once, not cut again)
+        self._chunked_by_digest: OrderedDict[str, str] = OrderedDict()
         self.backend_reads = 0
         self.backend_writes = 0
 
@@ -117,17 +175,77 @@ class ContentStore:
     # -- writing -----------------------------------------------------------------------------
     def put(self, text: str, backend: ContentBackend | None = None) -> str:
         """The reference of `text`, keeping the text in memory and, with a backend, durable
-        there before this returns."""
+        there before this returns. From `chunk_min_chars` on, a text with cuts
+        (routing_lib/core/chunks.py) gets a chunked reference."""
         ref = self._known_ref(text)
-        if ref is None:
-            ref = content_ref(text)
-            self._remember(ref, text)
+        if ref is None or not is_ref(ref):
+            ref = self._take(text)
         self.ensure(ref, backend)
         return ref
 
+    def _take(self, text: str) -> str:
+        plain = content_ref(text)
+        if len(text) < self.chunk_min_chars:
+            self._remember(plain, text)
+            return plain
+        known = self._chunked_by_digest.get(plain)
+        if known is not None and known in self._texts:
+            self._texts.move_to_end(known)
+            return known
+        cuts = chunk_cuts(text)
+        if not cuts:
+            self._remember(plain, text)
+            return plain
+        edges = [0, *cuts, len(text)]
+        pieces = [(content_ref(text[a:b]), a, b) for a, b in zip(edges, edges[1:], strict=False)]
+        ref = MANIFEST_MARK + content_ref(manifest_text(pieces))[1:]
+        self._chunked_by_digest[plain] = ref
+        if len(self._chunked_by_digest) > _MEMO_LIMIT:
+            self._chunked_by_digest.popitem(last=False)
+        self._remember(ref, text, pieces)
+        return ref
+
+    def put_opens(self, text: str, backend: ContentBackend | None = None) -> str:
+        """A group's open topic intervals as an opens value (OPENS_MARK, the reference of their
+        names, their start times as runs), or as `put` stores it if it is not that layout.
+        Start times change with every return of the group; the names rarely do."""
+        known = self._known_ref(text)
+        if known is not None and (is_opens_value(known) or is_ref(known)):
+            self._ensure_value(known, backend)
+            return known
+        parts = split_opens(text)
+        if parts is None:
+            return self.put(text, backend)
+        names_text, runs = parts
+        runs_json = json.dumps(runs, separators=(",", ":"))
+        if len(runs_json) > _INLINE_RUNS_CHARS:
+            runs_json = self.put(runs_json, backend)
+        value = OPENS_MARK + self.put(names_text, backend) + runs_json
+        self._remember(value, text)
+        self._written_like(value)
+        return value
+
+    def _ensure_value(self, value: str, backend: ContentBackend | None) -> None:
+        for ref in _refs_of_opens(value) if is_opens_value(value) else [value]:
+            self.ensure(ref, backend)
+        if is_opens_value(value):
+            self._written_like(value)
+
+    def _written_like(self, value: str) -> None:
+        """An opens value is as durable as the references in it."""
+        refs = _refs_of_opens(value)
+        for written in self._written.values():
+            if all(ref in written for ref in refs):
+                written.add(value)
+        if value in self._texts and not self._durable(value):
+            self._pinned.add(value)
+        else:
+            self._pinned.discard(value)
+
     def ensure(self, ref: str, backend: ContentBackend | None) -> None:
         """Make the content of `ref` durable in `backend`: written, or touched if there, unless
-        this process did so within `freshness_s` seconds."""
+        this process did so within `freshness_s` seconds. A chunked reference's chunks are
+        made durable before its manifest."""
         if backend is None:
             if ref in self._texts and not self._durable(ref):
                 self._pinned.add(ref)
@@ -138,7 +256,16 @@ class ContentStore:
         if now - ensured_at.get(ref, -math.inf) < self.freshness_s:
             return
         text = self.get(ref)
-        backend.write(ref, text)
+        if is_chunked_ref(ref):
+            pieces = self._pieces[ref]
+            for piece_ref, start, end in pieces:
+                if now - ensured_at.get(piece_ref, -math.inf) >= self.freshness_s:
+                    backend.write(piece_ref, text[start:end])
+                    self.backend_writes += 1
+                    ensured_at[piece_ref] = now
+            backend.write(ref, manifest_text(pieces))
+        else:
+            backend.write(ref, text)
         self.backend_writes += 1
         ensured_at[ref] = now
         self._written[backend.name].add(ref)
@@ -150,24 +277,65 @@ class ContentStore:
         if text is not None:
             self._texts.move_to_end(ref)
             return text
+        if is_opens_value(ref):
+            return self._opens_text(ref)
         for backend in reversed(self._backends.values()):  # the latest attached first
-            text = backend.read(ref)
-            if text is not None:
-                self.backend_reads += 1
-                self._written[backend.name].add(ref)
-                self._remember(ref, text)
-                return text
+            stored = backend.read(ref)
+            if stored is None:
+                continue
+            self.backend_reads += 1
+            pieces: list[Piece] | None = None
+            if is_chunked_ref(ref):
+                stored, pieces = self._read_chunks(backend, ref, stored)
+            self._written[backend.name].add(ref)
+            self._remember(ref, stored, pieces)
+            return stored
         raise MissingContentError(
             missing_message(ref, [_place(b, ref) for b in reversed(self._backends.values())])
         )
+
+    def _read_chunks(
+        self, backend: ContentBackend, ref: str, manifest: str
+    ) -> tuple[str, list[Piece]]:
+        digests = manifest_digests(manifest)
+        if digests is None:
+            raise CorruptContentError(f"content {ref[1:]} is not a chunk manifest. {RECOVERY_HINT}")
+        chunks, pieces, offset = [], [], 0
+        for digest in digests:
+            piece_ref = REF_MARK + digest
+            chunk = backend.read(piece_ref)
+            if chunk is None:
+                raise MissingContentError(
+                    f"chunk {digest} of {ref[1:]}: "
+                    + missing_message(piece_ref, [_place(backend, piece_ref)])
+                )
+            self.backend_reads += 1
+            chunks.append(chunk)
+            pieces.append((piece_ref, offset, offset + len(chunk)))
+            offset += len(chunk)
+        return "".join(chunks), pieces
+
+    def _opens_text(self, value: str) -> str:
+        names_ref, runs_part = value[1 : 1 + _REF_LENGTH], value[1 + _REF_LENGTH :]
+        runs_json = self.get(runs_part) if is_ref(runs_part) else runs_part
+        try:
+            text = join_opens(self.get(names_ref), json.loads(runs_json))
+        except (ValueError, TypeError, RecursionError) as exc:  # a damaged state
+            raise CorruptContentError(
+                f"open intervals {names_ref[1:]} do not match their start times: {exc}. "
+                f"{RECOVERY_HINT}"
+            ) from exc
+        self._remember(value, text)
+        self._written_like(value)
+        return text
 
     def ref_of(self, text: str) -> str | None:
         """The reference of `text` if this store handed it out or took it (no hashing)."""
         return self._known_ref(text)
 
     def resolve(self, value: str) -> str:
-        """`value` itself, or the content it references."""
-        return self.get(value) if is_ref(value) else value
+        """`value` itself, or the content it references (a reference or an opens value)."""
+        return self.get(value) if is_ref(value) or is_opens_value(value) else value
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _known_ref(self, text: str) -> str | None:
@@ -179,15 +347,23 @@ class ContentStore:
     def _durable(self, ref: str) -> bool:
         return any(ref in refs for refs in self._written.values())
 
-    def _remember(self, ref: str, text: str) -> None:
+    def _remember(self, ref: str, text: str, pieces: list[Piece] | None = None) -> None:
         if ref in self._texts:
             return
         self._texts[ref] = text
+        if pieces is not None:
+            self._pieces[ref] = pieces
         self._ref_by_id[id(text)] = ref
         self._bytes += len(text)
         if not self._backends:
             self._pinned.add(ref)
         self._evict()
+
+    def _forget(self, ref: str) -> None:
+        text = self._texts.pop(ref)
+        self._pieces.pop(ref, None)
+        self._ref_by_id.pop(id(text), None)
+        self._bytes -= len(text)
 
     def _evict(self) -> None:
         if self._bytes <= self.max_bytes:
@@ -197,25 +373,30 @@ class ContentStore:
                 break
             if ref in self._pinned or not self._durable(ref):
                 continue
-            text = self._texts.pop(ref)
-            self._ref_by_id.pop(id(text), None)
-            self._bytes -= len(text)
+            self._forget(ref)
 
     def clear(self) -> None:
         """Forget every text and what the backends were known to hold, as a fresh process
         would (pinned texts stay: memory is their only copy)."""
         for ref in [r for r in self._texts if r not in self._pinned]:
-            text = self._texts.pop(ref)
-            self._ref_by_id.pop(id(text), None)
-            self._bytes -= len(text)
+            self._forget(ref)
         for refs in self._written.values():
             refs.clear()
         for ensured in self._ensured_at.values():
             ensured.clear()
+        self._chunked_by_digest.clear()
 
     @property
     def cached_bytes(self) -> int:
         return self._bytes
+
+
+def _refs_of_opens(value: str) -> list[str]:
+    refs = [value[1 : 1 + _REF_LENGTH]]
+    runs_part = value[1 + _REF_LENGTH :]
+    if is_ref(runs_part):
+        refs.append(runs_part)
+    return refs
 
 
 def _place(backend: ContentBackend, ref: str) -> str:

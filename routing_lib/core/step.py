@@ -209,11 +209,17 @@ def _save(
             return text
         return CONTENT.put(text, content[0])
 
+    def stored_opens(text: str) -> str:
+        # the open intervals' start times change with every return; their names rarely do
+        if content is None or not text or len(text) < content[1]:
+            return text
+        return CONTENT.put_opens(text, content[0])
+
     clock_json, topics = encode_clock(clock)
     if not config.history:
         return SavedGroup(clock_json, stored(topics), None, None)
     history_json, topic_history = encode_history(tracker)
-    return SavedGroup(clock_json, stored(topics), history_json, stored(topic_history))
+    return SavedGroup(clock_json, stored(topics), history_json, stored_opens(topic_history))
 
 
 def _take_row(clock: GroupClock, batch: _GroupBatch, row: InputRow) -> None:

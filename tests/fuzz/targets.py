@@ -41,7 +41,14 @@ from routing_lib.collector.broker_events import (
     query_data_version,
     register_event,
 )
-from routing_lib.core.content import REF_MARK, ContentStore, MissingContentError, is_ref
+from routing_lib.core.content import (
+    MANIFEST_MARK,
+    REF_MARK,
+    ContentStore,
+    MissingContentError,
+    is_opens_value,
+    is_ref,
+)
 from routing_lib.core.wire import LazyTopicTable, inline, topics_ref, unpack_event
 from routing_lib.ingest import DEAD_LETTER_KEY, TICK_KEY, classify
 from routing_lib.lookup.processor import answer
@@ -381,14 +388,14 @@ def console_http(data: bytes) -> None:
 
 def content_refs(data: bytes) -> None:
     text = data.decode("utf-8", "surrogateescape")
-    assert is_ref(text) == (len(text) == 33 and text[0] == REF_MARK)
+    assert is_ref(text) == (len(text) == 33 and text[0] in (REF_MARK, MANIFEST_MARK))
     store = ContentStore(max_bytes=1 << 20)  # a fresh one: nothing pinned across inputs
     ref = store.put(text)
     assert is_ref(ref) and store.get(ref) == text and store.resolve(ref) == text
     try:
         assert store.resolve(text) == text or is_ref(text)
     except MissingContentError:
-        assert is_ref(text)
+        assert is_ref(text) or is_opens_value(text)
     # the packed forms: a reference in them is resolved or refused, nothing else
     for packed in (text, f'{{"eventType":"REGISTER"}}\x1e{text}', f"{text}\x1e{ref}"):
         tail = topics_ref(packed)
