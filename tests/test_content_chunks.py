@@ -261,7 +261,7 @@ def test_a_one_topic_change_writes_a_few_small_files(tmp_path, change):
     group.register(names, perm)
     new = {name: size for name, size in _files(group.folder).items() if name not in before}
     # the registration's table, the group's topics and its open intervals' names: each a
-    # chunk or two and a manifest of ~80 digests (~2.6 KB)
+    # chunk or two and a manifest of ~150 digests (~5 KB)
     assert 1 <= len(new) <= 15, new
     assert sum(new.values()) < whole / 10, (sum(new.values()), whole)
 
