@@ -9,7 +9,7 @@ The cuts only decide how a text is stored: the chunks are consecutive slices of 
 joining them gives it back exactly whatever the cuts are. They are placed well for the two
 layouts of the topic tables (routing_lib/core/wire.py, core/topic_table.py): names joined by
 US, then RS and a JSON list of flat rows, one per name; or names alone. A cut goes before
-every name whose CRC-32 has its low `CUT_BITS` bits zero (one name in 128 on average), in the
+every name whose CRC-32 has its low `CUT_BITS` bits zero (one name in 256 on average), in the
 names and at the same row in the rows. Any other text gets no cut.
 
 The open topic intervals of a group (`[["topic",since],...]`, core/history.py) change their
@@ -26,7 +26,7 @@ import zlib
 from itertools import accumulate
 
 RS, US = "\x1e", "\x1f"
-CUT_BITS = 7
+CUT_BITS = 8
 _CUT_MASK = (1 << CUT_BITS) - 1
 
 

@@ -32,6 +32,7 @@ import json
 import math
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Protocol
 
 from routing_lib.core.chunks import chunk_cuts, join_opens, split_opens
@@ -258,11 +259,15 @@ class ContentStore:
         text = self.get(ref)
         if is_chunked_ref(ref):
             pieces = self._pieces[ref]
-            for piece_ref, start, end in pieces:
-                if now - ensured_at.get(piece_ref, -math.inf) >= self.freshness_s:
-                    backend.write(piece_ref, text[start:end])
-                    self.backend_writes += 1
-                    ensured_at[piece_ref] = now
+            due = [
+                (piece_ref, text[start:end])
+                for piece_ref, start, end in pieces
+                if now - ensured_at.get(piece_ref, -math.inf) >= self.freshness_s
+            ]
+            _write_all(backend, due)
+            self.backend_writes += len(due)
+            for piece_ref, _ in due:
+                ensured_at[piece_ref] = now
             backend.write(ref, manifest_text(pieces))
         else:
             backend.write(ref, text)
@@ -389,6 +394,26 @@ class ContentStore:
     @property
     def cached_bytes(self) -> int:
         return self._bytes
+
+
+_WRITERS: ThreadPoolExecutor | None = None
+_WRITER_THREADS = 8
+
+
+def _write_all(backend: ContentBackend, items: list[tuple[str, str]]) -> None:
+    """Write these (reference, text) items, side by side when there are several: each local
+    write waits for its fsyncs (~4 ms here), and a new 10 000-topic table has ~80 chunks."""
+    global _WRITERS
+    if len(items) <= 2:
+        for ref, text in items:
+            backend.write(ref, text)
+        return
+    if _WRITERS is None:  # created on first use: in the process that writes, after any fork
+        _WRITERS = ThreadPoolExecutor(_WRITER_THREADS, thread_name_prefix="content-write")
+    futures = [_WRITERS.submit(backend.write, ref, text) for ref, text in items]
+    wait(futures)  # every write has ended (or failed) before the first failure is raised
+    for future in futures:
+        future.result()
 
 
 def _refs_of_opens(value: str) -> list[str]:
