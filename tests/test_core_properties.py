@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from hypothesis import event, given
 
 from routing_lib.core.dump import project
+from routing_lib.core.group_routes import DEFAULT_FLAGS
 from routing_lib.core.replay import replay_dumps
+from routing_lib.core.tables import BROKER_LIVE
 from schemas import parse_event
 from tests.support.event_strategies import History, histories, profile
 from tests.support.stream_model import StreamModel
 
 
-def run_history(history: History) -> None:
+def run_history(history: History) -> tuple[StreamModel, list[tuple[int, dict]]]:
     """The model over the history's micro-batches, checked against the replay after each
-    batch (the published watermark) and once the watermark passed every event."""
+    batch (the published watermark) and once the watermark passed every event; returns the
+    model and the (watermark, dump) after each batch."""
     events = [parse_event(json.dumps(record)) for record in history.records]
     model = StreamModel(history.delay_ms, history.content_refs, history.flags)
     seen: list[tuple[int, dict]] = []
@@ -42,6 +44,13 @@ def run_history(history: History) -> None:
     expected = dict(replay_dumps(events, [t for t, _ in seen], history.flags))
     for watermark, dump in seen:
         assert dump == project(expected[watermark]), f"at watermark {watermark}"
+    return model, seen
+
+
+@profile()
+@given(histories())
+def test_drawn_histories_in_drawn_micro_batches_equal_the_replay(history: History) -> None:
+    _, seen = run_history(history)
     # what the drawn histories reach (shown by --hypothesis-show-statistics)
     final_dump = seen[-1][1]
     most_live = max(len(dump["brokerLiveTable"]) for _, dump in seen)
@@ -51,12 +60,12 @@ def run_history(history: History) -> None:
     event(f"kv at the end: {'kvConfigTable' in final_dump}")
     registered = {(r["clusterName"], r["brokerAddr"]) for r in history.records if "brokerAddr" in r}
     event(f"a broker expired or left: {len(final_dump['brokerLiveTable']) < len(registered)}")
-
-
-@profile()
-@given(histories())
-def test_drawn_histories_in_drawn_micro_batches_equal_the_replay(history: History) -> None:
-    run_history(history)
+    names = {
+        (r["clusterName"], r["brokerAddr"], r["brokerName"])
+        for r in history.records
+        if "brokerAddr" in r
+    }
+    event(f"an address under two brokerNames: {len(names) > len(registered)}")
 
 
 # ---- failing examples Hypothesis found -------------------------------------------------------
@@ -75,16 +84,24 @@ def _register(name: str, addr: str, at: int) -> dict:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open defect: brokerLiveTable is keyed by (cluster, address) across groups, but each "
-    "brokerName group keeps its own live rows, so one address registered under two brokerNames "
-    "gives two rows of one key (and a delta-rs MERGE with two source rows for one target row "
-    "fails the batch); reported, fix pending",
-)
+def _run(batches: list[list[dict]], delay_ms: int) -> StreamModel:
+    """The model over these micro-batches (checked against the replay after each); returns it."""
+    records = [r for batch in batches for r in batch]
+    sizes = [len(batch) for batch in batches]
+    return run_history(History(records, delay_ms, sizes, DEFAULT_FLAGS, content_refs=False))[0]
+
+
+def _live(model: StreamModel) -> list[tuple[str, str, int]]:
+    return [
+        (row["clusterName"], row["brokerAddr"], row["lastUpdateTimestamp"])
+        for row in model.dump()["brokerLiveTable"]
+    ]
+
+
 def test_one_address_under_two_broker_names() -> None:
-    """Found by Hypothesis (shrunk): a broker renamed at the same address. RocketMQ keeps one
-    BrokerLiveInfo per (cluster, address); the published table declares the same key."""
+    """Found by Hypothesis (shrunk): a broker renamed at the same address, both registrations
+    applied in one batch. RocketMQ keeps one BrokerLiveInfo per (cluster, address), the latest
+    registration's; each group writes its own row, and the dump shows the latest."""
     records = [_register("broker-b", "[::1]:65535", 1), _register("broker-a", "[::1]:65535", 2)]
     events = [parse_event(json.dumps(r)) for r in records]
     model = StreamModel(1, content_refs=False)
@@ -93,3 +110,44 @@ def test_one_address_under_two_broker_names() -> None:
     live = model.dump()["brokerLiveTable"]
     keys = [(row["clusterName"], row["brokerAddr"]) for row in live]
     assert len(keys) == len(set(keys)), live
+    assert _live(model) == [("C2", "[::1]:65535", 2)]
+    # both groups keep their own row under the catalog's key
+    assert sorted(model.tables[BROKER_LIVE]) == [
+        ("C2", "[::1]:65535", "broker-a"),
+        ("C2", "[::1]:65535", "broker-b"),
+    ]
+
+
+def test_renamed_broker_across_batches_outlives_the_old_name() -> None:
+    """The old name's registration is published, the new one in a later batch, then the old
+    name expires in a third: its row goes, the new name's row stays (with one row per
+    (cluster, address) the expiry deleted the new registration's row)."""
+    old = {**_register("broker-old", "h:1", 1_000), "heartbeatTimeoutMillis": 30_000}
+    new = _register("broker-new", "h:1", 20_000)
+    tick = lambda at: {"eventType": "TICK", "eventTime": at}  # noqa: E731
+    model = _run([[old, tick(12_000)], [new, tick(25_000)], [tick(60_000)]], delay_ms=1_000)
+    assert _live(model) == [("C2", "h:1", 20_000)]
+    assert list(model.tables[BROKER_LIVE]) == [("C2", "h:1", "broker-new")]
+
+
+def test_renamed_broker_shows_the_latest_registration_and_its_filter_servers() -> None:
+    """Both names stay live: the dump shows the registration or heartbeat seen last, and the
+    filter servers of the latest name that has some."""
+    b = {**_register("broker-b", "h:1", 1_000), "filterServerList": ["f:1"]}
+    a = _register("broker-a", "h:1", 2_000)
+    heartbeat = {k: b[k] for k in ("clusterName", "brokerAddr", "brokerName", "brokerId")}
+    tick = lambda at: {"eventType": "TICK", "eventTime": at}  # noqa: E731
+    model = _run([[b, a, tick(5_000)]], delay_ms=1_000)
+    dump = model.dump()
+    assert _live(model) == [("C2", "h:1", 2_000)]
+    assert dump["filterServerTable"] == [
+        {"clusterName": "C2", "brokerAddr": "h:1", "filterServerList": ["f:1"]}
+    ]
+    a_filters = {**a, "eventTime": 3_000, "filterServerList": ["f:2"]}
+    model = _run([[b, a, a_filters, tick(5_000)]], delay_ms=1_000)
+    assert model.dump()["filterServerTable"][0]["filterServerList"] == ["f:2"]
+    # the old name's heartbeat, seen last, makes its registration the one shown
+    beat = {**heartbeat, "eventType": "HEARTBEAT", "eventTime": 4_000}
+    model = _run([[b, a_filters, beat, tick(6_000)]], delay_ms=1_000)
+    assert _live(model) == [("C2", "h:1", 4_000)]
+    assert model.dump()["filterServerTable"][0]["filterServerList"] == ["f:1"]

@@ -259,6 +259,67 @@ def test_golden_acting_master_fixture():
     }
 
 
+def _renamed_broker_events(heartbeat_at: int | None) -> list:
+    """One address registered as broker-b (with filter servers), then as broker-a (with
+    others); broker-b's heartbeat at `heartbeat_at` makes it the address's latest again."""
+
+    def register(name: str, at: int, filters: list[str]) -> dict:
+        return {
+            "eventType": "REGISTER",
+            "eventTime": at,
+            "clusterName": "C",
+            "brokerAddr": "10.1.0.1:10911",
+            "brokerName": name,
+            "brokerId": 0,
+            "dataVersion": {"stateVersion": 0, "timestamp": at, "counter": 1},
+            "topicConfigTable": {f"T-{name}": {"topicName": f"T-{name}"}},
+            "filterServerList": filters,
+        }
+
+    records = [
+        register("broker-b", 1_000, ["10.1.0.1:30000"]),
+        register("broker-a", 2_000, ["10.1.0.1:30001"]),
+    ]
+    if heartbeat_at is not None:
+        head = ("clusterName", "brokerAddr", "brokerName", "brokerId")
+        beat = {"eventType": "HEARTBEAT", "eventTime": heartbeat_at}
+        records.append({**beat, **{k: records[0][k] for k in head}})
+    return [parse_event(json.dumps(r)) for r in records]
+
+
+def test_one_address_under_two_broker_names_is_one_live_entry():
+    """A broker renamed in place: broker_live_table and filter_server_table have a row per
+    brokerName; the lookup answers one live entry and one filter-server list per address,
+    the latest registration's, and follows it when only the live rows change."""
+    until = 5_000
+    tables = fleet_rows(replay(_renamed_broker_events(None), until).values())
+    assert len(tables[BROKER_LIVE]) == len(tables[FILTER_SERVER]) == 2
+    index = RouteIndex(WarehouseSnapshot(tables, {"v": 1}, until))
+    [live] = index.live_brokers
+    assert (live["brokerName"], live["lastUpdateTimestamp"]) == ("broker-a", 2_000)
+    filters = {"10.1.0.1:10911": ["10.1.0.1:30001"]}
+    for topic in ("T-broker-a", "T-broker-b"):
+        assert index.route(topic)["filterServerTable"] == filters
+        assert json.loads(index.route_body(topic).standard)["filterServerTable"] == filters
+    # broker-b's heartbeat: only broker_live_table changes, and the answers follow it
+    later = fleet_rows(replay(_renamed_broker_events(4_000), until).values())
+    assert later[FILTER_SERVER] == tables[FILTER_SERVER]
+    next_index = RouteIndex.assemble(
+        index.store,
+        {BROKER_LIVE: later[BROKER_LIVE]},
+        {"v": 2},
+        until,
+        previous=index,
+        changed_topics=frozenset(),
+    )
+    [live] = next_index.live_brokers
+    assert (live["brokerName"], live["lastUpdateTimestamp"]) == ("broker-b", 4_000)
+    filters = {"10.1.0.1:10911": ["10.1.0.1:30000"]}
+    for topic in ("T-broker-a", "T-broker-b"):
+        assert next_index.route(topic)["filterServerTable"] == filters
+        assert json.loads(next_index.route_body(topic).standard)["filterServerTable"] == filters
+
+
 # -- request processing --
 
 

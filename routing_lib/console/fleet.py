@@ -19,16 +19,22 @@ JsonObj = dict[str, Any]
 
 def alive_since(events: Iterable[Row], at: int) -> dict[BrokerKey, int]:
     """When each broker live at `at` entered brokerLiveTable: its latest liveness event with
-    event_time <= at, by (event_time, seq), is a REGISTERED one at that time."""
-    latest: dict[BrokerKey, tuple[int, int, str]] = {}
+    event_time <= at, by (event_time, seq), is a REGISTERED one at that time. Each brokerName
+    group logs its own events (seq counts within a group), so they are followed per group; an
+    address live under two brokerNames (renamed in place) is live since the earlier."""
+    latest: dict[tuple[str, str, str], tuple[int, int, str]] = {}
     for e in events:
         if e["event_time"] > at:
             continue
-        key = (e["cluster_name"], e["broker_addr"])
+        key = (e["cluster_name"], e["broker_addr"], e["broker_name"])
         order = (e["event_time"], e["seq"], e["event_type"])
         if key not in latest or order[:2] > latest[key][:2]:
             latest[key] = order
-    return {key: t for key, (t, _, kind) in latest.items() if kind == REGISTERED}
+    since: dict[BrokerKey, int] = {}
+    for (cluster, addr, _), (t, _, kind) in latest.items():
+        if kind == REGISTERED:
+            since[cluster, addr] = min(t, since.get((cluster, addr), t))
+    return since
 
 
 def write_counts(store: TopicStore) -> dict[str, tuple[int, int]]:

@@ -76,9 +76,10 @@ def live_brokers_as_of(events: Iterable[Row], t: int) -> list[dict[str, str]]:
         order = (e["event_time"], e["seq"], e["event_type"])
         if broker not in latest or order[:2] > latest[broker][:2]:
             latest[broker] = order
-    live = [
+    # a set: one address live under two brokerNames is one entry (core/broker_rows.py)
+    live = {
         (cluster, addr) for (_, cluster, addr), (_, _, kind) in latest.items() if kind == REGISTERED
-    ]
+    }
     return [{"clusterName": c, "brokerAddr": a} for c, a in sorted(live)]
 
 

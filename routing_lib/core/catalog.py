@@ -208,9 +208,13 @@ ROUTE_SPECS = (
         readers=frozenset({Reader.CONSOLE}),
         doc="clusterAddrTable: one row per (cluster, brokerName)",
     ),
+    # brokerLiveTable and filterServerTable are keyed by (cluster, address) in RocketMQ; each
+    # brokerName group writes its own rows, so one address registered under two brokerNames
+    # (a broker renamed in place) is two rows here, never two MERGE source rows of one key.
+    # Readers show one per (cluster, address): routing_lib/core/broker_rows.py.
     _route(
         BROKER_LIVE,
-        ("cluster_name", "broker_addr"),
+        ("cluster_name", "broker_addr", "broker_name"),
         ("cluster_name", STRING),
         ("broker_addr", STRING),
         ("broker_name", STRING),
@@ -218,16 +222,18 @@ ROUTE_SPECS = (
         ("heartbeat_timeout_millis", BIGINT),
         ("ha_server_addr", STRING),
         ("data_version", _DATA_VERSION),
-        doc="brokerLiveTable: one row per live (cluster, broker address)",
+        doc="brokerLiveTable: one row per live (cluster, broker address, brokerName); readers show "
+        "the latest registration per (cluster, broker address)",
     ),
     _route(
         FILTER_SERVER,
-        ("cluster_name", "broker_addr"),
+        ("cluster_name", "broker_addr", "broker_name"),
         ("cluster_name", STRING),
         ("broker_addr", STRING),
         ("broker_name", STRING),
         ("filter_server_list", ArrayOf(STRING)),
-        doc="filterServerTable: one row per (cluster, broker address) with filter servers",
+        doc="filterServerTable: one row per (cluster, broker address, brokerName) with filter "
+        "servers; readers show one per (cluster, broker address)",
     ),
     _route(
         KV_CONFIG,

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from routing_lib.core.broker_rows import latest_filters, latest_live
 from routing_lib.core.catalog import (
     BROKER_ADDR,
     BROKER_LIVE,
@@ -57,6 +58,8 @@ def canonical_dump(tables: Mapping[str, Iterable[Row]], watermark: int | None) -
             "topicSysFlag": int(row["topic_sys_flag"]),
         }
 
+    # one entry per (cluster, address), as RocketMQ's maps hold them (core/broker_rows.py)
+    live_rows = list(tables.get(BROKER_LIVE, ()))
     live = [
         {
             "clusterName": r["cluster_name"],
@@ -67,7 +70,7 @@ def canonical_dump(tables: Mapping[str, Iterable[Row]], watermark: int | None) -
             "haServerAddr": r["ha_server_addr"],
             "dataVersion": _data_version(r),
         }
-        for r in tables.get(BROKER_LIVE, ())
+        for r in latest_live(live_rows)
     ]
     filters = [
         {
@@ -75,7 +78,7 @@ def canonical_dump(tables: Mapping[str, Iterable[Row]], watermark: int | None) -
             "brokerAddr": r["broker_addr"],
             "filterServerList": list(r["filter_server_list"]),
         }
-        for r in tables.get(FILTER_SERVER, ())
+        for r in latest_filters(tables.get(FILTER_SERVER, ()), live_rows)
     ]
     by_broker = lambda item: (item["clusterName"], item["brokerAddr"])  # noqa: E731
     kv = kv_config_table(tables.get(KV_CONFIG, ()))

@@ -178,15 +178,21 @@ def diff(name: str, before: RoutesSnapshot, after: RoutesSnapshot) -> list[Chang
         {(c, name): True for c in after.clusters},
         lambda k, _: {"cluster_name": k[0], "broker_name": name},
     )
-    changes += _diff_maps(
-        BROKER_LIVE, before.live, after.live, lambda k, live: _live_row(name, k, live)
-    )
-    changes += _diff_maps(
-        FILTER_SERVER,
-        before.filter_servers,
-        after.filter_servers,
-        lambda k, servers: _filter_row(name, k, servers),
-    )
+    # Keyed with the group's name too (catalog): another group may hold the same address.
+    if before.live != after.live:
+        changes += _diff_maps(
+            BROKER_LIVE,
+            {(*k, name): v for k, v in before.live.items()},
+            {(*k, name): v for k, v in after.live.items()},
+            lambda k, live: _live_row(name, (k[0], k[1]), live),
+        )
+    if before.filter_servers != after.filter_servers:
+        changes += _diff_maps(
+            FILTER_SERVER,
+            {(*k, name): v for k, v in before.filter_servers.items()},
+            {(*k, name): v for k, v in after.filter_servers.items()},
+            lambda k, servers: _filter_row(name, (k[0], k[1]), servers),
+        )
     if before.kv or after.kv:
         changes += _diff_maps(
             KV_CONFIG,

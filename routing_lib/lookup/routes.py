@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from routing_lib.core.broker_rows import latest_filters, shared_addresses
 from routing_lib.core.catalog import (
     BROKER_ADDR,
     BROKER_LIVE,
@@ -227,10 +228,13 @@ class _LivePart:
 
 
 class _FilterPart:
-    def __init__(self, rows: list[Row]) -> None:
+    def __init__(self, rows: list[Row], live_rows: list[Row]) -> None:
+        # An address with filter rows of two brokerNames is ranked by the live rows, so this
+        # part then follows broker_live_table too (core/broker_rows.py); usually it does not.
+        self.follows_live = shared_addresses(rows)
         self.filters: dict[tuple[str, str], list[str]] = {
             (r["cluster_name"], r["broker_addr"]): list(r["filter_server_list"])
-            for r in rows
+            for r in latest_filters(rows, live_rows)
             if r["filter_server_list"]
         }
 
@@ -436,8 +440,10 @@ class RouteIndex:
         )
         self._filter_part: _FilterPart = (
             previous._filter_part
-            if previous is not None and FILTER_SERVER not in rows
-            else _FilterPart(self.rows[FILTER_SERVER])
+            if previous is not None
+            and FILTER_SERVER not in rows
+            and not (BROKER_LIVE in rows and previous._filter_part.follows_live)
+            else _FilterPart(self.rows[FILTER_SERVER], self.rows[BROKER_LIVE])
         )
         # What routes apply: the options above, or an operator's updateNamesrvConfig as
         # published in the KV table (a KV change empties the route cache below).

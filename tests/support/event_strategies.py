@@ -214,14 +214,21 @@ class History:
 
 @st.composite
 def histories(draw: st.DrawFn, max_events: int = 30) -> History:
-    drawn = draw(st.lists(members, min_size=1, max_size=5))
-    # One brokerName per (cluster, address): the live and filter-server tables are keyed by
-    # (cluster, address) across groups, and two groups sharing one key is a known open defect
-    # (tests/test_core_properties.py, test_one_address_under_two_broker_names)
-    owner: dict[tuple[str, str], str] = {}
-    fleet = [replace(m, name=owner.setdefault((m.cluster, m.addr), m.name)) for m in drawn]
+    # Members are drawn independently, so one (cluster, address) can come under two brokerNames
+    # (a broker renamed in place): each group then keeps its own live and filter-server rows.
+    fleet = draw(st.lists(members, min_size=1, max_size=5))
     versions = draw(st.lists(data_versions, min_size=1, max_size=3))
     untimed = draw(st.lists(untimed_event(fleet, versions), min_size=1, max_size=max_events))
+    if draw(st.booleans()):  # and often on purpose: a member registered, then renamed
+        member = draw(st.sampled_from(fleet))
+        other = draw(st.sampled_from([n for n in BROKER_NAMES if n != member.name]))
+        renamed = replace(member, name=other)
+        fleet.append(renamed)
+        first = draw(st.integers(0, len(untimed)))
+        then = draw(st.integers(first, len(untimed)))
+        untimed.insert(then, draw(register(renamed, versions)))
+        untimed.insert(first, draw(register(member, versions)))
+        untimed += draw(st.lists(untimed_event(fleet, versions), max_size=3))
     # mostly short gaps (brokers stay live), now and then one past a heartbeat timeout
     gap = st.one_of(
         st.just(0), st.integers(0, 5_000), st.integers(0, 5_000), st.integers(0, 300_000)

@@ -1,7 +1,12 @@
 """The streaming job without Spark: micro-batches, and per-group calls of the shipped step
 (routing_lib/core/step.py) only when Spark would make them (rows, or a passed timeout), the
 published tables lagging one batch, the admin log and the DELETE_TOPIC fan-out
-(routing_lib/core/admin.py). State travels between calls in its saved form, as in Spark."""
+(routing_lib/core/admin.py). State travels between calls in its saved form, as in Spark.
+
+The published route tables are the steps' row changes applied per batch by the catalog's keys
+(what the writer's MERGE does with them), and a batch never holds two changes of one key
+(a Delta MERGE refuses two source rows matching one target row); they must equal the union of
+the groups' states."""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from routing_lib.core.content import CONTENT, ContentBackend
 from routing_lib.core.dump import canonical_dump, project
 from routing_lib.core.group_routes import DEFAULT_FLAGS, RouteFlags
 from routing_lib.core.replay import fleet_rows
-from routing_lib.core.rows import RowKind
+from routing_lib.core.rows import RowKind, RowOp, StepRow
 from routing_lib.core.step import (
     BatchContext,
     InputRow,
@@ -25,6 +30,7 @@ from routing_lib.core.step import (
     admin_log_rows,
     step_group,
 )
+from routing_lib.core.tables import ROUTE_TABLES, TABLE_KEYS, Row, RowKey
 from routing_lib.core.topic_table import TopicTable
 from routing_lib.core.wire import Event, externalize, pack_event
 from schemas import DeleteTopicEvent, TickEvent
@@ -53,6 +59,8 @@ class StreamModel:
         self.max_seen = 0
         self.published = 0
         self.late = 0
+        # the published route tables: table -> key -> row
+        self.tables: dict[str, dict[RowKey, Row]] = {t: {} for t in ROUTE_TABLES}
 
     def _topic_names(self, saved: SavedGroup) -> list[str]:
         return TopicTable.from_blob(CONTENT.resolve(saved.topics)).names()
@@ -76,6 +84,7 @@ class StreamModel:
         due = {k for k, wake_up in self.wake_ups.items() if wake_up <= watermark}
         context = BatchContext(watermark, self.published)
         logged: list[tuple[Arrival, DeleteTopicEvent]] = []
+        written: list[StepRow] = []
         for key in sorted(rows.keys() | due):
             self.wake_ups.pop(key, None)
             if key == ADMIN_KEY:  # the admin group's step; its log rows become the log
@@ -88,11 +97,34 @@ class StreamModel:
                 ]
             else:
                 out = self._step(key, rows.get(key, []), context)
+            written += out
             self.late += sum(
                 json.loads(r.row_json).get("late", 0) for r in out if r.kind == RowKind.STATS
             )
         self.log += logged
+        self._merge(written)
         self.published = watermark
+
+    def _merge(self, written: list[StepRow]) -> None:
+        """Apply one batch's route-table changes by key, as one MERGE per table."""
+        source: dict[str, dict[RowKey, tuple[str | None, Row]]] = defaultdict(dict)
+        for out in written:
+            if out.kind != RowKind.CHANGE or out.table is None:
+                continue
+            keys = TABLE_KEYS[out.table]
+            for row in json.loads(out.row_json):
+                key = tuple(row[k] for k in keys)
+                assert key not in source[out.table], (
+                    f"two source rows of one key in a MERGE of {out.table}: {key}"
+                )
+                source[out.table][key] = (out.op, row)
+        for table, changes in source.items():
+            target = self.tables[table]
+            for key, (op, row) in changes.items():
+                if op == RowOp.DELETE:
+                    target.pop(key, None)
+                else:
+                    target[key] = row
 
     def _step(self, key: str, rows: list[InputRow], context: BatchContext) -> list:
         deletes = [e for e in self.log if e[1].eventTime > self.published]
@@ -120,10 +152,19 @@ class StreamModel:
         self.batch([])
 
     def dump(self) -> dict:
+        """The published tables' canonical dump, once they are checked against the union of
+        the groups' states."""
         groups = (
             decode_clock((s.clock, CONTENT.resolve(s.topics))).routes for s in self.states.values()
         )
-        return project(canonical_dump(fleet_rows(groups), self.published))
+        for table, state_rows in fleet_rows(groups).items():
+            keys = TABLE_KEYS[table]
+            in_state = {tuple(r[k] for k in keys): r for r in state_rows}
+            assert len(in_state) == len(state_rows), f"two rows of one key in {table}"
+            as_written = {k: json.loads(json.dumps(r)) for k, r in in_state.items()}
+            assert self.tables[table] == as_written, f"{table}: published rows != groups' states"
+        published = {t: list(rows.values()) for t, rows in self.tables.items()}
+        return project(canonical_dump(published, self.published))
 
 
 def _delete(payload: str) -> DeleteTopicEvent:
