@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from routing_lib.core.topic_table import EMPTY_TOPICS, QueueData, TopicTable
 from routing_lib.core.wire import Event, topic_names
@@ -29,6 +30,7 @@ PERM_WRITE = 0x2
 PERM_READ = 0x4
 
 BrokerKey = tuple[str, str]  # (clusterName, brokerAddr): RocketMQ's BrokerAddrInfo
+_Memo = TypeVar("_Memo", bound=tuple[object, ...])
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,11 @@ DEFAULT_FLAGS = RouteFlags()
 # registration, each of which carries a new dataVersion (RocketMQ 5.1.4-5.3.3).
 _NO_OP_APPLICATIONS: OrderedDict[tuple[str, str, bool], bool] = OrderedDict()
 _NO_OP_LIMIT = 100_000
+# (group topics ref, registration topics ref) -> True: every topic the registration names is
+# in that table, so re-sending it under the same dataVersion applies nothing. Also a pure
+# function of two contents; it spares splitting 10 000 names for every registration of a
+# group that still holds a topic its brokers no longer send (RocketMQ keeps it).
+_NAMES_HELD: OrderedDict[tuple[str, str], bool] = OrderedDict()
 
 
 @dataclass
@@ -173,22 +180,52 @@ class GroupRoutes:
         previous = self.live.get((event.clusterName, event.brokerAddr))
         version_changed = previous is None or previous.data_version != version
         memo = None
+        table_ref: str | None = None
         if register_first or version_changed:
-            held_ref, table_ref = self.topics.content_ref(), getattr(table, "ref", None)
+            table_ref = getattr(table, "ref", None)
+            if table_ref is not None and self.topics.holds == (table_ref, wipe_write):
+                return  # the table was built by applying this very content: O(1), no decode
+            held_ref = self.topics.content_ref()
             memo = (held_ref, table_ref, wipe_write) if held_ref and table_ref else None
             if memo is not None and memo in _NO_OP_APPLICATIONS:
                 return
             configs = list(table.values())
+            if not wipe_write and self.topics:
+                # Every config is set, but only those that differ from the group's rows can
+                # change anything (a QueueData is a tuple: it equals the config's four values),
+                # so build rows for those only: a topic change of a 10 000-topic group builds
+                # a few, and the table comes out the same (same keys in the same order).
+                held_row = self.topics.rows().get
+                configs = [
+                    c
+                    for c in configs
+                    if held_row(c.topicName)
+                    != (c.readQueueNums, c.writeQueueNums, c.perm, c.topicSysFlag)
+                ]
         else:
             # Same dataVersion: only topics missing from this group's routes are (re)applied
             # (RouteInfoManager.isTopicConfigChanged); usually none, so decode nothing: the
-            # names usually match the table's in order, a list compare.
-            registered, held = topic_names(table), self.topics.names()
-            if registered == held:
+            # same contents as before by reference, else the names, which usually match the
+            # table's in order (a list compare).
+            table_ref = getattr(table, "ref", None)
+            if table_ref is not None and self.topics.holds is not None:
+                if self.topics.holds[0] == table_ref:
+                    return  # built by applying this very content: it holds every name
+            held_ref = self.topics.content_ref()
+            covered = (held_ref, table_ref) if held_ref and table_ref else None
+            if covered is not None and covered in _NAMES_HELD:
                 return
-            held_set = set(held)
-            missing = {n for n in registered if n not in held_set}
-            configs = [c for c in table.values() if c.topicName in missing] if missing else []
+            registered, held = topic_names(table), self.topics.names()
+            missing: set[str] = set()
+            if registered != held:
+                held_set = set(held)
+                missing = {n for n in registered if n not in held_set}
+            if not missing:
+                if covered is not None:
+                    _remember(_NAMES_HELD, covered)
+                return
+            configs = [c for c in table.values() if c.topicName in missing]
+            table_ref = None  # a partial application: the table holds only what was missing
         before = self.topics
         self.topics = self.topics.updated(
             {
@@ -202,9 +239,10 @@ class GroupRoutes:
             }
         )
         if memo is not None and self.topics is before:  # the whole table changed nothing
-            _NO_OP_APPLICATIONS[memo] = True
-            if len(_NO_OP_APPLICATIONS) > _NO_OP_LIMIT:
-                _NO_OP_APPLICATIONS.popitem(last=False)
+            _remember_no_op(memo)
+        elif table_ref is not None and self.topics is not before:
+            # a new table, holding every config of the registration (RocketMQ sets them all)
+            self.topics.holds = (table_ref, wipe_write)
 
     # -- BROKER_HEARTBEAT -----------------------------------------------------------------
     def heartbeat(self, cluster: str, addr: str, now: int) -> bool:
@@ -268,6 +306,25 @@ class GroupRoutes:
 
     def next_deadline(self) -> int | None:
         return min((live.deadline for live in self.live.values()), default=None)
+
+
+def _remember(memo: OrderedDict[_Memo, bool], key: _Memo) -> None:
+    memo[key] = True
+    if len(memo) > _NO_OP_LIMIT:
+        memo.popitem(last=False)
+
+
+def _remember_no_op(key: tuple[str, str, bool]) -> None:
+    _remember(_NO_OP_APPLICATIONS, key)
+
+
+def remember_held_registration(topics: TopicTable, held_ref: str) -> None:
+    """`topics` was stored as content under `held_ref`: if a registration built it, remember
+    by reference that applying that registration to it changes nothing. The group's next
+    steps read the table back from state (a new object), and a broker returning with the same
+    topics re-sends that content: its application is then O(1)."""
+    if topics.holds is not None:
+        _remember_no_op((held_ref, *topics.holds))
 
 
 def _data_version(event: RegisterEvent) -> DataVersion:

@@ -34,7 +34,7 @@ from routing_lib.core.admin import (
 from routing_lib.core.clock import Advance, Arrival, GroupClock
 from routing_lib.core.codec import decode_clock, encode_clock
 from routing_lib.core.content import CONTENT, CONTENT_FAILURES, ContentBackend
-from routing_lib.core.group_routes import GroupRoutes, RouteFlags
+from routing_lib.core.group_routes import GroupRoutes, RouteFlags, remember_held_registration
 from routing_lib.core.history import HistoryTracker, decode_history, encode_history, event_date
 from routing_lib.core.rows import WRITES, RowKind, RowOp, StepRow
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, Row, diff
@@ -216,10 +216,13 @@ def _save(
         return CONTENT.put_opens(text, content[0])
 
     clock_json, topics = encode_clock(clock)
+    topics_value = stored(topics)
+    if topics_value is not topics:  # stored as content: now known by reference
+        remember_held_registration(clock.routes.topics, topics_value)
     if not config.history:
-        return SavedGroup(clock_json, stored(topics), None, None)
+        return SavedGroup(clock_json, topics_value, None, None)
     history_json, topic_history = encode_history(tracker)
-    return SavedGroup(clock_json, stored(topics), history_json, stored_opens(topic_history))
+    return SavedGroup(clock_json, topics_value, history_json, stored_opens(topic_history))
 
 
 def _take_row(clock: GroupClock, batch: _GroupBatch, row: InputRow) -> None:

@@ -4,7 +4,7 @@ keys) are described in routing_lib/core/catalog.py; the names are re-exported he
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -156,16 +156,38 @@ def _diff_maps(
     return changes
 
 
+def _diff_topics(name: str, before: TopicTable, after: TopicTable) -> list[Change]:
+    """topic_queue_table's changes: what `_diff_maps` gives for the two tables keyed by
+    (topic, name), in the same order, without building those two maps. A group's removal reads
+    only the names; otherwise C-level set operations on the tables' items find the changed
+    topics, and rows are built for those only."""
+    old = before.rows() if after else {}
+    new = after.rows()
+    if old == new and len(before) == len(after):  # (a removal does not decode the old rows)
+        return []
+    changes: list[Change] = []
+    if not after or not old.keys() <= new.keys():
+        # Deletes come in the order of `old_keys - new_keys` on the keyed maps, a set's: so
+        # that set is made the same way, from maps with the same keys in the same order.
+        old_keys = dict.fromkeys([(t, name) for t in before.names()])
+        new_keys = dict.fromkeys([(t, name) for t in after.names()])
+        changes += [Change(TOPIC_QUEUE, k, None) for k in old_keys.keys() - new_keys.keys()]
+    changed: Iterable[str] = new
+    if old:
+        # (topic, row) pairs of `new` not in `old`: topics added or with a changed row, taken
+        # in the table's order
+        names = {t for t, _ in new.items() - old.items()}
+        if len(names) < len(new):
+            changed = filter(names.__contains__, new)
+    changes += [Change(TOPIC_QUEUE, (t, name), _topic_row(name, t, new[t])) for t in changed]
+    return changes
+
+
 def diff(name: str, before: RoutesSnapshot, after: RoutesSnapshot) -> list[Change]:
     """Row changes that turn the tables of `before` into those of `after` for group `name`."""
     changes: list[Change] = []
     if before.topics is not after.topics:  # copy on write: same object, same topics
-        changes += _diff_maps(
-            TOPIC_QUEUE,
-            {(t, name): q for t, q in before.topics.items()},
-            {(t, name): q for t, q in after.topics.items()},
-            lambda k, q: _topic_row(name, k[0], q),
-        )
+        changes += _diff_topics(name, before.topics, after.topics)
     changes += _diff_maps(
         BROKER_ADDR,
         _broker_rows(name, before.broker_data),
