@@ -8,7 +8,11 @@ the full topic table, HEARTBEATs every 5 s, faults), or reads them from `--lines
 record per line; `--save FILE` writes them). Classifies them as stage one does, then runs the
 real step function (pyspark's own GroupState carrying state) the way an AvailableNow backfill
 runs it: one micro-batch that parks every event (watermark 0), then one that applies them all.
-Prints CPU microseconds per event for each phase.
+Prints CPU microseconds per event for each phase. `--batches N` applies the events in N
+micro-batches instead (each batch brings the events of one slice of event time and applies
+those of the slice before, as a live query does), so each fault is diffed on its own;
+`--fault-interval-ms` sets the simulator's mean time between faults per group (the stress
+profile of `bench/stream_bench.py` uses 20 000).
 
 Before/after: save the lines once, then run this file with an older commit's worktree first on
 PYTHONPATH (its routing_lib is measured): `PYTHONPATH=/tmp/before python bench/step_bench.py
@@ -42,6 +46,17 @@ def main() -> None:
         default=4096,
         help="[spark] content_min_chars; -1: no content references (every value inline)",
     )
+    parser.add_argument(
+        "--fault-interval-ms",
+        type=int,
+        help="mean time between faults of a group (default: the simulator's)",
+    )
+    parser.add_argument(
+        "--batches",
+        type=int,
+        default=1,
+        help="applying micro-batches (1: one batch parks every event, one applies them all)",
+    )
     parser.add_argument("--lines", help="read the records from this file instead")
     parser.add_argument("--save", help="write the generated records to this file")
     args = parser.parse_args()
@@ -50,7 +65,10 @@ def main() -> None:
     else:
         from bench.backfill_bench import fleet_lines  # (an older commit's bench may lack it)
 
-        lines = list(fleet_lines(args.events, args.groups, args.topics))
+        options = {}
+        if args.fault_interval_ms is not None:
+            options["fault_interval_ms"] = args.fault_interval_ms
+        lines = list(fleet_lines(args.events, args.groups, args.topics, **options))
     if args.save:
         open(args.save, "wb").write(b"".join(line + b"\n" for line in lines))
     n = len(lines)
@@ -78,22 +96,42 @@ def main() -> None:
 
     parked, applied, out_rows, parked_state, final_state = 0.0, 0.0, 0, 0, 0
     for group, events in by_group.items():
-        frame = pd.DataFrame(events, columns=columns)
+        events.sort(key=lambda e: e[0])
+        first = events[0][0]
+        # batch i brings the events before bounds[i] not brought yet, at the watermark of the
+        # batch before (bounds[i - 1]); then one batch without rows at `last - 10 000`
+        bounds = [first + (last + 1 - first) * i // args.batches for i in range(args.batches + 1)]
         state = group_state(None, 0)
-        started = time.process_time()
-        list(step((group,), iter([frame]), state))
-        parked += time.process_time() - started
-        parked_state += sum(len(v or "") for v in state.get)
-        state = group_state(tuple(state.get), last - 10_000)
-        started = time.process_time()
-        out = list(step((group,), iter([]), state))
-        applied += time.process_time() - started
-        out_rows += sum(len(f) for f in out)
+        brought = 0
+        for i in range(args.batches + 1):
+            watermark = last - 10_000 if i == args.batches else min(bounds[i], last - 10_000)
+            if i == 0:
+                watermark = 0
+            upto = brought
+            if i < args.batches:
+                limit = bounds[i + 1]
+                while upto < len(events) and events[upto][0] < limit:
+                    upto += 1
+            frames = [pd.DataFrame(events[brought:upto], columns=columns)] if upto > brought else []
+            brought = upto
+            state = group_state(tuple(state.get) if state.exists else None, watermark)
+            started = time.process_time()
+            out = list(step((group,), iter(frames), state))
+            spent = time.process_time() - started
+            if i == 0:
+                parked += spent
+                parked_state += sum(len(v or "") for v in state.get) if state.exists else 0
+            else:
+                applied += spent
+                out_rows += sum(len(f) for f in out)
         final_state += sum(len(v or "") for v in state.get) if state.exists else 0
     print(f"events: {n} in {len(by_group)} groups, {args.topics} topics per registration")
     print(f"stage one (classify): {1e6 * stage_one / n:.1f} us/event")
     print(f"step, parking batch: {1e6 * parked / n:.1f} us/event")
-    print(f"step, applying batch: {1e6 * applied / n:.1f} us/event ({out_rows} output rows)")
+    print(
+        f"step, applying batch{'es' if args.batches > 1 else ''}: {1e6 * applied / n:.1f}"
+        f" us/event ({out_rows} output rows)"
+    )
     print(f"bytes to the shuffle (payloads): {shuffled / n:.0f} per event")
     print(f"state while parked: {parked_state / len(by_group):.0f} bytes per group")
     print(f"state after applying: {final_state / len(by_group):.0f} bytes per group")
