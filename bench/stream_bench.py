@@ -20,6 +20,15 @@ realtime: the RIP-29 run: the same live run for --duration seconds of event time
   300 broker groups x 10 000 topics; also prints the arrival rate, the job's processing rate
   (input rows of its published batches), how far the published watermark was behind at the
   end of the run and how long it took to catch up. Lag bounded = it held that fleet.
+  With --partition-at S: a network partition. --partition-fraction of the broker groups
+  (the first by name) send nothing from S s of event time for --partition-s seconds (150 by
+  default: past the 120 s expiry, so their routes vanish), then go on as before (each returns
+  with its next REGISTER, within one 30 s period, as RocketMQ brokers do). Also printed: the
+  longest batch, and how long after the partition ended every group was live again in the
+  published broker_live_table.
+
+    .venv/bin/python -m bench.stream_bench realtime --duration 420 --fault-interval-ms 1800000 \
+        --partition-at 180 --partition-fraction 0.5 --partition-s 150
 """
 
 from __future__ import annotations
@@ -98,6 +107,7 @@ class _BatchLog(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.INFO)
         self.seconds: list[float] = []
+        self.published_at: list[float] = []  # monotonic clock when each batch was published
         self.phases: dict[str, list[float]] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -105,6 +115,7 @@ class _BatchLog(logging.Handler):
             return
         args = record.args if isinstance(record.args, tuple) else ()
         self.seconds.append(float(args[2]))  # type: ignore[arg-type]  # "%.2fs": a float
+        self.published_at.append(time.monotonic())
         for name, value in re.findall(r"(\w+) ([\d.]+)s", str(args[3])):
             self.phases.setdefault(name, []).append(float(value))
 
@@ -114,7 +125,7 @@ class _BatchLog(logging.Handler):
         parts = [f"{k} {statistics.median(v):.2f} s" for k, v in self.phases.items()]
         return (
             f"batches: {len(self.seconds)}, median {statistics.median(self.seconds):.2f} s "
-            f"(median phases: {', '.join(parts)})"
+            f"(median phases: {', '.join(parts)}), longest {max(self.seconds):.2f} s"
         )
 
 
@@ -175,7 +186,10 @@ def freshness(args, config) -> None:
         split_registration=args.split_registration,
     )
     encode, known, sent = EventEncoder(), set(), 0
+    partition = _Partition.from_args(args, fleet, wall_start_ms)
     started = time.monotonic()
+    if partition is not None:
+        partition.watch(live_path, started, wall_start_ms)
     for event in fleet.events():
         wait_s = (event["eventTime"] - wall_start_ms) / 1000 - (time.monotonic() - started)
         if wait_s > 0:
@@ -185,6 +199,8 @@ def freshness(args, config) -> None:
             break
         if args.duration and event["eventTime"] - wall_start_ms >= args.duration * 1000:
             break
+        if partition is not None and partition.silences(event):
+            continue
         producer.send(topic, key=event["brokerName"].encode(), value=encode(event))
         sent += 1
         if event["eventType"] == "REGISTER" and _version_key(event) not in known:
@@ -196,6 +212,8 @@ def freshness(args, config) -> None:
     behind_s = max(0.0, ended - started - (event["eventTime"] - wall_start_ms) / 1000)
     if args.what == "realtime":
         _report_lag(work, config, sent, ended - started, event["eventTime"], behind_s)
+        if partition is not None:
+            print(partition.report(batches))
     stop.set()
     job_thread.join(120)
     delays = sorted(seen_at[k] - sent_at[k] for k in seen_at)
@@ -211,6 +229,67 @@ def freshness(args, config) -> None:
         f"(watermarkDelay {config.routes.watermark_delay_ms / 1000:.0f} s, trigger 1 s, "
         f"history {'on' if config.routes.history else 'off'})"
     )
+
+
+class _Partition:
+    """The broker groups cut off by a network partition, and when."""
+
+    def __init__(self, names: set[str], start_ms: int, end_ms: int, total: int) -> None:
+        self.names, self.start_ms, self.end_ms, self.total = names, start_ms, end_ms, total
+        self.silenced = 0
+
+    @classmethod
+    def from_args(cls, args, fleet, wall_start_ms: int) -> _Partition | None:
+        if getattr(args, "partition_at", None) is None:
+            return None
+        everyone = sorted({group.name for group in fleet._groups})
+        cut = set(everyone[: round(len(everyone) * args.partition_fraction)])
+        start = wall_start_ms + int(args.partition_at * 1000)
+        return cls(cut, start, start + int(args.partition_s * 1000), len(everyone))
+
+    def silences(self, event: dict) -> bool:
+        silent = (
+            self.start_ms <= event["eventTime"] < self.end_ms
+            and event.get("brokerName") in self.names
+        )
+        self.silenced += silent
+        return silent
+
+    def watch(self, live_path: str, started: float, wall_start_ms: int) -> None:
+        """In the background: the first time after the partition that every group it cut off is
+        live again in the published broker_live_table."""
+        self.ended_at = started + (self.end_ms - wall_start_ms) / 1000  # on the monotonic clock
+        self.back_s: float | None = None
+
+        def poll() -> None:
+            from deltalake import DeltaTable
+
+            time.sleep(max(0.0, self.ended_at - time.monotonic()))
+            while self.back_s is None and time.monotonic() < self.ended_at + 600:
+                table = DeltaTable(live_path).to_pyarrow_table(columns=["broker_name"])
+                if self.names <= set(table.column(0).to_pylist()):
+                    self.back_s = time.monotonic() - self.ended_at
+                time.sleep(0.5)
+
+        threading.Thread(target=poll, daemon=True).start()
+
+    def report(self, batches: _BatchLog) -> str:
+        after = [
+            s
+            for s, at in zip(batches.seconds, batches.published_at, strict=True)
+            if at >= self.ended_at
+        ]
+        back = (
+            f"every group it cut off live again {self.back_s:.1f} s after it ended"
+            if self.back_s is not None
+            else "not every group it cut off live again yet"
+        )
+        longest = f"; longest batch after it {max(after):.1f} s" if after else ""
+        return (
+            f"partition: {len(self.names)} of {self.total} groups silent for "
+            f"{(self.end_ms - self.start_ms) / 1000:.0f} s ({self.silenced} events not sent); "
+            f"{back}{longest}"
+        )
 
 
 def _published(work: Path) -> tuple[int, int]:
@@ -279,6 +358,9 @@ def main() -> None:
     p.add_argument("--fault-interval-ms", type=int, default=20_000)
     p.add_argument("--changes", type=int, default=10**9)
     p.add_argument("--timeout", type=float, default=3600)
+    p.add_argument("--partition-at", type=float, default=None, help="event-time seconds")
+    p.add_argument("--partition-fraction", type=float, default=0.5)
+    p.add_argument("--partition-s", type=float, default=150)
     for p in sub.choices.values():
         p.add_argument("--workdir", default=".work/bench-stream")
         p.add_argument("--no-history", action="store_true")
