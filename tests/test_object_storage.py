@@ -11,21 +11,28 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import boto3
 import httpx
 import pytest
 
 from routing_lib import storage
 from routing_lib.cli import main as routectl
+from routing_lib.content_files import ContentSettings
+from routing_lib.core.catalog import DEAD_LETTER
 from routing_lib.core.dump import project
 from routing_lib.core.tables import PROGRESS, TOPIC_QUEUE
 from routing_lib.housekeeping import housekeep
+from routing_lib.ingest import classify
 from routing_lib.read.warehouse import load_snapshot, table_versions
-from tests.support.helpers import GOLDEN, expected_dump, fixture_lines
+from tests.support.fault_proxy import RESET, fault_proxy
+from tests.support.helpers import DELAY_MS, GOLDEN, expected_dump, reference_dump
+from tests.support.kafka_support import lines_of, produce
 from tests.support.s3_support import S3Endpoint
 
 pytestmark = [pytest.mark.s3, pytest.mark.spark]
@@ -171,30 +178,162 @@ def test_housekeeping_on_s3_keeps_every_answer(s3_backfill):
     assert load_snapshot(s3).dump() == before
 
 
-def test_streaming_job_with_warehouse_and_checkpoint_on_s3a(s3_endpoint, kafka_bootstrap, topic):  # noqa: F811
-    from tests.support.kafka_support import lines_of, produce
+def _routectl_exit(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "routing_lib.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+    )
 
+
+def _said(done: subprocess.CompletedProcess) -> str:
+    """The job's one-paragraph failure message (routing_lib/spark/failures.py)."""
+    assert done.returncode == 1, (done.returncode, done.stderr[-4000:])
+    lines = [line for line in done.stderr.splitlines() if line.startswith("routectl run: ")]
+    assert lines, done.stderr[-4000:]
+    return lines[-1]
+
+
+def _ref_of_topic_table(event: dict, work: Path) -> str:
+    """The content reference stage one gives this registration's topic table (a digest of
+    the content alone: the same in any folder)."""
+    payload = classify(
+        json.dumps(event).encode(), "k", 0, None, 0, store=ContentSettings(str(work), 0)
+    ).payload
+    assert payload is not None
+    return payload.rsplit("\x1e", 1)[1][1:]
+
+
+def test_streaming_job_with_warehouse_and_checkpoint_on_s3a(
+    s3_endpoint,  # noqa: F811
+    kafka_bootstrap,
+    topic,
+    tmp_path,
+):
+    """Two runs resume from the checkpoint in the bucket, every value a content reference;
+    the jobs reach S3 through a proxy that injects faults into the content folder's requests
+    (tests/support/fault_proxy.py):
+    - 503s on stage one's writes, then resets on the step's reads, each more in a row than the
+      S3 client retries by itself: the store's retries carry them and the tables equal the
+      plain replay;
+    - reads failing for good: the query stops with the content store's message, nothing is
+      dead-lettered, and the next run (faults gone) resumes from the checkpoint;
+    - a pending registration's content object deleted, then (restored) every other one:
+      each run stops with a message that names the reference, its object, the checkpoint and
+      the fix."""
     root = s3_endpoint.prefix("s3a")
     warehouse, checkpoint = root + "/warehouse", root + "/checkpoint"
+    content_keys = checkpoint.split("/", 3)[3] + "/content/"
     lines = lines_of(FIXTURE)
-    run = [
-        "run",
-        "--available-now",
-        "--kafka",
-        kafka_bootstrap,
-        "--topic",
-        topic,
-        "--warehouse",
-        warehouse,
-        "--checkpoint",
-        checkpoint,
-    ]
-    # Two runs: the second resumes from the checkpoint's offsets and state in the bucket.
-    produce(kafka_bootstrap, topic, lines[:4])
-    _routectl_process(s3_endpoint, *run)
-    produce(kafka_bootstrap, topic, lines[4:])
-    _routectl_process(s3_endpoint, *run)
-    assert project(load_snapshot(storage.delta_uri(warehouse)).dump()) == expected_dump(FIXTURE)
-    progress = storage.open_delta(storage.join(warehouse, PROGRESS)).to_pyarrow_table()
-    assert sum(progress.column("input_rows").to_pylist()) == len(fixture_lines(FIXTURE))
+    last = max(json.loads(line)["eventTime"] for line in lines)
+    # a broker group registering after the fixture's end: parked in state when run 3 ends
+    late_group = {
+        "eventType": "REGISTER",
+        "eventTime": last + 1000,
+        "clusterName": "C9",
+        "brokerAddr": "10.0.9.1:10911",
+        "brokerName": "broker-z",
+        "brokerId": 0,
+        "haServerAddr": "10.0.9.1:10912",
+        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1},
+        "topicConfigTable": {"ZTopic": {"topicName": "ZTopic", "perm": 6}},
+    }
+    heartbeat = {
+        "eventType": "HEARTBEAT",
+        "eventTime": last + 1000 + DELAY_MS + 1000,
+        "clusterName": "C9",
+        "brokerAddr": "10.0.9.1:10911",
+        "brokerName": "broker-z",
+        "brokerId": 0,
+    }
+    pending_ref = _ref_of_topic_table(late_group, tmp_path / "content")
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint.url, region_name="us-east-1")
+
+    def dead_letters() -> int:
+        table = storage.open_delta(storage.join(storage.delta_uri(warehouse), DEAD_LETTER))
+        return int(table.to_pyarrow_table().num_rows)
+
+    def content_objects() -> list[str]:
+        listed = s3.list_objects_v2(Bucket=s3_endpoint.bucket, Prefix=content_keys)
+        return [entry["Key"] for entry in listed.get("Contents", [])]
+
+    with fault_proxy(s3_endpoint.url) as proxy:
+        env = {
+            **os.environ,
+            **s3_endpoint.env,
+            "PYSPARK_PYTHON": sys.executable,
+            "AWS_ENDPOINT_URL": proxy.url,  # Spark's s3a, pyarrow and delta-rs alike
+            "ROUTELAKE_SPARK_CONTENT_MIN_CHARS": "0",
+            "ROUTELAKE_SPARK_CONTENT_IO_BACKOFF_S": "0.05",
+        }
+        run = [
+            "run",
+            "--available-now",
+            "--kafka",
+            kafka_bootstrap,
+            "--topic",
+            topic,
+            "--warehouse",
+            warehouse,
+            "--checkpoint",
+            checkpoint,
+        ]
+        writes = proxy.fail(content_keys, 503, 4, ("PUT",))
+        produce(kafka_bootstrap, topic, lines[:4])
+        done = _routectl_exit(env, *run)
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert writes.injected == 4
+
+        stuck = proxy.fail(content_keys, 500, None, ("GET", "HEAD"))
+        produce(kafka_bootstrap, topic, [*lines[4:], json.dumps(late_group).encode()])
+        said = _said(_routectl_exit(env, *run))
+        assert said.startswith(f"routectl run: the content store under checkpoint {checkpoint}")
+        assert "kept failing" in said and "failed 5 times" in said, said
+        assert stuck.injected >= 5
+        assert dead_letters() == 0
+
+        proxy.clear()
+        reads = proxy.fail(content_keys, RESET, 4, ("GET", "HEAD"))
+        done = _routectl_exit(env, *run)
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert reads.injected == 4
+        assert "content store: reading s3a://" in done.stderr  # the store retried (its log)
+        expected = reference_dump([line.decode() for line in lines] + [json.dumps(late_group)])
+        assert project(load_snapshot(storage.delta_uri(warehouse)).dump()) == expected
+        progress = storage.open_delta(storage.join(warehouse, PROGRESS)).to_pyarrow_table()
+        assert sum(progress.column("input_rows").to_pylist()) == len(lines) + 1
+        assert dead_letters() == 0
+
+        # A content object the pending registration names is lost (a lifecycle rule, a
+        # restore without it): applying the registration stops the job.
+        pending_key = f"{content_keys}{pending_ref[:2]}/{pending_ref}"
+        kept = s3.get_object(Bucket=s3_endpoint.bucket, Key=pending_key)["Body"].read()
+        s3.delete_object(Bucket=s3_endpoint.bucket, Key=pending_key)
+        produce(kafka_bootstrap, topic, [json.dumps(heartbeat).encode()])
+        said = _said(_routectl_exit(env, *run))
+        assert said.startswith(
+            f"routectl run: content missing under checkpoint {checkpoint}: no content for "
+            f"reference {pending_ref}: file {checkpoint}/content/{pending_ref[:2]}/{pending_ref}"
+            f" of checkpoint {checkpoint} is missing."
+        ), said
+        assert "Restore the content folder" in said and "fresh checkpoint" in said
+
+        # It comes back, and everything else goes (a checkpoint restored without its content
+        # folder): the references the groups' saved state names stop the job.
+        s3.put_object(Bucket=s3_endpoint.bucket, Key=pending_key, Body=kept)
+        lost = {key.rsplit("/", 1)[1] for key in content_objects()} - {pending_ref}
+        for key in content_objects():
+            if not key.endswith(pending_ref):
+                s3.delete_object(Bucket=s3_endpoint.bucket, Key=key)
+        said = _said(_routectl_exit(env, *run))
+        named = re.search(r"no content for reference ([0-9a-f]{32}): file (\S+) of", said)
+        assert named is not None, said
+        assert named.group(1) in lost
+        assert named.group(2) == f"{checkpoint}/content/{named.group(1)[:2]}/{named.group(1)}"
+        assert f"content missing under checkpoint {checkpoint}" in said
+        assert "Restore the content folder" in said and "fresh checkpoint" in said
+        assert dead_letters() == 0
     assert storage.is_dir(storage.join(checkpoint, "offsets"))
