@@ -62,11 +62,17 @@ def test_golden_split_registration_backfill_with_references(spark, config, tmp_p
     """Then the content collector runs on the checkpoint with every file made older than its
     grace period, beside a file no state names: that one goes, every file a retained state
     version names (pending registrations' tables included) stays, and a second backfill over
-    more input (the same tables re-sent later) still equals the replay."""
+    more input (the same tables re-sent later) still equals the replay. Beside the fixture, a
+    2 000-topic group whose tables are chunked (manifests named by state, their chunks only by
+    the manifests): the collector keeps the chunks, the second backfill reads them back."""
+    from routing_lib.core.content import MANIFEST_HEADER
+
     name = "17_split_registration"
-    lines = fixture_lines(name)
+    golden = fixture_lines(name)
+    lines = golden + _large_group_lines(1_764_000_000_000, 2_000)
     write_files(tmp_path / "in", [lines])
-    assert _backfill(spark, config, [tmp_path / "in"], tmp_path) == expected_dump(name)
+    assert _backfill(spark, config, [tmp_path / "in"], tmp_path) == reference_dump(lines)
+    assert reference_dump(golden) == expected_dump(name)
 
     checkpoint = tmp_path / "checkpoint"
     content = checkpoint / "content"
@@ -76,8 +82,12 @@ def test_golden_split_registration_backfill_with_references(spark, config, tmp_p
     for path in content.rglob("*"):
         if path.is_file():
             os.utime(path, (time.time() - 5 * 3600,) * 2)
+    manifests = [
+        p for p in content.rglob("*") if p.is_file() and p.read_text().startswith(MANIFEST_HEADER)
+    ]
+    assert manifests, "the large group's tables are chunked"
     report = collect_content(spark, str(checkpoint), 3600)
-    assert report.deleted == [stray[1:]]
+    assert report.deleted == [stray[1:]]  # no chunk either: the manifests' lists are marked
     assert report.marked >= len(stored) - 1  # the pending tables' references were found
     assert {p.name for p in content.rglob("*") if p.is_file()} == stored - {stray[1:]}
 
@@ -86,6 +96,38 @@ def test_golden_split_registration_backfill_with_references(spark, config, tmp_p
     ]
     write_files(tmp_path / "in", [lines, later])
     assert _backfill(spark, config, [tmp_path / "in"], tmp_path) == reference_dump(lines + later)
+
+
+def _large_group_lines(start: int, topics: int) -> list[str]:
+    """A group whose tables are chunked (past the store's 32 KB): registered, expired,
+    back with the same table, expired, back with one topic more, still live at the end."""
+    names = [f"LargeTopic{i}" for i in range(topics)]
+
+    def register(at: int, counter: int, table_names: list[str], timeout: int) -> str:
+        table = {
+            n: {"topicName": n, "readQueueNums": 8, "writeQueueNums": 8, "perm": 6}
+            for n in table_names
+        }
+        return json.dumps(
+            {
+                "eventType": "REGISTER",
+                "eventTime": at,
+                "clusterName": "CL",
+                "brokerAddr": "10.9.0.1:10911",
+                "brokerName": "broker-large",
+                "brokerId": 0,
+                "heartbeatTimeoutMillis": timeout,
+                "dataVersion": {"stateVersion": 0, "timestamp": at, "counter": counter},
+                "topicConfigTable": table,
+            }
+        )
+
+    return [
+        register(start, 1, names, 30_000),
+        register(start + 60_000, 2, names, 30_000),
+        register(start + 120_000, 3, [*names, "LargeTopicAdded"], 30_000),
+        register(start + 200_000, 4, [*names, "LargeTopicAdded"], 600_000),
+    ]
 
 
 @pytest.mark.kafka
