@@ -152,6 +152,7 @@ def freshness(args, config) -> None:
     logging.getLogger("routelake.route_state").addHandler(batches)
     logging.getLogger("routelake.route_state").setLevel(logging.INFO)
     job_thread.start()
+    memory = _PeakMemory()
     producer = make_producer(config.kafka.bootstrap_servers, acks=1, linger_ms=5)
     sent_at: dict[tuple, float] = {}
     seen_at: dict[tuple, float] = {}
@@ -214,6 +215,7 @@ def freshness(args, config) -> None:
         _report_lag(work, config, sent, ended - started, event["eventTime"], behind_s)
         if partition is not None:
             print(partition.report(batches))
+        print(_costs(work, len(fleet.faults), memory.peak_bytes))
     stop.set()
     job_thread.join(120)
     delays = sorted(seen_at[k] - sent_at[k] for k in seen_at)
@@ -292,6 +294,69 @@ class _Partition:
         )
 
 
+class _PeakMemory:
+    """The largest resident memory of this process and its descendants (the Spark JVM, its
+    Python workers), sampled every second from /proc."""
+
+    def __init__(self) -> None:
+        self.peak_bytes = 0
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        import os
+
+        page = os.sysconf("SC_PAGE_SIZE")
+        while True:
+            parents: dict[int, int] = {}
+            resident: dict[int, int] = {}
+            for entry in Path("/proc").iterdir():
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    stat = (entry / "stat").read_text()
+                    pages = int((entry / "statm").read_text().split()[1])
+                except OSError:
+                    continue
+                pid = int(entry.name)
+                parents[pid] = int(stat[stat.rindex(")") + 2 :].split()[1])
+                resident[pid] = pages * page
+
+            total = sum(size for pid, size in resident.items() if _descends(pid, parents))
+            self.peak_bytes = max(self.peak_bytes, total)
+            time.sleep(1)
+
+
+def _descends(pid: int, parents: dict[int, int]) -> bool:
+    """`pid` is this process or one of its descendants."""
+    import os
+
+    while pid > 1:
+        if pid == os.getpid():
+            return True
+        pid = parents.get(pid, 0)
+    return False
+
+
+def _costs(work: Path, faults: int, peak_bytes: int) -> str:
+    """History rows per injected fault, the content store's size, the peak memory."""
+    from deltalake import DeltaTable
+
+    try:
+        actions = DeltaTable(str(work / "warehouse" / "topic_route_history")).get_add_actions()
+        history_rows = sum(actions.column("num_records").to_pylist())
+    except Exception:  # history off, or not created
+        history_rows = 0
+    content = work / "checkpoint" / "content"
+    content_bytes = sum(f.stat().st_size for f in content.rglob("*") if f.is_file())
+    per_fault = f"{history_rows / faults:,.0f}" if faults else "n/a"
+    return (
+        f"costs: {faults} faults injected, topic_route_history {history_rows:,} rows "
+        f"({per_fault} per fault, the first registrations included); content store "
+        f"{content_bytes / 2**20:,.1f} MiB; peak memory (this process, the JVM, the workers) "
+        f"{peak_bytes / 2**30:.2f} GiB"
+    )
+
+
 def _published(work: Path) -> tuple[int, int]:
     """(watermark, input rows) of the job's published batches so far."""
     from deltalake import DeltaTable
@@ -318,7 +383,7 @@ def _report_lag(
         f"clock at the end), processed {processed / seconds:,.0f} events/s: ratio "
         f"{processed / max(sent, 1):.2f}"
     )
-    lag_s = (last_ms - delay - watermark) / 1000
+    lag_s = (last_ms - delay - watermark) / 1000 if watermark else float("inf")  # none yet
     caught_up = time.monotonic()
     while watermark < last_ms - delay - 5_000 and time.monotonic() - caught_up < 600:
         time.sleep(1)  # the fleet stopped: wait for the job to publish what it received
