@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from itertools import accumulate
+from itertools import accumulate, groupby
 
 RS, US = "\x1e", "\x1f"
 CUT_BITS = 8
@@ -68,37 +68,32 @@ def split_opens(text: str) -> tuple[str, list[list[int]]] | None:
         return None
     try:
         pairs = json.loads(text)
-    except ValueError:
-        return None
-    names: list[str] = []
-    runs: list[list[int]] = []
-    for pair in pairs:
-        if (
-            not isinstance(pair, list)
-            or len(pair) != 2
-            or not isinstance(pair[0], str)
-            or type(pair[1]) is not int
-            or US in pair[0]
-            or RS in pair[0]
-        ):
+        if not all(type(pair) is list and len(pair) == 2 for pair in pairs):
             return None
-        names.append(pair[0])
-        if runs and runs[-1][0] == pair[1]:
-            runs[-1][1] += 1
-        else:
-            runs.append([pair[1], 1])
-    if not names or join_opens(US.join(names), runs) != text:
+        names = [pair[0] for pair in pairs]
+        sinces = [pair[1] for pair in pairs]
+    except (ValueError, TypeError, RecursionError):
         return None
-    return US.join(names), runs
+    if not all(type(name) is str for name in names) or not all(type(s) is int for s in sinces):
+        return None
+    names_text = US.join(names)
+    if names_text.count(US) != len(names) - 1 or RS in names_text:
+        return None  # a name holding a separator would not split back into itself
+    # join_opens rebuilds exactly `pairs` from these parts, so this is its byte-for-byte check
+    if json.dumps(pairs, separators=(",", ":")) != text:
+        return None
+    runs = [[since, sum(1 for _ in group)] for since, group in groupby(sinces)]
+    return names_text, runs
 
 
 def join_opens(names_text: str, runs: list[list[int]]) -> str:
     """The open-interval text `split_opens` took apart."""
     names = names_text.split(US)
-    total = sum(count for _, count in runs)
-    if total != len(names) or any(type(v) is not int for run in runs for v in run):
-        raise ValueError(f"{len(names)} names but {total} interval starts")
-    sinces = [since for since, count in runs for _ in range(count)]
-    return json.dumps(
-        [list(pair) for pair in zip(names, sinces, strict=True)], separators=(",", ":")
-    )
+    if sum(count for _, count in runs) != len(names) or any(
+        type(v) is not int for run in runs for v in run
+    ):
+        raise ValueError(f"{len(names)} names but runs {str(runs)[:100]} of interval starts")
+    sinces: list[int] = []
+    for since, count in runs:
+        sinces += [since] * count
+    return json.dumps([[n, s] for n, s in zip(names, sinces, strict=True)], separators=(",", ":"))
