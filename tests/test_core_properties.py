@@ -119,13 +119,16 @@ def test_one_address_under_two_broker_names() -> None:
 
 
 def test_renamed_broker_across_batches_outlives_the_old_name() -> None:
-    """The old name's registration is published, the new one in a later batch, then the old
-    name expires in a third: its row goes, the new name's row stays (with one row per
-    (cluster, address) the expiry deleted the new registration's row)."""
+    """The old name's registration is published; in a later batch its heartbeat and the new
+    name's registration (two changes of a row the table has: a Delta MERGE refuses them when
+    both carry one key); then the old name expires in a third batch: its row goes, the new
+    name's row stays."""
     old = {**_register("broker-old", "h:1", 1_000), "heartbeatTimeoutMillis": 30_000}
+    heartbeat = {**old, "eventType": "HEARTBEAT", "eventTime": 19_000}
     new = _register("broker-new", "h:1", 20_000)
     tick = lambda at: {"eventType": "TICK", "eventTime": at}  # noqa: E731
-    model = _run([[old, tick(12_000)], [new, tick(25_000)], [tick(60_000)]], delay_ms=1_000)
+    batches = [[old, tick(12_000)], [heartbeat, new, tick(25_000)], [tick(60_000)]]
+    model = _run(batches, delay_ms=1_000)
     assert _live(model) == [("C2", "h:1", 20_000)]
     assert list(model.tables[BROKER_LIVE]) == [("C2", "h:1", "broker-new")]
 

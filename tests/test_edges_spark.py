@@ -19,9 +19,11 @@ import pytest
 
 from routing_lib.core.as_of import as_of_view
 from routing_lib.core.dump import project
-from routing_lib.core.replay import default_watermark, replay_dump
-from routing_lib.core.tables import DEAD_LETTER, PROGRESS
+from routing_lib.core.replay import default_watermark, fleet_rows, replay, replay_dump
+from routing_lib.core.tables import BROKER_LIVE, DEAD_LETTER, PROGRESS
+from routing_lib.lookup.routes import RouteIndex
 from routing_lib.read.history import as_of_dump
+from routing_lib.read.warehouse import WarehouseSnapshot, load_snapshot
 from schemas import parse_event
 from schemas.route_event import (
     INT64_MAX,
@@ -80,8 +82,9 @@ def broker_event(kind: str, of: dict, at: int) -> dict:
 
 
 def edges() -> list[Edge]:
-    """The fleet's events lie in [T, T + 10 s), less than the watermark delay apart, so none
-    is late however the input is cut into micro-batches; the two at event time 1 come first."""
+    """The fleet's events lie in [T, T + 10 s), less than the watermark delay apart, then in
+    event-time order up to T + 60 s, so none is late however the input is cut into
+    micro-batches; the two at event time 1 come first."""
     low = dict(extreme_register(low=True), brokerName="edge-low", heartbeatTimeoutMillis=60_000)
     high = dict(
         extreme_register(low=False),  # brokerId INT64_MAX: a slave; heartbeat timeout INT64_MAX
@@ -103,6 +106,31 @@ def edges() -> list[Edge]:
     big = register("edge-20000-topics", 6, 0, T + 6_000, [f"T{i:05d}" for i in range(20_000)])
     zero = register("edge-zero-topics", 7, 0, T + 7_000, [])
     dv_max = {"stateVersion": INT64_MAX, "timestamp": INT64_MAX, "counter": INT64_MAX}
+    # One address under two brokerNames (a broker renamed in place), the only edge whose
+    # groups share an address. Both at host 20 stay live (to the backfill's year-9999
+    # watermark too), applied in one batch on both paths: two groups' rows of one (cluster,
+    # address) in one MERGE (the Kafka run's watermark goes from T + 5 s to T + 16 s or more
+    # in one batch). At host 21, on the Kafka path, the old name is applied at watermark
+    # T + 16-20 s; at T + 31 s its heartbeat and the new name's registration, two changes of
+    # the row the table has, in one MERGE; the old name expires at T + 50 s while the new one
+    # stays live. The first TICKs at 26 s, 41 s and 60 s are three records apart, so each is
+    # in another of the run's three-record batches. Event times other edges have already
+    # where they can: each one is an as-of probe.
+    forever = {"heartbeatTimeoutMillis": 10**15}  # past MAX_EVENT_TIME_MS
+    renamed_b = register(
+        "edge-renamed-b",
+        20,
+        0,
+        T + 6_000,
+        ["RenamedB"],
+        filterServerList=["10.8.1.20:30000"],
+        **forever,
+    )
+    renamed_a = register("edge-renamed-a", 20, 0, T + 7_000, ["RenamedA"], **forever)
+    renamed_old = register(
+        "edge-renamed-old", 21, 0, T + 15_000, ["RenamedOld"], heartbeatTimeoutMillis=20_000
+    )
+    renamed_new = register("edge-renamed-new", 21, 0, T + 30_000, ["RenamedNew"], **forever)
     future = "clock skew"  # the stream refuses what the backfill takes with --allow-future-events
     return [
         Edge("a TICK first, at event time 1", [{"eventType": "TICK", "eventTime": 1}]),
@@ -118,6 +146,18 @@ def edges() -> list[Edge]:
         Edge("names at their longest", [longest]),
         Edge("20 000 topics", [big, broker_event("HEARTBEAT", big, T + 9_500)]),
         Edge("zero topics", [zero, dict(zero, eventTime=T + 8_000, dataVersion=dv_max)]),
+        Edge(
+            "one address under two brokerNames, in one batch and across batches",
+            [
+                renamed_b,
+                renamed_a,
+                renamed_old,
+                {"eventType": "TICK", "eventTime": T + 26_000},
+                broker_event("HEARTBEAT", renamed_old, T + 29_000),
+                renamed_new,
+                *[{"eventType": "TICK", "eventTime": T + 41_000}] * 3,
+            ],
+        ),
         Edge("the fleet's clock moves on", [{"eventType": "TICK", "eventTime": T + 60_000}]),
         Edge("integers at their high end", [high], None, future),
         Edge(
@@ -160,6 +200,7 @@ def assert_equals_the_replay(
     watermark = default_watermark(events, DELAY_MS)
     assert dump == project(replay_dump(events, watermark))
     assert_no_row_twice(warehouse)
+    assert_renamed_broker(warehouse, dump, events, watermark)
     for at in sorted({e.eventTime for e in events if e.eventTime <= watermark} | {watermark}):
         assert as_of_dump(warehouse, at) == as_of_view(replay_dump(events, at)), f"as of {at}"
     letters = {r["position"] - first_position: r["reason"] for r in rows(warehouse, DEAD_LETTER)}
@@ -172,6 +213,36 @@ def assert_equals_the_replay(
     assert sum(r["input_rows"] for r in progress) == len(accepted) + len(dead)
     assert sum(r["dead_lettered"] for r in progress) == len(dead)
     assert sum(r["late"] for r in progress) == 0
+
+
+def assert_renamed_broker(warehouse: Path, dump: dict, events: list, watermark: int) -> None:
+    """The renamed broker's addresses: one live entry each in the dump, the lookup's answers
+    from the warehouse equal to those from the replay's rows, the table one row per name."""
+    live = {(r["clusterName"], r["brokerAddr"]): r for r in dump["brokerLiveTable"]}
+    assert len(live) == len(dump["brokerLiveTable"])
+    assert live["Edge", "10.8.0.20:10911"]["lastUpdateTimestamp"] == T + 7_000
+    assert live["Edge", "10.8.0.21:10911"]["lastUpdateTimestamp"] == T + 30_000
+    names = {
+        (r["broker_addr"], r["broker_name"])
+        for r in rows(warehouse, BROKER_LIVE)
+        if r["broker_addr"] in ("10.8.0.20:10911", "10.8.0.21:10911")
+    }
+    assert names == {
+        ("10.8.0.20:10911", "edge-renamed-a"),
+        ("10.8.0.20:10911", "edge-renamed-b"),
+        ("10.8.0.21:10911", "edge-renamed-new"),
+    }
+    served = RouteIndex(load_snapshot(warehouse))
+    replayed = RouteIndex(
+        WarehouseSnapshot(fleet_rows(replay(events, watermark).values()), {}, watermark)
+    )
+    assert served.live_brokers == replayed.live_brokers
+    for topic in ("RenamedA", "RenamedB", "RenamedNew", "RenamedOld"):
+        assert served.route(topic) == replayed.route(topic), topic
+    # the later name registered without filter servers: the earlier name's stay (Java: absent
+    # leaves the address's list as it is)
+    assert served.route("RenamedA")["filterServerTable"] == {"10.8.0.20:10911": ["10.8.1.20:30000"]}
+    assert served.route("RenamedOld") is None  # its group expired
 
 
 def test_edges_through_the_backfill(backfill, tmp_path):
@@ -208,6 +279,12 @@ def test_edges_through_kafka_with_replayed_and_empty_batches(job):
     job()  # replays batch N
     assert _last_commit(job.checkpoint) >= last
     progress = rows(job.warehouse, PROGRESS)
+    # the renamed broker at host 21: the old name applied, then its heartbeat and the new
+    # name while the old name is live, then the old name expired, in three batches
+    watermarks = [r["watermark"] - T for r in progress]
+    assert any(15_000 <= w < 29_000 for w in watermarks), watermarks
+    assert any(30_000 <= w < 35_000 for w in watermarks), watermarks
+    assert max(watermarks) == 50_000
     dump = job()  # a run with nothing new: no batch, nothing changes
     assert rows(job.warehouse, PROGRESS) == progress
     assert_equals_the_replay(job.warehouse, dump, accepted, dead, first_position=0)
