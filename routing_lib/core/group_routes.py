@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TypeVar
 
 from routing_lib.core.topic_table import EMPTY_TOPICS, QueueData, TopicTable
@@ -24,6 +25,10 @@ from schemas.route_event import (
     UnregisterEvent,
     WritePermEvent,
 )
+
+# a topic config's name and its QueueData fields, read in C (a TopicRow or a pydantic config)
+_TOPIC_NAME = attrgetter("topicName")
+_QUEUE_DATA = attrgetter("readQueueNums", "writeQueueNums", "perm", "topicSysFlag")
 
 MASTER_ID = 0
 PERM_WRITE = 0x2
@@ -227,17 +232,25 @@ class GroupRoutes:
             configs = [c for c in table.values() if c.topicName in missing]
             table_ref = None  # a partial application: the table holds only what was missing
         before = self.topics
-        self.topics = self.topics.updated(
-            {
+        if wipe_write:
+            changes = {
                 config.topicName: QueueData(
                     config.readQueueNums,
                     config.writeQueueNums,
-                    config.perm & ~PERM_WRITE if wipe_write else config.perm,
+                    config.perm & ~PERM_WRITE,
                     config.topicSysFlag,
                 )
                 for config in configs
             }
-        )
+        else:  # the same rows, built in C (a group's first or returning registration: all)
+            changes = dict(
+                zip(
+                    map(_TOPIC_NAME, configs),
+                    map(QueueData._make, map(_QUEUE_DATA, configs)),
+                    strict=True,
+                )
+            )
+        self.topics = self.topics.updated(changes)
         if memo is not None and self.topics is before:  # the whole table changed nothing
             _remember_no_op(memo)
         elif table_ref is not None and self.topics is not before:

@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from itertools import repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from routing_lib.core.catalog import ADMIN_EVENTS as ADMIN_EVENTS
 from routing_lib.core.catalog import BROKER_LIVENESS_EVENTS as BROKER_LIVENESS_EVENTS
@@ -178,15 +178,15 @@ def _listed(snapshot: RoutesSnapshot) -> set[BrokerKey]:
 # ---- one transition -> interval ends and starts, liveness events ------------------------------
 
 
-@dataclass(frozen=True)
-class IntervalEnd:
+# The per-row records are NamedTuples, not frozen dataclasses: a fault of a 10 000-topic group
+# makes tens of thousands of them, and a frozen dataclass's __init__ costs twice a tuple's.
+class IntervalEnd(NamedTuple):
     table: str
     key: RowKey
     columns: Row  # the HISTORY_CLOSE_COLUMNS values
 
 
-@dataclass(frozen=True)
-class IntervalStart:
+class IntervalStart(NamedTuple):
     table: str
     key: RowKey
     row: Row  # the whole row: valid_from = the transition's time, valid_to None
@@ -506,8 +506,7 @@ def _liveness_row(
 # ---- per-group state between micro-batches ----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class HistoryChange:
+class HistoryChange(NamedTuple):
     """One row operation for the Delta writer. `row` always holds the identity columns and
     event_date; `upsert`/`append`: the whole row; `close`: + HISTORY_CLOSE_COLUMNS."""
 
@@ -652,10 +651,13 @@ def compact_changes(changes: Iterable[HistoryChange]) -> list[HistoryChange]:
     """Fold a batch's changes to one per row identity (a Delta MERGE refuses two source rows
     for one target row): upsert+close -> the closed row; otherwise the later change wins
     (upsert+delete -> delete, delete+upsert -> upsert)."""
-    folded: dict[tuple[str, RowKey], HistoryChange] = {}
+    changes = list(changes)
     identity_of = _IDENTITY_OF
-    for change in changes:
-        slot = (change.table, identity_of[change.table](change.row))
+    slots = [(change.table, identity_of[change.table](change.row)) for change in changes]
+    if len(set(slots)) == len(slots):  # one change per row already (a fault's 20 000 rows)
+        return changes
+    folded: dict[tuple[str, RowKey], HistoryChange] = {}
+    for slot, change in zip(slots, changes, strict=True):
         previous = folded.get(slot)
         if previous is not None and previous.op == UPSERT and change.op == CLOSE:
             change = HistoryChange(change.table, UPSERT, {**previous.row, **change.row})
