@@ -47,7 +47,6 @@ class FaultProxy:
     upstream: str  # http://host:port of the real server
     host: str = "127.0.0.1"
     rules: list[FaultRule] = field(default_factory=list)
-    requests: list[tuple[str, str]] = field(default_factory=list)  # (method, path) passed on
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
 
@@ -73,11 +72,6 @@ class FaultProxy:
         with self._lock:
             self.rules.clear()
 
-    def passed(self, path_contains: str, methods: tuple[str, ...]) -> int:
-        """How many matching requests reached the real server."""
-        with self._lock:
-            return sum(1 for m, p in self.requests if m in methods and path_contains in p)
-
     def _fault_for(self, method: str, path: str) -> int | str | None:
         with self._lock:
             for rule in self.rules:
@@ -86,7 +80,6 @@ class FaultProxy:
                     if rule.remaining is not None:
                         rule.remaining -= 1
                     return rule.fault
-            self.requests.append((method, path))
             return None
 
     def start(self) -> None:
