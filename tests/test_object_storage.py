@@ -44,14 +44,7 @@ SERVE_PORT, SERVE_HTTP_PORT = 29501, 29502
 
 def _routectl_process(endpoint: S3Endpoint, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, **endpoint.env, PYSPARK_PYTHON=sys.executable)
-    done = subprocess.run(
-        [sys.executable, "-m", "routing_lib.cli", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=JOB_TIMEOUT_S,
-    )
+    done = _routectl_exit(env, *args)
     assert done.returncode == 0, done.stderr[-4000:]
     return done
 

@@ -19,7 +19,7 @@ limits", says how that differs from Java).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from routing_lib.core.tables import Row
 
@@ -35,15 +35,20 @@ def _live_rank(row: Row) -> tuple[int, str]:
     return (int(row["last_update_timestamp"]), row.get("broker_name") or "")
 
 
-def latest_live(rows: Iterable[Row]) -> list[Row]:
-    """One broker_live_table row per (cluster, address): the latest registration."""
+def _best_per_address(rows: Iterable[Row], rank: Callable[[Row], tuple[int, str]]) -> list[Row]:
+    """The highest-ranked row of each (cluster, address), in first-seen order of addresses."""
     best: dict[AddressKey, Row] = {}
     for row in rows:
         key = address_of(row)
         held = best.get(key)
-        if held is None or _live_rank(row) > _live_rank(held):
+        if held is None or rank(row) > rank(held):
             best[key] = row
     return list(best.values())
+
+
+def latest_live(rows: Iterable[Row]) -> list[Row]:
+    """One broker_live_table row per (cluster, address): the latest registration."""
+    return _best_per_address(rows, _live_rank)
 
 
 def shared_addresses(rows: Iterable[Row]) -> bool:
@@ -72,10 +77,4 @@ def latest_filters(filter_rows: Iterable[Row], live_rows: Iterable[Row]) -> list
         name = row.get("broker_name")
         return (updated.get((*address_of(row), name), NOT_LIVE), name or "")
 
-    best: dict[AddressKey, Row] = {}
-    for row in rows:
-        key = address_of(row)
-        held = best.get(key)
-        if held is None or rank(row) > rank(held):
-            best[key] = row
-    return list(best.values())
+    return _best_per_address(rows, rank)
