@@ -1,4 +1,6 @@
-"""A real RocketMQ 5.3.3 broker registers with routelake. One stack per session:
+"""A real RocketMQ 5.3.3 broker registers with routelake. One stack for the module, torn down
+when its last test ends (its job runs a batch every trigger on the collector's TICKs and its
+lookup refreshes on each: kept for the session, it cost ~0.6 of a core until the run ended):
 
     broker --namesrvAddr="Java NameServer;proxy" ; proxy -> `routectl serve --collect`
     (and, in one test, a second broker whose namesrvAddr is routelake alone)
@@ -142,7 +144,7 @@ class Stack:
         )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def stack(config, tmp_path_factory) -> Iterator[Stack]:
     reason = mqadmin.missing_reason()
     if reason is None and not list(mqadmin.jars_dir().glob("rocketmq-broker-*.jar")):
