@@ -30,7 +30,7 @@ from routing_lib.core.content import (
 from routing_lib.ingest import classify
 from schemas import parse_event
 from tests.support.fault_proxy import RESET, fault_proxy
-from tests.support.helpers import DELAY_MS, fixture_lines, reference_dump
+from tests.support.helpers import DELAY_MS, fixture_lines, reference_dump, register_record
 from tests.support.s3_support import S3Endpoint
 from tests.support.stream_model import StreamModel
 
@@ -141,17 +141,7 @@ def test_s3_faults_past_the_retries_fail_stage_one_and_the_step(s3_endpoint, mon
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         location = s3_endpoint.prefix("s3") + "/checkpoint/content"
         settings = ContentSettings(location, 0, 2, 0.0)
-        register = {
-            "eventType": "REGISTER",
-            "eventTime": 1_764_000_000_000,
-            "clusterName": "C1",
-            "brokerAddr": "10.0.0.1:10911",
-            "brokerName": "broker-s3",
-            "brokerId": 0,
-            "haServerAddr": "10.0.0.1:10912",
-            "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1},
-            "topicConfigTable": {"s3-faults": {"topicName": "s3-faults", "perm": 6}},
-        }
+        register = register_record(1_764_000_000_000, "C1", "10.0.0.1", "broker-s3", "s3-faults")
         raw = json.dumps(register).encode()
         rule = proxy.fail(CONTENT_KEYS, 503, None, WRITES)
         with pytest.raises(ContentStorageError, match="writing s3://.* failed 2 times"):

@@ -31,7 +31,7 @@ from routing_lib.housekeeping import housekeep
 from routing_lib.ingest import classify
 from routing_lib.read.warehouse import load_snapshot, table_versions
 from tests.support.fault_proxy import RESET, fault_proxy
-from tests.support.helpers import DELAY_MS, GOLDEN, expected_dump, reference_dump
+from tests.support.helpers import DELAY_MS, GOLDEN, expected_dump, reference_dump, register_record
 from tests.support.kafka_support import lines_of, produce
 from tests.support.s3_support import S3Endpoint
 
@@ -223,17 +223,7 @@ def test_streaming_job_with_warehouse_and_checkpoint_on_s3a(
     lines = lines_of(FIXTURE)
     last = max(json.loads(line)["eventTime"] for line in lines)
     # a broker group registering after the fixture's end: parked in state when run 3 ends
-    late_group = {
-        "eventType": "REGISTER",
-        "eventTime": last + 1000,
-        "clusterName": "C9",
-        "brokerAddr": "10.0.9.1:10911",
-        "brokerName": "broker-z",
-        "brokerId": 0,
-        "haServerAddr": "10.0.9.1:10912",
-        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1},
-        "topicConfigTable": {"ZTopic": {"topicName": "ZTopic", "perm": 6}},
-    }
+    late_group = register_record(last + 1000, "C9", "10.0.9.1", "broker-z", "ZTopic")
     heartbeat = {
         "eventType": "HEARTBEAT",
         "eventTime": last + 1000 + DELAY_MS + 1000,

@@ -129,3 +129,20 @@ def registration_modes(history: list[dict[str, Any]], rng: random.Random) -> lis
         else:
             out.append(record)
     return sorted(out, key=lambda r: r["eventTime"]) if rng.random() < 0.2 else out
+
+
+def register_record(
+    event_time: int, cluster: str, host: str, name: str, topic: str
+) -> dict[str, object]:
+    """A minimal master REGISTER of one writable topic, as a JSON-ready record."""
+    return {
+        "eventType": "REGISTER",
+        "eventTime": event_time,
+        "clusterName": cluster,
+        "brokerAddr": f"{host}:10911",
+        "brokerName": name,
+        "brokerId": 0,
+        "haServerAddr": f"{host}:10912",
+        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1},
+        "topicConfigTable": {topic: {"topicName": topic, "perm": 6}},
+    }
