@@ -1,5 +1,6 @@
-"""The per-module CPU budget (tests/support/cpu_budget.py): its arithmetic, its meters, and a
-pytest run of its own that it fails when a module goes past its budget."""
+"""The per-module CPU and wall budgets (tests/support/cpu_budget.py): their arithmetic, the
+meters, the waiting list, and pytest runs of its own that it fails when a module goes past its
+CPU budget or its wall budget."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import cpu_budget
-from tests.support.cpu_budget import Budget, budget_for, check
+from tests.support.cpu_budget import Budget, budget_for, check, wall_budget_for
 
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,6 +21,53 @@ def test_budget_is_generous_for_small_and_large_modules():
     assert budget_for(66.6) == 110.0  # 106.6, rounded up to 10
     assert budget_for(400.0) == 640.0  # 1.6 x measured
     assert budget_for(0.0) == 40.0
+
+
+def test_wall_budget_is_wider_than_the_cpu_budget():
+    assert wall_budget_for(10.0) == 70.0  # measured + 60 s
+    assert wall_budget_for(100.0) == 160.0  # 160 = measured + 60 > 1.5 x measured
+    assert wall_budget_for(321.0) == 490.0  # 481.5 (1.5 x measured), rounded up to 10
+    assert wall_budget_for(0.0) == 60.0
+
+
+def test_wall_overruns_name_the_module_its_wall_and_its_budget():
+    wall = Budget(default_s=400.0, modules={"tests/test_a.py": 100.0}, unit="s wall")
+    overruns = check({"tests/test_a.py": 130.25, "tests/test_b.py": 399.0}, wall)
+    assert [str(o) for o in overruns] == [
+        "tests/test_a.py: 130.2 s wall, over its wall budget of 100 s wall by 30.2"
+    ]
+    [new] = check({"tests/test_new.py": 450.0}, wall)
+    assert str(new) == (
+        "tests/test_new.py: 450.0 s wall, over the default wall budget (not in the file) of "
+        "400 s wall by 50.0"
+    )
+
+
+def test_wall_scale_widens_only_the_wall_budgets(tmp_path):
+    budget_file = tmp_path / "budget.toml"
+    budget_file.write_text(
+        'default_cpu_s = 300\ndefault_wall_s = 200\n[modules]\n"tests/test_a.py" = 50\n'
+        '[wall]\n"tests/test_a.py" = 100\n'
+    )
+    assert cpu_budget.load_wall_budget(budget_file).of("tests/test_a.py") == 100.0
+    scaled = cpu_budget.load_wall_budget(budget_file, cpu_budget.wall_scale({"X": "1"}))
+    assert scaled.of("tests/test_a.py") == 100.0  # no variable: factor 1
+    environ = {cpu_budget.WALL_SCALE_ENV: "2.5"}
+    scaled = cpu_budget.load_wall_budget(budget_file, cpu_budget.wall_scale(environ))
+    assert (scaled.of("tests/test_a.py"), scaled.of("tests/test_other.py")) == (250.0, 500.0)
+    assert cpu_budget.load_budget(budget_file).of("tests/test_a.py") == 50.0
+    with pytest.raises(ValueError, match="positive"):
+        cpu_budget.wall_scale({cpu_budget.WALL_SCALE_ENV: "0"})
+
+
+def test_waiting_is_wall_minus_cpu_most_first():
+    cpu = {"tests/test_busy.py": 90.0, "tests/test_idle.py": 5.0, "tests/test_mid.py": 20.0}
+    wall = {"tests/test_busy.py": 60.0, "tests/test_idle.py": 125.0, "tests/test_mid.py": 50.0}
+    assert cpu_budget.waiting(cpu, wall) == [
+        ("tests/test_idle.py", 120.0),
+        ("tests/test_mid.py", 30.0),
+        ("tests/test_busy.py", -30.0),  # both cores busy: less wall than CPU
+    ]
 
 
 def test_check_reports_only_modules_over_their_budget_or_the_default():
@@ -45,12 +93,29 @@ def test_regenerated_budget_reads_back_with_headroom(tmp_path):
     assert budget.modules == {"tests/test_a.py": 60.0, 'tests/odd "name".py': 800.0}
     assert budget.default_s == cpu_budget.DEFAULT_BUDGET_S
     assert "cgroup v1 cpuacct /x" in budget_file.read_text()
+    assert cpu_budget.load_wall_budget(budget_file).modules == {}  # no wall figures, no [wall]
+
+
+def test_regenerated_budget_has_wall_budgets_from_the_wall_figures(tmp_path):
+    figures_file = tmp_path / "figures.toml"
+    figures_file.write_text(
+        cpu_budget.render_figures(
+            {"tests/test_a.py": 12.0}, "cgroup v1 cpuacct /x", {"tests/test_a.py": 300.0}
+        )
+    )
+    budget_file = tmp_path / "budget.toml"
+    args = ["regenerate", str(figures_file), str(budget_file), "--default-wall-s", "500"]
+    assert cpu_budget.main(args) == 0
+    wall = cpu_budget.load_wall_budget(budget_file)
+    assert (wall.modules, wall.default_s) == ({"tests/test_a.py": 450.0}, 500.0)
+    assert cpu_budget.load_budget(budget_file).modules == {"tests/test_a.py": 60.0}
 
 
 def test_committed_budget_file_loads_and_names_existing_modules():
     budget = cpu_budget.load_budget(ROOT / "tests" / "cpu_budget.toml")
-    assert budget.modules
-    missing = [m for m in budget.modules if not (ROOT / m).is_file()]
+    wall = cpu_budget.load_wall_budget(ROOT / "tests" / "cpu_budget.toml")
+    assert budget.modules and wall.modules
+    missing = [m for m in [*budget.modules, *wall.modules] if not (ROOT / m).is_file()]
     assert missing == []
 
 
@@ -95,10 +160,15 @@ def test_busy():
 """
 
 
-def _run_with_budget(pytester: pytest.Pytester, budget_s: float) -> pytest.RunResult:
+def _run_with_budget(
+    pytester: pytest.Pytester, budget_s: float, wall_budget_s: float = 1000
+) -> pytest.RunResult:
     pytester.makepyfile(test_busy=BUSY_MODULE.format(seconds=0.2))
     budget = pytester.path / "budget.toml"
-    budget.write_text(f'default_cpu_s = 1000\n[modules]\n"test_busy.py" = {budget_s}\n')
+    budget.write_text(
+        f'default_cpu_s = 1000\n[modules]\n"test_busy.py" = {budget_s}\n'
+        f'[wall]\n"test_busy.py" = {wall_budget_s}\n'
+    )
     figures = pytester.path / "figures.toml"
     result = pytester.runpytest_inprocess(
         "-p", "tests.support.cpu_budget", f"--cpu-budget={budget}", f"--cpu-figures={figures}"
@@ -116,7 +186,7 @@ def test_run_fails_with_the_figures_when_a_module_exceeds_its_budget(pytester, m
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "*CPU BUDGET EXCEEDED by 1 module(s)*",
+            "*BUDGET EXCEEDED by 1 module(s)*",
             "*test_busy.py: * CPU-s, over its budget of 0.1 CPU-s by *",
         ]
     )
@@ -127,8 +197,34 @@ def test_run_passes_within_budget(pytester, monkeypatch):
     monkeypatch.delenv("ROUTELAKE_CPU_CGROUP", raising=False)
     result = _run_with_budget(pytester, budget_s=60)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    result.stdout.fnmatch_lines(["*CPU per test module*", "*test_busy.py (budget 60)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*CPU per test module*",
+            "*test_busy.py (budget 60)*",
+            "*waiting per test module (wall minus CPU)*",
+            "*test_busy.py: * s wall, * CPU-s (wall budget 1000)",
+        ]
+    )
     assert "EXCEEDED" not in result.stdout.str()
+
+
+def test_run_fails_with_the_wall_figure_when_a_module_exceeds_its_wall_budget(
+    pytester, monkeypatch
+):
+    # 0.2 CPU-s take at least 0.2 s of wall time: past a 0.1 s wall budget, within the CPU one
+    monkeypatch.delenv("ROUTELAKE_CPU_CGROUP", raising=False)
+    monkeypatch.delenv(cpu_budget.WALL_SCALE_ENV, raising=False)
+    result = _run_with_budget(pytester, budget_s=60, wall_budget_s=0.1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*BUDGET EXCEEDED by 1 module(s)*",
+            "*test_busy.py: * s wall, over its wall budget of 0.1 s wall by *",
+        ]
+    )
+    assert "CPU-s, over" not in result.stdout.str()
+    monkeypatch.setenv(cpu_budget.WALL_SCALE_ENV, "10000")  # a shared machine's factor
+    assert _run_with_budget(pytester, budget_s=60, wall_budget_s=0.1).ret == pytest.ExitCode.OK
 
 
 def test_figures_of_lanes_merge_into_one_file_with_wall_times(tmp_path):

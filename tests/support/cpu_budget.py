@@ -1,6 +1,8 @@
-"""A CPU budget per test module: a pytest plugin that measures the CPU each test module costs
-(every process the run started, not only pytest's) and fails the run when a module goes past
-its budget in tests/cpu_budget.toml, so that a slower suite is a decision, not a drift.
+"""A CPU and a wall-time budget per test module: a pytest plugin that measures the CPU each test
+module costs (every process the run started, not only pytest's) and its wall seconds, and fails
+the run when a module goes past either budget in tests/cpu_budget.toml, so that a slower suite
+is a decision, not a drift. It also prints the modules that wait the most (wall minus CPU): the
+suite is no longer CPU-bound, and those are where simulated time can be shortened.
 
 Loaded by the test command (scripts/test.sh):
 
@@ -20,7 +22,10 @@ Where the CPU is read from, best first:
 A test's CPU is the reading after it (teardown included) minus the reading before it (setup
 included), so session and module fixtures count in the module whose test starts or stops them.
 
-After a full run, regenerate the budget from the figures the run wrote:
+The wall budget (`[wall]`, `default_wall_s`) is checked the same way; on a machine shared with
+other work, `ROUTELAKE_WALL_BUDGET_SCALE=3` (say) widens every wall budget.
+
+After a full run, regenerate both budgets from the figures the run wrote:
 
     .venv/bin/python -m tests.support.cpu_budget regenerate \\
         .work/test-cpu.toml tests/cpu_budget.toml
@@ -47,6 +52,16 @@ BUDGET_FACTOR = 1.6
 BUDGET_MIN_HEADROOM_S = 40.0
 # A module not in the budget file yet (a new one): as much as a mid-sized integration module.
 DEFAULT_BUDGET_S = 300.0
+# Wall seconds vary more than CPU (a registration period landing late, a JVM start under load):
+# the same shape of headroom, wider.
+WALL_BUDGET_FACTOR = 1.5
+WALL_BUDGET_MIN_HEADROOM_S = 60.0
+DEFAULT_WALL_BUDGET_S = 400.0
+# On a machine shared with other work (a developer's, not CI) wall times stretch: this
+# environment variable multiplies every wall budget (e.g. 3); CPU budgets are not affected.
+WALL_SCALE_ENV = "ROUTELAKE_WALL_BUDGET_SCALE"
+# How many modules the summary lists by waiting time (wall minus CPU).
+WAITERS_SHOWN = 15
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -54,6 +69,12 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 def budget_for(measured_s: float) -> float:
     """The budget for a module measured at `measured_s`, rounded up to 10 s."""
     raw = max(BUDGET_FACTOR * measured_s, measured_s + BUDGET_MIN_HEADROOM_S)
+    return float(math.ceil(raw / 10) * 10)
+
+
+def wall_budget_for(measured_s: float) -> float:
+    """The wall budget for a module that took `measured_s` seconds, rounded up to 10 s."""
+    raw = max(WALL_BUDGET_FACTOR * measured_s, measured_s + WALL_BUDGET_MIN_HEADROOM_S)
     return float(math.ceil(raw / 10) * 10)
 
 
@@ -151,9 +172,15 @@ def choose_meter(environ: Mapping[str, str]) -> CpuMeter:
 class Budget:
     default_s: float = DEFAULT_BUDGET_S
     modules: Mapping[str, float] = field(default_factory=dict)
+    unit: str = "CPU-s"  # how the figures read: "CPU-s" or "s wall"
 
     def of(self, module: str) -> float:
         return self.modules.get(module, self.default_s)
+
+    def scaled(self, factor: float) -> Budget:
+        """Every budget times `factor` (the wall budgets on a shared machine)."""
+        modules = {m: s * factor for m, s in self.modules.items()}
+        return Budget(self.default_s * factor, modules, self.unit)
 
 
 @dataclass(frozen=True)
@@ -162,12 +189,14 @@ class Overrun:
     measured_s: float
     budget_s: float
     listed: bool  # False: the module had the default budget
+    unit: str = "CPU-s"
 
     def __str__(self) -> str:
-        where = "its budget" if self.listed else "the default budget (not in the file)"
+        budget = "budget" if self.unit == "CPU-s" else "wall budget"
+        where = f"its {budget}" if self.listed else f"the default {budget} (not in the file)"
         return (
-            f"{self.module}: {self.measured_s:.1f} CPU-s, over {where} of {self.budget_s:g} "
-            f"CPU-s by {self.measured_s - self.budget_s:.1f}"
+            f"{self.module}: {self.measured_s:.1f} {self.unit}, over {where} of "
+            f"{self.budget_s:g} {self.unit} by {self.measured_s - self.budget_s:.1f}"
         )
 
 
@@ -177,14 +206,40 @@ def load_budget(path: Path) -> Budget:
     return Budget(float(data.get("default_cpu_s", DEFAULT_BUDGET_S)), modules)
 
 
+def load_wall_budget(path: Path, scale: float = 1.0) -> Budget:
+    """The `[wall]` table and `default_wall_s` of a budget file, every budget times `scale`."""
+    data = tomllib.loads(path.read_text())
+    modules = {str(k): float(v) for k, v in data.get("wall", {}).items()}
+    default_s = float(data.get("default_wall_s", DEFAULT_WALL_BUDGET_S))
+    return Budget(default_s, modules, "s wall").scaled(scale)
+
+
+def wall_scale(environ: Mapping[str, str]) -> float:
+    """The factor of the wall budgets: `ROUTELAKE_WALL_BUDGET_SCALE`, 1 when unset."""
+    text = environ.get(WALL_SCALE_ENV, "").strip()
+    if not text:
+        return 1.0
+    scale = float(text)
+    if not scale > 0:
+        raise ValueError(f"{WALL_SCALE_ENV} must be a positive number, not {text!r}")
+    return scale
+
+
 def check(figures: Mapping[str, float], budget: Budget) -> list[Overrun]:
-    """The modules whose measured CPU is over their budget, largest overrun first."""
+    """The modules whose figure is over their budget, largest overrun first."""
     overruns = [
-        Overrun(module, measured, budget.of(module), module in budget.modules)
+        Overrun(module, measured, budget.of(module), module in budget.modules, budget.unit)
         for module, measured in figures.items()
         if measured > budget.of(module)
     ]
     return sorted(overruns, key=lambda o: o.budget_s - o.measured_s)
+
+
+def waiting(cpu: Mapping[str, float], wall: Mapping[str, float]) -> list[tuple[str, float]]:
+    """(module, wall minus CPU seconds), most waiting first. Under 0 when a module's processes
+    kept both cores busy; a module is listed once it has a wall figure."""
+    waits = [(module, seconds - cpu.get(module, 0.0)) for module, seconds in wall.items()]
+    return sorted(waits, key=lambda mw: (-mw[1], mw[0]))
 
 
 def _toml_key(module: str) -> str:
@@ -227,7 +282,13 @@ def merge_figures(paths: list[Path]) -> str:
     return render_figures(figures, "; ".join(dict.fromkeys(sources)), wall)
 
 
-def render_budget(figures: Mapping[str, float], source: str, default_s: float) -> str:
+def render_budget(
+    figures: Mapping[str, float],
+    source: str,
+    default_s: float,
+    wall: Mapping[str, float] | None = None,
+    default_wall_s: float = DEFAULT_WALL_BUDGET_S,
+) -> str:
     lines = [
         "# CPU budget per test module, checked by scripts/test.sh (tests/support/cpu_budget.py):",
         f"# max({BUDGET_FACTOR} x measured, measured + {BUDGET_MIN_HEADROOM_S:.0f} s),"
@@ -236,6 +297,7 @@ def render_budget(figures: Mapping[str, float], source: str, default_s: float) -
         " tests/cpu_budget.toml",
         f"# measured with: {source}",
         f"default_cpu_s = {default_s:.0f}  # a module not listed below",
+        f"default_wall_s = {default_wall_s:.0f}  # a module not listed in [wall]",
         "",
         "[modules]",
     ]
@@ -243,6 +305,17 @@ def render_budget(figures: Mapping[str, float], source: str, default_s: float) -
         f"{_toml_key(m)} = {budget_for(s):.0f}  # measured {s:.1f}"
         for m, s in sorted(figures.items())
     ]
+    if wall:
+        lines += [
+            "",
+            f"# wall seconds per module: max({WALL_BUDGET_FACTOR} x measured, measured +"
+            f" {WALL_BUDGET_MIN_HEADROOM_S:.0f} s), rounded up to 10 s",
+            "[wall]",
+        ]
+        lines += [
+            f"{_toml_key(m)} = {wall_budget_for(s):.0f}  # measured {s:.1f}"
+            for m, s in sorted(wall.items())
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -270,18 +343,25 @@ def pytest_configure(config: pytest.Config) -> None:
             choose_meter(os.environ),
             load_budget(Path(budget_path)) if budget_path else None,
             Path(figures_path) if figures_path else None,
+            load_wall_budget(Path(budget_path), wall_scale(os.environ)) if budget_path else None,
         )
         config.pluginmanager.register(recorder, "cpu_budget_recorder")
 
 
 class CpuRecorder:
-    def __init__(self, meter: CpuMeter, budget: Budget | None, figures_path: Path | None) -> None:
+    def __init__(
+        self,
+        meter: CpuMeter,
+        budget: Budget | None,
+        figures_path: Path | None,
+        wall_budget: Budget | None = None,
+    ) -> None:
         self.meter = meter
         self.budget = budget
+        self.wall_budget = wall_budget
         self.figures_path = figures_path
         self.figures: dict[str, float] = {}
-        # wall seconds per module: not checked, but what the test command's lanes are balanced by
-        self.wall: dict[str, float] = {}
+        self.wall: dict[str, float] = {}  # wall seconds per module, setup and teardown included
         self.overruns: list[Overrun] = []
 
     @pytest.hookimpl(hookwrapper=True)
@@ -298,8 +378,10 @@ class CpuRecorder:
             self.figures_path.write_text(render_figures(self.figures, self.meter.source, self.wall))
         if self.budget is not None:
             self.overruns = check(self.figures, self.budget)
-            if self.overruns and session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if self.wall_budget is not None:
+            self.overruns += check(self.wall, self.wall_budget)
+        if self.overruns and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         report = terminalreporter
@@ -312,17 +394,28 @@ class CpuRecorder:
             budget = f" (budget {self.budget.of(module):g})" if self.budget else ""
             wall = f", {self.wall.get(module, 0.0):.0f} s wall"
             report.write_line(f"  {seconds:7.1f}  {module}{budget}{wall}")
+        self._write_waiters(report)
         if self.figures_path is not None:
             report.write_line(f"figures written to {self.figures_path}")
         if self.overruns:
             report.write_line(
-                f"CPU BUDGET EXCEEDED by {len(self.overruns)} module(s): speed the module up, or "
-                "raise its budget on purpose (see tests/support/cpu_budget.py):",
+                f"BUDGET EXCEEDED by {len(self.overruns)} module(s) (CPU or wall): speed the "
+                "module up, or raise its budget on purpose (see tests/support/cpu_budget.py):",
                 red=True,
                 bold=True,
             )
             for overrun in self.overruns:
                 report.write_line(f"  {overrun}", red=True)
+
+    def _write_waiters(self, report: pytest.TerminalReporter) -> None:
+        """The modules that wait the most: wall minus CPU, with both figures and the budget."""
+        report.section("waiting per test module (wall minus CPU)")
+        for module, waited in waiting(self.figures, self.wall)[:WAITERS_SHOWN]:
+            budget = f" (wall budget {self.wall_budget.of(module):g})" if self.wall_budget else ""
+            report.write_line(
+                f"  {waited:7.1f}  {module}: {self.wall[module]:.1f} s wall, "
+                f"{self.figures.get(module, 0.0):.1f} CPU-s{budget}"
+            )
 
 
 # --- regenerating the budget file ----------------------------------------------------------------
@@ -337,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     regenerate.add_argument("figures", type=Path)
     regenerate.add_argument("budget", type=Path)
     regenerate.add_argument("--default-cpu-s", type=float, default=DEFAULT_BUDGET_S)
+    regenerate.add_argument("--default-wall-s", type=float, default=DEFAULT_WALL_BUDGET_S)
     merge = commands.add_parser("merge", help="merge the figures of runs side by side into one")
     merge.add_argument("figures", type=Path, nargs="+")
     merge.add_argument("--output", type=Path, required=True)
@@ -345,7 +439,13 @@ def main(argv: list[str] | None = None) -> int:
         args.output.write_text(merge_figures(args.figures))
         return 0
     source = str(tomllib.loads(args.figures.read_text()).get("source", "unknown"))
-    text = render_budget(load_figures(args.figures), source, args.default_cpu_s)
+    text = render_budget(
+        load_figures(args.figures),
+        source,
+        args.default_cpu_s,
+        load_wall(args.figures),
+        args.default_wall_s,
+    )
     args.budget.write_text(text)
     print(f"wrote {args.budget}")
     return 0
