@@ -101,3 +101,36 @@ def test_records_of_one_wedge_replace_the_producer_once():
     asyncio.run(scenario())
     assert publisher.producers_replaced == 1 and fresh.sent == 1
     publisher.close(1)
+
+
+def test_a_record_unanswered_at_close_fails_without_an_error_in_the_loop():
+    """issue 37: the per-record bound fired after close() shut the executor down, and its
+    `executor.submit` raised RuntimeError inside a loop callback (logged by asyncio as
+    'Exception in callback'). The record must fail as not acknowledged, nothing raised."""
+    publisher = _publisher([_Producer(answers=False)])
+    errors: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        record = publisher.send(None, b"unanswered")
+        await asyncio.sleep(0.05)  # handed to the producer
+        await asyncio.to_thread(publisher.close, 0.1)  # as Collector.close does
+        with pytest.raises(PublishError):
+            await asyncio.wait_for(record, 2)  # its bound (0.2 s) fires after the close
+        await asyncio.sleep(0.05)
+        assert [ctx.get("exception") for ctx in errors] == []
+
+    asyncio.run(scenario())
+
+
+def test_a_record_sent_after_close_fails_as_not_acknowledged():
+    """The collector answers a broker SYSTEM_ERROR for a PublishError; a RuntimeError from the
+    shut executor would be an internal error instead."""
+    publisher = _publisher([_Producer(answers=True)])
+    publisher.close(0.1)
+
+    async def scenario() -> None:
+        with pytest.raises(PublishError, match="closed"):
+            await publisher.send(None, b"after close")
+
+    asyncio.run(scenario())

@@ -10,11 +10,15 @@ the batch expired and the producer reset its producer id; once Kafka was back, n
 and no record was answered or expired again, ever. So every record's future has a bound of its
 own (twice the delivery timeout): a record unanswered by then fails, and the producer is
 replaced by a new one (a new producer id) for the records that follow.
+
+After close() a record fails at once, and a bound that fires then only fails its record: the
+executor that would replace the producer is shut down (issue 37).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -94,7 +98,11 @@ class KafkaPublisher:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         generation = self._generation
-        self._executor.submit(self._send, loop, future, key, value)
+        try:
+            self._executor.submit(self._send, loop, future, key, value)
+        except RuntimeError:  # close() shut the executor down
+            future.set_exception(PublishError(f"Kafka {self.bootstrap}: the publisher is closed"))
+            return future
         bound = loop.call_later(self.wedged_after_s, self._unanswered, future, generation)
         future.add_done_callback(lambda _future: bound.cancel())
         return future
@@ -109,7 +117,9 @@ class KafkaPublisher:
                 "(the producer is replaced)"
             ),
         )
-        self._executor.submit(self._replace_wedged, generation)
+        # close() shuts the executor down: it closes the producer itself
+        with contextlib.suppress(RuntimeError):
+            self._executor.submit(self._replace_wedged, generation)
 
     def _replace_wedged(self, generation: int) -> None:
         """On the executor thread: drop the producer of `generation` unless already replaced."""
@@ -169,7 +179,7 @@ class KafkaPublisher:
         record.add_errback(done)
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Flush what is queued (bounded), then close."""
+        """Flush what is queued (bounded), then close; later records fail at once."""
         self._executor.shutdown(wait=True)
         if self._producer is not None:
             try:
