@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import pyarrow
-from pyarrow import fs as pafs
 
 from routing_lib import storage
 from routing_lib.core.content import (
@@ -38,7 +37,7 @@ from routing_lib.core.content import (
     ContentBackend,
     ContentStorageError,
     CorruptContentError,
-    content_ref,
+    content_digest,
 )
 
 log = logging.getLogger("routelake.content")
@@ -101,31 +100,21 @@ class ContentFolder:
     # -- reading -----------------------------------------------------------------------------
     def read(self, ref: str) -> str | None:
         path = self._path(ref)
-        data = self._retrying(f"reading {path}", lambda: self._read_bytes(path))
+        data = self._retrying(f"reading {path}", lambda: _read_bytes(path))
         if data is None:
             return None
-        text = data.decode("utf-8", "surrogatepass")
-        # a chunked reference names its manifest by the same digest under another mark
-        if content_ref(text)[1:] != ref[1:]:
+        # The digest over the raw bytes first: a damaged file (a flipped byte, not UTF-8 any
+        # more; a truncation; another file's bytes) is corrupt content, which stops the job with
+        # this message, never a decoding error that a guard would take for the event's fault.
+        # A chunked reference names its manifest by the same digest under another mark.
+        found = content_digest(data)
+        if found != ref[1:]:
             raise CorruptContentError(
                 f"corrupt content for reference {ref[1:]}: file {path} of checkpoint "
                 f"{checkpoint_of(self.name)} holds {len(data)} bytes whose BLAKE2b digest is "
-                f"{content_ref(text)[1:]}. {RECOVERY_HINT}"
+                f"{found}. {RECOVERY_HINT}"
             )
-        return text
-
-    def _read_bytes(self, path: str) -> bytes | None:
-        try:
-            if self._remote:
-                filesystem, key = storage.filesystem(path)
-                if filesystem.get_file_info(key).type == pafs.FileType.NotFound:
-                    return None
-                with filesystem.open_input_stream(key) as stream:
-                    data: bytes = stream.read()
-                return data
-            return Path(path).read_bytes()
-        except FileNotFoundError:
-            return None
+        return data.decode("utf-8", "surrogatepass")  # the bytes `write` encoded
 
     # -- writing -----------------------------------------------------------------------------
     def write(self, ref: str, text: str) -> None:
@@ -185,6 +174,13 @@ class ContentFolder:
                 time.sleep(delay)
                 delay *= 2
         raise AssertionError("unreachable")
+
+
+def _read_bytes(path: str) -> bytes | None:
+    try:
+        return storage.read_bytes(path)
+    except FileNotFoundError:
+        return None
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -125,16 +125,21 @@ def exists(location: str | Path) -> bool:
     return found
 
 
+def read_bytes(location: str | Path) -> bytes:
+    """The file's bytes; FileNotFoundError (an OSError) when there is none. On object storage
+    one read (pyarrow asks for the size, then GETs): a missing object fails the first request,
+    so no HEAD is needed before it."""
+    if not is_remote(location):
+        return Path(location).read_bytes()
+    filesystem_, path = filesystem(location)
+    with filesystem_.open_input_stream(path) as stream:
+        data: bytes = stream.read()
+    return data
+
+
 def read_text(location: str | Path) -> str:
     """The file's text; FileNotFoundError (an OSError) when there is none."""
-    if not is_remote(location):
-        return Path(location).read_text()
-    filesystem_, path = filesystem(location)
-    if filesystem_.get_file_info(path).type == pafs.FileType.NotFound:
-        raise FileNotFoundError(location)
-    with filesystem_.open_input_stream(path) as stream:
-        text: str = stream.read().decode()
-    return text
+    return read_bytes(location).decode()
 
 
 def write_text(location: str | Path, text: str) -> None:

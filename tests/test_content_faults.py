@@ -22,6 +22,7 @@ from routing_lib.core.content import (
     ContentStorageError,
     CorruptContentError,
     MissingContentError,
+    content_ref,
 )
 from routing_lib.core.dump import project
 from routing_lib.core.replay import replay_dump
@@ -184,13 +185,57 @@ def test_a_missing_state_reference_stops_the_step_with_the_fix(checkpoint):
         run_step([], group_state(tuple(state.get), T0 + 10_000), T0 + 20_000, "broker-f", settings)
 
 
-def test_a_corrupt_content_file_is_detected(checkpoint):
+# Each way a content file gets damaged, from the bytes it holds and another file's bytes.
+CORRUPTIONS = {
+    "a non-UTF-8 byte": lambda data, other: data[:20] + b"\xff" + data[21:],
+    "truncated": lambda data, other: data[: len(data) // 2],
+    "emptied": lambda data, other: b"",
+    "another file's bytes": lambda data, other: other,
+    "an ASCII substitution": lambda data, other: data.replace(b"-001", b"-00X"),
+}
+
+
+def _corrupt(settings: ContentSettings, ref: str, how: str) -> Path:
+    """Damage the file of `ref` in the way `how` names; its path."""
+    folder = ContentFolder(settings.location)
+    other_text = f"another table of {_TAG[0]}"
+    folder.write(content_ref(other_text), other_text)
+    other = Path(settings.location) / content_ref(other_text)[1:3] / content_ref(other_text)[1:]
+    path = Path(settings.location) / ref[1:3] / ref[1:]
+    path.write_bytes(CORRUPTIONS[how](path.read_bytes(), other.read_bytes()))
+    CONTENT.clear()  # a fresh Python worker: nothing cached
+    return path
+
+
+def _assert_names_the_fix(message: str, ref: str, path: Path, checkpoint: Path) -> None:
+    assert f"corrupt content for reference {ref[1:]}: file {path} " in message, message
+    assert f"of checkpoint {checkpoint} " in message, message
+    assert "Restore the content folder" in message and "fresh checkpoint" in message
+
+
+@pytest.mark.parametrize("how", CORRUPTIONS)
+def test_a_corrupt_pending_registration_stops_the_step_and_is_never_dead_lettered(checkpoint, how):
+    """The registration is valid and parked; its topic table's file is damaged before the
+    watermark reaches it. Applying it stops the step with the store's message: no internal
+    error dead letter (LazyTopicTable decodes it inside apply_guarded's last line of defence)."""
     saved, settings, ref = _parked(checkpoint)
-    path = checkpoint / "content" / ref[1:3] / ref[1:]
-    path.write_bytes(path.read_bytes().replace(b"-001", b"-00X"))
-    CONTENT.clear()
-    with pytest.raises(CorruptContentError, match=f"corrupt content for reference {ref[1:]}"):
+    path = _corrupt(settings, ref, how)
+    with pytest.raises(CorruptContentError) as failure:
         run_step([], group_state(saved, T0), T0 + 10_000, group="broker-f", content=settings)
+    _assert_names_the_fix(str(failure.value), ref, path, checkpoint)
+
+
+@pytest.mark.parametrize("how", CORRUPTIONS)
+def test_a_corrupt_state_reference_stops_the_step_naming_its_file(checkpoint, how):
+    """The group's own topics in its saved state, read when the state is loaded."""
+    saved, settings, _ = _parked(checkpoint)
+    state = group_state(saved, T0)
+    run_step([], state, T0 + 10_000, group="broker-f", content=settings)  # applied
+    topics = state.get[1]
+    path = _corrupt(settings, topics, how)
+    with pytest.raises(CorruptContentError) as failure:
+        run_step([], group_state(tuple(state.get), T0 + 10_000), T0 + 20_000, "broker-f", settings)
+    _assert_names_the_fix(str(failure.value), topics, path, checkpoint)
 
 
 def test_a_storage_error_in_the_step_past_the_retries_fails_it(checkpoint, monkeypatch):

@@ -65,8 +65,12 @@ class ContentBackend(Protocol):
 
 
 def content_ref(text: str) -> str:
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16)
-    return REF_MARK + digest.hexdigest()
+    return REF_MARK + content_digest(text.encode("utf-8", "surrogatepass"))
+
+
+def content_digest(data: bytes) -> str:
+    """The digest a content file's bytes must have: the one its reference names."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def is_ref(value: str | None) -> bool:
