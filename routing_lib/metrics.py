@@ -143,16 +143,7 @@ class JobMetrics:
         self._batches.inc()
         for key, counter in self._counts.items():
             counter.inc(counts.get(key, 0))
-        kinds: dict[str, int] = {}
-        for reason, n in (dead_letter_reasons or {}).items():
-            kind = dead_letter_kind(reason)
-            kinds[kind] = kinds.get(kind, 0) + n
-        # dead letters whose reason was not read (a replayed batch): counted all the same
-        unread = counts.get("dead_lettered", 0) - sum(kinds.values())
-        if unread > 0:
-            kinds["invalid_event"] = kinds.get("invalid_event", 0) + unread
-        for kind, n in kinds.items():
-            self._dead.labels(kind).inc(n)
+        self._count_dead_letters(counts, dead_letter_reasons or {})
         if broker_expiries is None:
             # no history rows to name the brokers: the count alone, without cluster or broker
             broker_expiries = {("", ""): counts.get("expired", 0)}
@@ -162,9 +153,30 @@ class JobMetrics:
         self._batch_seconds.observe(seconds)
         for phase, spent in (phases or {}).items():
             self._phase_seconds.labels(phase).observe(spent)
-        self._freshness.observe(max(0.0, now - watermark / 1000))
+        if watermark > 0:
+            # Watermark 0 is "no event yet" (batch 0 of a fresh checkpoint), not 1970: its
+            # freshness would be ~1.76e9 s, kept in the histogram's _sum for the process's life.
+            self._freshness.observe(max(0.0, now - watermark / 1000))
         with self._lock:
-            self._watermark, self._published_at = watermark, now
+            if watermark > 0:
+                self._watermark = watermark
+            self._published_at = now
+
+    def _count_dead_letters(self, counts: Mapping[str, int], reasons: Mapping[str, int]) -> None:
+        """Dead letters by kind of reason. The table gets the records that failed on arrival
+        (`dead_lettered`) and the events that failed in the step (`failed_in_step`); the writer
+        reads every reason, so a record without one is a bug: counted as `unknown`, not hidden
+        among the invalid events."""
+        kinds: dict[str, int] = {}
+        for reason, n in reasons.items():
+            kind = dead_letter_kind(reason)
+            kinds[kind] = kinds.get(kind, 0) + n
+        written = counts.get("dead_lettered", 0) + counts.get("failed_in_step", 0)
+        unread = written - sum(kinds.values())
+        if unread > 0:
+            kinds["unknown"] = kinds.get("unknown", 0) + unread
+        for kind, n in kinds.items():
+            self._dead.labels(kind).inc(n)
 
     def set(self, name: str, value: float) -> None:
         self._gauges[name].set(value)
@@ -173,8 +185,16 @@ class JobMetrics:
         self._kafka_up.set(int(up))
 
     def get(self, name: str, **labels: str) -> float:
-        """A sample's value (0 if absent): `routelake_job_batches_total`, a gauge, ..."""
-        return self.registry.get_sample_value(name, labels) or 0.0
+        """A sample's value: `routelake_job_batches_total`, a gauge, ... A sample that is not
+        exposed raises KeyError: an absent series is not a zero (`has` tells them apart)."""
+        value = self.registry.get_sample_value(name, labels)
+        if value is None:
+            raise KeyError(f"no sample {name}{labels or ''} in the job's metrics")
+        return value
+
+    def has(self, name: str, **labels: str) -> bool:
+        """Whether the sample is exposed (a labelled series exists once it was incremented)."""
+        return self.registry.get_sample_value(name, labels) is not None
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -191,9 +211,14 @@ class _Published:
         m = self.metrics
         with m._lock:
             watermark, published_at = m._watermark, m._published_at
-        if watermark is None or published_at is None:
+        if published_at is not None:
+            yield GaugeMetricFamily(
+                "routelake_job_last_batch_timestamp_seconds",
+                "When the latest micro-batch was published (Unix time).",
+                value=published_at,
+            )
+        if watermark is None:  # no batch yet, or none past the first event: nothing to age
             return
-        now = m.clock()
         yield GaugeMetricFamily(
             "routelake_job_watermark_timestamp_seconds",
             "Event-time watermark of the published tables (Unix time).",
@@ -202,12 +227,7 @@ class _Published:
         yield GaugeMetricFamily(
             "routelake_job_watermark_lag_seconds",
             "Wall clock minus the published watermark: how far behind the routes are.",
-            value=now - watermark / 1000,
-        )
-        yield GaugeMetricFamily(
-            "routelake_job_last_batch_timestamp_seconds",
-            "When the latest micro-batch was published (Unix time).",
-            value=published_at,
+            value=m.clock() - watermark / 1000,
         )
 
 
@@ -242,9 +262,18 @@ class KafkaProbe:
             self.stop.wait(self.interval_s)
 
 
+KAFKA_DEFAULT_PORT = 9092
+
+
 def _host_port(server: str) -> tuple[str, int]:
-    host, _, port = server.strip().rpartition(":")
-    return host.strip("[]") or "localhost", int(port or 9092)
+    """A bootstrap server's (host, port): `host:port`, `[v6]:port`, or a bare host or `[v6]`
+    on Kafka's default port."""
+    server = server.strip()
+    host, colon, port = server.rpartition(":")
+    bare_ipv6 = ":" in host and not host.endswith("]")  # "::1": the colons are the address's
+    if not colon or bare_ipv6 or server.endswith("]"):  # "kafka", "::1", "[::1]": no port
+        return server.strip("[]") or "localhost", KAFKA_DEFAULT_PORT
+    return host.strip("[]") or "localhost", int(port or KAFKA_DEFAULT_PORT)
 
 
 def serve_metrics(metrics: JobMetrics, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:

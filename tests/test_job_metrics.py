@@ -6,6 +6,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
+
 from routing_lib.core.catalog import BROKER_LIVENESS_EVENTS, spec
 from routing_lib.core.history import EXPIRED, REGISTERED, UNREGISTERED, event_date
 from routing_lib.metrics import JobMetrics, KafkaProbe, dead_letter_kind
@@ -38,14 +40,58 @@ def test_a_batch_adds_its_counts_phases_and_dead_letters_by_kind():
     expiries_total = "routelake_job_broker_expiries_total"
     assert metrics.get(expiries_total, cluster="cluster-a", broker="broker-a") == 1
     assert metrics.get(expiries_total, cluster="cluster-b", broker="broker-a") == 1
-    assert metrics.get(expiries_total, cluster="", broker="") == 0
+    assert not metrics.has(expiries_total, cluster="", broker="")
     assert metrics.get("routelake_job_dead_letters_total", reason="not_json") == 1
-    # the one whose reason was not read is counted all the same
-    assert metrics.get("routelake_job_dead_letters_total", reason="invalid_event") == 2
+    assert metrics.get("routelake_job_dead_letters_total", reason="invalid_event") == 1
+    # the one whose reason was not read is counted all the same, as unknown
+    assert metrics.get("routelake_job_dead_letters_total", reason="unknown") == 1
     assert metrics.get("routelake_job_batch_duration_seconds_count") == 2
     assert metrics.get("routelake_job_batch_duration_seconds_sum") == 3.0
     assert metrics.get("routelake_job_batch_phase_duration_seconds_sum", phase="step") == 2.0
     assert metrics.get("routelake_job_freshness_seconds_sum") == 7 + 6
+
+
+def test_events_that_failed_in_the_step_are_dead_letters_too():
+    metrics = JobMetrics()
+    counts = {"dead_lettered": 1, "failed_in_step": 2}
+    reasons = {"not JSON: x": 1, "internal error: KeyError: 'x'": 2}
+    metrics.record_batch(WATERMARK_MS, counts, 1.0, dead_letter_reasons=reasons)
+    assert metrics.get("routelake_job_dead_letters_total", reason="not_json") == 1
+    assert metrics.get("routelake_job_dead_letters_total", reason="internal_error") == 2
+    assert not metrics.has("routelake_job_dead_letters_total", reason="unknown")
+    assert not metrics.has("routelake_job_dead_letters_total", reason="invalid_event")
+
+    # reasons not read: the step's failures are still counted, under no invented reason
+    metrics.record_batch(WATERMARK_MS, counts, 1.0, dead_letter_reasons={})
+    assert metrics.get("routelake_job_dead_letters_total", reason="unknown") == 3
+    assert not metrics.has("routelake_job_dead_letters_total", reason="invalid_event")
+
+
+def test_a_missing_sample_is_not_a_zero():
+    metrics = JobMetrics()
+    metrics.record_batch(WATERMARK_MS, {}, 1.0)
+    assert metrics.get("routelake_job_late_events_total") == 0  # exposed, zero
+    with pytest.raises(KeyError, match="routelake_job_late_event_total"):
+        metrics.get("routelake_job_late_event_total")  # a misspelt name is not a zero
+    with pytest.raises(KeyError):
+        metrics.get("routelake_job_dead_letters_total", reason="not_json")
+
+
+def test_batches_before_the_first_event_record_no_freshness_and_no_watermark():
+    clock = Clock(WATERMARK_MS / 1000 + 5)
+    metrics = JobMetrics(clock=clock)
+    metrics.record_batch(0, {}, 1.0)  # batch 0 of a fresh checkpoint: no event yet
+    assert metrics.get("routelake_job_batches_total") == 1
+    assert metrics.get("routelake_job_freshness_seconds_count") == 0
+    assert metrics.get("routelake_job_freshness_seconds_sum") == 0
+    assert not metrics.has("routelake_job_watermark_lag_seconds")
+    assert not metrics.has("routelake_job_watermark_timestamp_seconds")
+    assert metrics.get("routelake_job_last_batch_timestamp_seconds") == WATERMARK_MS / 1000 + 5
+
+    metrics.record_batch(WATERMARK_MS, {}, 1.0)  # the first real watermark
+    assert metrics.get("routelake_job_freshness_seconds_count") == 1
+    assert metrics.get("routelake_job_freshness_seconds_sum") == 5
+    assert metrics.get("routelake_job_watermark_lag_seconds") == 5
 
 
 def test_the_watermark_lag_grows_between_batches():
@@ -86,6 +132,24 @@ def test_the_kafka_probe_tells_a_listening_server_from_none():
         ("nowhere", 1),
         ("127.0.0.1", port),
     ]
+
+
+@pytest.mark.parametrize(
+    ("server", "address"),
+    [
+        ("kafka", ("kafka", 9092)),
+        (" kafka ", ("kafka", 9092)),
+        ("kafka:", ("kafka", 9092)),
+        ("kafka:19092", ("kafka", 19092)),
+        ("[::1]:19092", ("::1", 19092)),
+        ("[::1]", ("::1", 9092)),
+        ("::1", ("::1", 9092)),
+    ],
+)
+def test_a_bootstrap_server_without_a_port_is_on_kafkas_default_port(
+    server: str, address: tuple[str, int]
+):
+    assert KafkaProbe(server, JobMetrics()).addresses == [address]
 
 
 def test_without_history_rows_expiries_are_counted_without_cluster_or_broker():

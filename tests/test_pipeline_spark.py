@@ -75,7 +75,8 @@ def assert_tables_are_the_catalogs(warehouse) -> None:
 
 def test_replayed_batch_changes_nothing(spark, backfill, tmp_path):
     """A micro-batch replayed after a crash (same batch id) is skipped by every table."""
-    from routing_lib.spark.delta_writer import DeltaRouteWriter
+    from routing_lib.metrics import JobMetrics
+    from routing_lib.spark.delta_writer import BatchReport, DeltaRouteWriter
     from routing_lib.spark.stateful import OUTPUT_SCHEMA
 
     backfill([GOLDEN / "01_master_registers" / "events.jsonl"])
@@ -92,21 +93,17 @@ def test_replayed_batch_changes_nothing(spark, backfill, tmp_path):
     batch = spark.createDataFrame(
         [
             ("change", BROKER_LIVE, "upsert", json.dumps([live]), None),
-            (
-                "dead",
-                DEAD_LETTER,
-                "append",
-                json.dumps({"raw_text": "x", "source": "s", "position": 1, "reason": "r"}),
-                b"x",
-            ),
+            dead_letter_row(1, "not JSON: Expecting value"),
+            dead_letter_row(2, "internal error: KeyError: 'x'"),  # failed in the step
             (
                 "stats",
                 None,
                 None,
                 json.dumps(
                     {
-                        "input_rows": 1,
+                        "input_rows": 2,
                         "dead_lettered": 1,
+                        "failed_in_step": 1,
                         "writes": [f"change/{BROKER_LIVE}", f"dead/{DEAD_LETTER}"],
                     }
                 ),
@@ -115,15 +112,32 @@ def test_replayed_batch_changes_nothing(spark, backfill, tmp_path):
         ],
         OUTPUT_SCHEMA,
     )
-    writer = DeltaRouteWriter(str(warehouse), "replay-test", lambda batch_id: 42)
+    reports: list[BatchReport] = []
+    writer = DeltaRouteWriter(str(warehouse), "replay-test", lambda batch_id: 42, reports.append)
     writer(batch, 1000)
     versions = table_versions(warehouse)
     lives = rows(warehouse, BROKER_LIVE)
     writer(batch, 1000)  # the replay
     assert table_versions(warehouse) == versions
     assert rows(warehouse, BROKER_LIVE) == lives
-    assert len([r for r in rows(warehouse, DEAD_LETTER) if r["source"] == "s"]) == 1
+    assert len([r for r in rows(warehouse, DEAD_LETTER) if r["source"] == "s"]) == 2
     assert len(rows(warehouse, TOPIC_QUEUE)) == 3
+
+    # The replay's dead letters are counted by their reasons, as the first run's were.
+    metrics = JobMetrics()
+    for report in reports:
+        metrics.record_batch(report.watermark, report.counts, 1.0, None, report.dead_letter_reasons)
+    dead_letters = "routelake_job_dead_letters_total"
+    assert metrics.get(dead_letters, reason="not_json") == 2
+    assert metrics.get(dead_letters, reason="internal_error") == 2
+    assert not metrics.has(dead_letters, reason="invalid_event")
+    assert not metrics.has(dead_letters, reason="unknown")
+
+
+def dead_letter_row(position: int, reason: str) -> tuple[str, str, str, str, bytes]:
+    """A step output row of one dead letter (routing_lib/spark/stateful.py's form)."""
+    row = {"raw_text": "x", "source": "s", "position": position, "reason": reason}
+    return ("dead", DEAD_LETTER, "append", json.dumps(row), b"x")
 
 
 def test_integers_at_their_bounds_reach_the_tables(backfill, tmp_path):

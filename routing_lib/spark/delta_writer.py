@@ -221,18 +221,25 @@ class DeltaRouteWriter:
         )
         target = self._unless_written(spec.name, batch_id)
         if target is None:
+            if spec.name == DEAD_LETTER:
+                # A replayed batch's dead letters are in already, but this process counts the
+                # batch again (its stats say how many): read their reasons all the same.
+                self._count_reasons(parsed.select("r.reason").toArrow().column("reason"))
             return
         rows_out = out.toArrow()
         if spec.name == DEAD_LETTER:  # the rows are on the driver already: count them here
-            for reason in rows_out.column("reason").to_pylist():
-                key = str(reason)
-                self._dead_letter_reasons[key] = self._dead_letter_reasons.get(key, 0) + 1
+            self._count_reasons(rows_out.column("reason"))
         write_deltalake(
             target,
             rows_out.cast(pa.schema(target.schema().to_arrow())),
             mode="append",
             commit_properties=self._commit(batch_id),
         )
+
+    def _count_reasons(self, reasons: pa.ChunkedArray) -> None:
+        for reason in reasons.to_pylist():
+            key = str(reason)
+            self._dead_letter_reasons[key] = self._dead_letter_reasons.get(key, 0) + 1
 
     def append_progress(self, batch_id: int, watermark: int, counts: dict[str, int]) -> None:
         """The batch's progress row, committed by delta-rs from the driver: a one-row append
