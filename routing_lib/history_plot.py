@@ -3,8 +3,8 @@
 One lane per broker address, lanes grouped by brokerName ("brokerName addr"). Bars are the
 address's broker_membership_history intervals, coloured by role (master id 0, slave ids > 0);
 markers are its broker_liveness_events leaving brokerLiveTable (EXPIRED, UNREGISTERED,
-REJECTED). Open intervals are drawn up to the published watermark. Tables are read with
-delta-rs; drawing uses the Agg canvas directly (no pyplot, no display needed).
+REJECTED, CHANNEL_CLOSED). Open intervals are drawn up to the published watermark. Tables are
+read with delta-rs; drawing uses the Agg canvas directly (no pyplot, no display needed).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from matplotlib.patches import Patch
 from routing_lib.core.history import (
     BROKER_LIVENESS_EVENTS,
     BROKER_MEMBERSHIP_HISTORY,
+    CHANNEL_CLOSED,
     EXPIRED,
     REJECTED,
     UNREGISTERED,
@@ -37,6 +38,7 @@ MARKERS = {
     EXPIRED: ("x", "#d62728", "EXPIRED"),
     UNREGISTERED: ("|", "black", "UNREGISTERED"),
     REJECTED: ("v", "#ff7f0e", "REJECTED (registration refused: stale stateVersion)"),
+    CHANNEL_CLOSED: ("X", "#8c564b", "CHANNEL_CLOSED (its last connection closed)"),
 }
 _MS_PER_DAY = 86_400_000
 _BAR_HEIGHT = 0.6

@@ -6,6 +6,7 @@ StructType in `schemas.spark`) is derived from them.
 
 from schemas.route_event import (
     AdminEvent,
+    ChannelClosedEvent,
     DeleteKvEvent,
     DeleteTopicEvent,
     EventDataVersion,
@@ -24,6 +25,7 @@ from schemas.route_event import (
 
 __all__ = [
     "AdminEvent",
+    "ChannelClosedEvent",
     "DeleteKvEvent",
     "DeleteTopicEvent",
     "EventDataVersion",

@@ -7,9 +7,11 @@ collector that sends those has a bug we want to see in the dead-letter table, no
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired
+import re
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple, NotRequired
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -51,6 +53,47 @@ EpochMillis = Annotated[StrictInt, Field(gt=0, le=MAX_EVENT_TIME_MS)]
 Int64 = Annotated[StrictInt, Field(ge=INT64_MIN, le=INT64_MAX)]
 Int32 = Annotated[StrictInt, Field(ge=INT32_MIN, le=INT32_MAX)]
 
+# A collector's connection (contract §2, "Connections (channels)"): COLLECTOR@INCARNATION#N,
+# the collector id 1-128 characters without '@', '#' or whitespace, the incarnation and the
+# counter non-negative ints below 2^63 (ASCII digits: str.isdigit would take other scripts').
+CHANNEL_COLLECTOR_MAX_LENGTH = 128
+_CHANNEL_PATTERN = re.compile(rf"([^@#\s]{{1,{CHANNEL_COLLECTOR_MAX_LENGTH}}})@([0-9]+)#([0-9]+)")
+
+
+class ChannelId(NamedTuple):
+    """A parsed channel: incarnations compare as numbers, not as text."""
+
+    collector: str
+    incarnation: int
+    counter: int
+
+    def text(self) -> str:
+        """The canonical form (no leading zeros): the one a channel set holds."""
+        return f"{self.collector}@{self.incarnation}#{self.counter}"
+
+
+def parse_channel(text: str) -> ChannelId:
+    """The parts of a channel string; ValueError (with the rule it breaks) if it is invalid."""
+    match = _CHANNEL_PATTERN.fullmatch(text)
+    if match is None:
+        raise ValueError(
+            "not COLLECTOR@INCARNATION#N (collector id 1-128 characters without '@', '#' or "
+            "whitespace; incarnation and counter non-negative integers)"
+        )
+    collector, incarnation, counter = match.groups()
+    for part, value in (("incarnation", incarnation), ("counter", counter)):
+        if len(value.lstrip("0")) > 19 or int(value) > INT64_MAX:  # int() of 5 000 digits raises
+            raise ValueError(f"{part} {_clip(value)} is not below 2^63")
+    return ChannelId(collector, int(incarnation), int(counter))
+
+
+def _canonical_channel(text: str) -> str:
+    # "c@0100#1" and "c@100#1" name one connection: the state compares channels as text
+    return parse_channel(text).text()
+
+
+Channel = Annotated[StrictStr, AfterValidator(_canonical_channel)]
+
 
 class _Model(BaseModel):
     # Extra fields are ignored (contract: HEARTBEAT and UNREGISTER ignore extra fields).
@@ -85,6 +128,7 @@ class _BrokerEvent(_Model):
 
 class RegisterEvent(_BrokerEvent):
     eventType: Literal["REGISTER"]
+    channel: Channel | None = None  # the collector's connection it arrived on
     haServerAddr: StrictStr | None = None
     dataVersion: EventDataVersion
     topicConfigTable: dict[TopicName, TopicConfig]
@@ -111,6 +155,15 @@ def _clip(text: str, limit: int = 64) -> str:
 
 class HeartbeatEvent(_BrokerEvent):
     eventType: Literal["HEARTBEAT"]
+    channel: Channel | None = None
+
+
+class ChannelClosedEvent(_BrokerEvent):
+    """A collector's connection that carried this broker's requests closed, failed or stayed
+    idle (contract §2, "Connections (channels)"): every field is required."""
+
+    eventType: Literal["CHANNEL_CLOSED"]
+    channel: Channel
 
 
 class UnregisterEvent(_BrokerEvent):
@@ -172,7 +225,9 @@ class DeleteKvEvent(_AdminEvent):
 AdminEvent = WritePermEvent | DeleteTopicEvent | PutKvEvent | DeleteKvEvent
 ADMIN_EVENT_TYPES = ("WIPE_WRITE_PERM", "ADD_WRITE_PERM", "DELETE_TOPIC", "PUT_KV", "DELETE_KV")
 
-AnyEvent = RegisterEvent | HeartbeatEvent | UnregisterEvent | TickEvent | AdminEvent
+AnyEvent = (
+    RegisterEvent | HeartbeatEvent | UnregisterEvent | ChannelClosedEvent | TickEvent | AdminEvent
+)
 RouteEvent = Annotated[AnyEvent, Field(discriminator="eventType")]
 _EVENT_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(RouteEvent)
 
@@ -206,7 +261,12 @@ class PipelineRegister(RegisterEvent):
 
 _PIPELINE_ADAPTER: TypeAdapter[Any] = TypeAdapter(
     Annotated[
-        PipelineRegister | HeartbeatEvent | UnregisterEvent | TickEvent | AdminEvent,
+        PipelineRegister
+        | HeartbeatEvent
+        | UnregisterEvent
+        | ChannelClosedEvent
+        | TickEvent
+        | AdminEvent,
         Field(discriminator="eventType"),
     ]
 )

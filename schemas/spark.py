@@ -8,7 +8,13 @@ import typing
 from pydantic import BaseModel
 from pyspark.sql import types as T
 
-from schemas.route_event import HeartbeatEvent, RegisterEvent, TickEvent, UnregisterEvent
+from schemas.route_event import (
+    ChannelClosedEvent,
+    HeartbeatEvent,
+    RegisterEvent,
+    TickEvent,
+    UnregisterEvent,
+)
 
 _SCALARS = {int: T.LongType(), str: T.StringType(), bool: T.BooleanType()}
 
@@ -43,4 +49,6 @@ def model_struct(*models: type[BaseModel]) -> T.StructType:
 
 def event_struct() -> T.StructType:
     """The full event schema, as Spark reads a JSON line of any event type."""
-    return model_struct(RegisterEvent, HeartbeatEvent, UnregisterEvent, TickEvent)
+    return model_struct(
+        RegisterEvent, HeartbeatEvent, UnregisterEvent, ChannelClosedEvent, TickEvent
+    )

@@ -47,8 +47,8 @@ def route_versions(rows: Iterable[Row]) -> list[JsonObj]:
 
 def liveness_intervals(events: Iterable[Row]) -> list[JsonObj]:
     """Alive intervals per (cluster, address) from broker_liveness_events: a REGISTERED
-    event opens one, the next UNREGISTERED / EXPIRED / REJECTED closes it (that event's type
-    is the interval's end); `to` None: alive at the watermark."""
+    event opens one, the next UNREGISTERED / EXPIRED / REJECTED / CHANNEL_CLOSED closes it
+    (that event's type is the interval's end); `to` None: alive at the watermark."""
     intervals: list[JsonObj] = []
     open_: dict[tuple[str, str], JsonObj] = {}
     for e in sorted(events, key=lambda r: (r["event_time"], r["seq"])):

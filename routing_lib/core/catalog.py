@@ -407,7 +407,10 @@ HISTORY_SPECS = (
         _HISTORY_READERS,
         identity=("broker_name", "cluster_name", "broker_addr", "event_time", "seq"),
         partition_by=_EVENT_DATE,
-        doc="REGISTERED / UNREGISTERED / EXPIRED / REJECTED of a (cluster, broker address)",
+        doc=(
+            "REGISTERED / UNREGISTERED / EXPIRED / REJECTED / CHANNEL_CLOSED of a (cluster, "
+            "broker address)"
+        ),
     ),
     TableSpec(
         ADMIN_EVENTS,

@@ -59,6 +59,13 @@ def encode_clock(clock: GroupClock) -> ClockState:
                 [p.arrival[0], p.arrival[1], p.packed, p.event_time] for p in clock.pending
             ],
             **({"kv": r.kv} if r.kv else {}),
+            # optional like "kv": a state saved before connections were tracked loads with
+            # none (every broker's set empty), and a group without any stores nothing
+            **(
+                {"channels": [[c, a, list(held)] for (c, a), held in r.channels.items()]}
+                if r.channels
+                else {}
+            ),
         },
         separators=(",", ":"),
     ), r.topics.blob()
@@ -83,6 +90,7 @@ def decode_clock(state: ClockState) -> GroupClock:
         },
         filter_servers={(c, a): servers for c, a, servers in s["filters"]},
         kv=s.get("kv", {}),
+        channels={(c, a): tuple(held) for c, a, held in s.get("channels", ())},
     )
     pending = []
     for source, position, packed, *event_time in s["pending"]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from operator import attrgetter
 from typing import TypeVar
 
@@ -17,6 +18,8 @@ from routing_lib.core.topic_table import EMPTY_TOPICS, QueueData, TopicTable
 from routing_lib.core.wire import Event, topic_names
 from schemas.route_event import (
     DEFAULT_HEARTBEAT_TIMEOUT_MILLIS,
+    ChannelClosedEvent,
+    ChannelId,
     DeleteKvEvent,
     DeleteTopicEvent,
     HeartbeatEvent,
@@ -24,6 +27,7 @@ from schemas.route_event import (
     RegisterEvent,
     UnregisterEvent,
     WritePermEvent,
+    parse_channel,
 )
 
 # a topic config's name and its QueueData fields, read in C (a TopicRow or a pydantic config)
@@ -105,6 +109,11 @@ class GroupRoutes:
     filter_servers: dict[BrokerKey, list[str]] = field(default_factory=dict)
     # KVConfigManager's table: only the KV group (ingest.KV_KEY) has entries
     kv: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The connections each live broker's requests arrived on since it last became live
+    # (contract §2, "Connections (channels)"), in the order they were added. Only brokers
+    # with a channel have an entry: absent = the empty set, and every key is a `live` key
+    # (whatever removes a broker from `live` removes its entry: `_drop_live`).
+    channels: dict[BrokerKey, tuple[str, ...]] = field(default_factory=dict)
 
     def is_empty(self) -> bool:
         return not (
@@ -140,6 +149,7 @@ class GroupRoutes:
             holder_live = self.live.get((cluster, holder))
             if holder_live and holder_live.data_version.state_version > version.state_version:
                 self.live.pop((cluster, addr), None)
+                self.channels.pop((cluster, addr), None)
                 return False
 
         previous_addr = addrs.get(broker_id)
@@ -267,10 +277,34 @@ class GroupRoutes:
         )
         return True
 
+    # -- connections: BrokerHousekeepingService -> onChannelDestroy ------------------------
+    def add_channel(self, key: BrokerKey, channel: str) -> None:
+        """A request of live broker `key` arrived on `channel`: that collector's connections
+        of earlier incarnations are gone (it restarted), then `channel` joins the set."""
+        held = self.channels.get(key, ())
+        if held == (channel,):
+            return  # the usual heartbeat: one connection, already held
+        arrived = _channel_id(channel)
+        kept = tuple(c for c in held if c != channel and not _superseded(c, arrived))
+        self.channels[key] = (*kept, channel)
+
+    def channel_closed(self, cluster: str, addr: str, channel: str) -> bool:
+        """A connection of broker (cluster, addr) closed: it leaves the broker's set, and the
+        broker is removed, as expiry removes it, once the set is empty. True if removed."""
+        key = (cluster, addr)
+        held = self.channels.get(key, ())
+        if channel not in held:
+            return False  # not live, never on that connection, or a repeated close
+        rest = tuple(c for c in held if c != channel)
+        if rest:
+            self.channels[key] = rest
+            return False
+        self._remove_broker(key)
+        return True
+
     # -- UNREGISTER_BROKER ----------------------------------------------------------------
     def unregister(self, cluster: str, addr: str) -> None:
-        self.live.pop((cluster, addr), None)
-        self.filter_servers.pop((cluster, addr), None)
+        self._drop_live((cluster, addr))
         data = self.broker_data
         if data is None:
             return
@@ -290,15 +324,26 @@ class GroupRoutes:
         expired = sorted(
             ((live.deadline, key) for key, live in self.live.items() if live.deadline < now)
         )
-        for _, (cluster, addr) in expired:
-            data = self.broker_data
-            if data is not None and data.cluster == cluster and addr in data.broker_addrs.values():
-                self.unregister(cluster, addr)
-            else:
-                # Not listed in brokerAddrTable: Java would keep it forever (contract §3).
-                self.live.pop((cluster, addr), None)
-                self.filter_servers.pop((cluster, addr), None)
+        for _, key in expired:
+            self._remove_broker(key)
         return [(key, deadline) for deadline, key in expired]
+
+    def _remove_broker(self, key: BrokerKey) -> None:
+        """onChannelDestroy: an unregister of that broker address, with the brokerName and
+        cluster cascade (expiry and a broker's last closed connection alike)."""
+        cluster, addr = key
+        data = self.broker_data
+        if data is not None and data.cluster == cluster and addr in data.broker_addrs.values():
+            self.unregister(cluster, addr)
+        else:
+            # Not listed in brokerAddrTable: Java would keep it forever (contract §3).
+            self._drop_live(key)
+
+    def _drop_live(self, key: BrokerKey) -> None:
+        """The broker leaves brokerLiveTable and filterServerTable, with its connections."""
+        self.live.pop(key, None)
+        self.filter_servers.pop(key, None)
+        self.channels.pop(key, None)
 
     # -- administrative requests (contract §2) ---------------------------------------------
     def write_perm(self, wipe: bool) -> int:
@@ -319,6 +364,18 @@ class GroupRoutes:
 
     def next_deadline(self) -> int | None:
         return min((live.deadline for live in self.live.values()), default=None)
+
+
+@lru_cache(maxsize=4096)
+def _channel_id(channel: str) -> ChannelId:
+    """A validated channel's parts (a fleet reuses a few connections: parsed once each)."""
+    return parse_channel(channel)
+
+
+def _superseded(held: str, arrived: ChannelId) -> bool:
+    """`held` is a connection of the collector `arrived` came from, of an earlier run."""
+    other = _channel_id(held)
+    return other.collector == arrived.collector and other.incarnation < arrived.incarnation
 
 
 def _remember(memo: OrderedDict[_Memo, bool], key: _Memo) -> None:
@@ -363,11 +420,19 @@ def _read_write(queue: QueueData) -> QueueData:
 def apply_event(routes: GroupRoutes, event: Event, flags: RouteFlags) -> None:
     """Apply one event at its own eventTime (expiry before it is the caller's job)."""
     if isinstance(event, RegisterEvent):
-        routes.register(event, event.eventTime, flags)
+        key = (event.clusterName, event.brokerAddr)
+        if key not in routes.live:
+            routes.channels.pop(key, None)  # a registration that makes it live: no connections
+        if routes.register(event, event.eventTime, flags) and event.channel is not None:
+            routes.add_channel(key, event.channel)
     elif isinstance(event, HeartbeatEvent):
-        routes.heartbeat(event.clusterName, event.brokerAddr, event.eventTime)
+        applied = routes.heartbeat(event.clusterName, event.brokerAddr, event.eventTime)
+        if applied and event.channel is not None:
+            routes.add_channel((event.clusterName, event.brokerAddr), event.channel)
     elif isinstance(event, UnregisterEvent):
         routes.unregister(event.clusterName, event.brokerAddr)
+    elif isinstance(event, ChannelClosedEvent):
+        routes.channel_closed(event.clusterName, event.brokerAddr, event.channel)
     elif isinstance(event, WritePermEvent):
         routes.write_perm(event.eventType == "WIPE_WRITE_PERM")
     elif isinstance(event, DeleteTopicEvent):

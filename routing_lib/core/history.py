@@ -8,8 +8,8 @@ Four history tables (rows are dicts, snake_case columns):
 * `cluster_membership_history`: one row per interval in which clusterAddrTable[cluster]
   listed `broker_name` (kept as its own table: a group's cluster set cannot be derived from
   brokerAddrTable, e.g. a second cluster name registered for the same brokerName);
-* `broker_liveness_events`: REGISTERED / UNREGISTERED / EXPIRED / REJECTED, i.e. every time a
-  (cluster, addr) enters or leaves brokerLiveTable.
+* `broker_liveness_events`: REGISTERED / UNREGISTERED / EXPIRED / REJECTED / CHANNEL_CLOSED,
+  i.e. every time a (cluster, addr) enters or leaves brokerLiveTable.
 
 Time. Intervals are half-open, `[valid_from, valid_to)`, valid_to None = still current, so a
 row is in State(T) iff `valid_from <= T and (valid_to is None or T < valid_to)`. An event at
@@ -75,6 +75,9 @@ HISTORY_CLOSE_COLUMNS: dict[str, tuple[str, ...]] = {
 
 # Transition kinds: the input event types, plus the clock's expiry.
 REGISTER, HEARTBEAT, UNREGISTER, EXPIRE = "REGISTER", "HEARTBEAT", "UNREGISTER", "EXPIRE"
+# A broker's last connection closed: removed as expiry removes it, at the event's time. Both
+# the transition kind and the cause its history rows name (liveness event_type, end_reason).
+CHANNEL_CLOSED = "CHANNEL_CLOSED"
 
 # Liveness event types.
 REGISTERED, UNREGISTERED, EXPIRED, REJECTED = "REGISTERED", "UNREGISTERED", "EXPIRED", "REJECTED"
@@ -103,7 +106,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 class Transition:
     """One applied event, or the expiry of the brokers sharing one deadline."""
 
-    kind: str  # REGISTER | HEARTBEAT | UNREGISTER | EXPIRE
+    kind: str  # REGISTER | HEARTBEAT | UNREGISTER | CHANNEL_CLOSED | EXPIRE | an admin kind
     time: int  # eventTime; for EXPIRE deadline + 1, the first T whose State(T) shows it
     before: RoutesSnapshot
     after: RoutesSnapshot
@@ -257,8 +260,11 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
     GROUP_REMOVED (last address of the group gone), TOPIC_DELETED
     (deleteTopicWithBrokerRegistration). broker_membership_history start_reason: REGISTERED,
     ROLE_SWITCH (the address held another id just before), TAKEOVER (the id was another
-    address's); end_reason: UNREGISTERED, EXPIRED, ROLE_SWITCH, REPLACED (another address took
-    the id). cluster_membership_history: REGISTERED / GROUP_REMOVED. REMOVED is a fallback
+    address's); end_reason: UNREGISTERED, EXPIRED, CHANNEL_CLOSED (its last connection
+    closed), ROLE_SWITCH, REPLACED (another address took the id). A removal's topic and
+    cluster rows end GROUP_REMOVED / PERM_WIPED whatever removed the broker: their end_event
+    (UNREGISTER, EXPIRE, CHANNEL_CLOSED) names the cause.
+    cluster_membership_history: REGISTERED / GROUP_REMOVED. REMOVED is a fallback
     that the current state machine never produces. start_event / end_event name the
     transition kind, start_broker_addr / end_broker_addr the broker that caused it."""
     out = TransitionHistory()
@@ -351,6 +357,8 @@ def _membership_end_reason(
 ) -> str:
     if t.kind == EXPIRE:
         return EXPIRED
+    if t.kind == CHANNEL_CLOSED:  # only the closed broker's own address leaves
+        return CHANNEL_CLOSED if addr == t.broker[1] else "REMOVED"
     if t.kind == UNREGISTER:
         return UNREGISTERED if addr == t.broker[1] else "REMOVED"
     if addr == t.broker[1]:
@@ -433,6 +441,10 @@ def _history_unchanged(before: RoutesSnapshot, after: RoutesSnapshot) -> bool:
     )
 
 
+# The liveness event of a broker an event removed; a registration's removal is a rejection.
+_LEFT_BY = {UNREGISTER: UNREGISTERED, CHANNEL_CLOSED: CHANNEL_CLOSED}
+
+
 def _liveness(name: str, t: Transition) -> list[Row]:
     before, after = t.before.live, t.after.live
     if before.keys() == after.keys():
@@ -447,7 +459,7 @@ def _liveness(name: str, t: Transition) -> list[Row]:
         kind = EXPIRED
     else:
         removed = sorted(before.keys() - after.keys())
-        kind = UNREGISTERED if t.kind == UNREGISTER else REJECTED
+        kind = _LEFT_BY.get(t.kind, REJECTED)
     for key in removed:
         live = before[key]
         rows.append(

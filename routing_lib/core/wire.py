@@ -29,6 +29,7 @@ from schemas.route_event import (
     DEFAULT_PERM,
     DEFAULT_QUEUE_NUMS,
     AdminEvent,
+    ChannelClosedEvent,
     DeleteKvEvent,
     DeleteTopicEvent,
     EventDataVersion,
@@ -40,11 +41,12 @@ from schemas.route_event import (
     WritePermEvent,
 )
 
-Event = RegisterEvent | HeartbeatEvent | UnregisterEvent | AdminEvent
+Event = RegisterEvent | HeartbeatEvent | UnregisterEvent | ChannelClosedEvent | AdminEvent
 _TYPES: dict[str, type[Event]] = {
     "REGISTER": RegisterEvent,
     "HEARTBEAT": HeartbeatEvent,
     "UNREGISTER": UnregisterEvent,
+    "CHANNEL_CLOSED": ChannelClosedEvent,
     "WIPE_WRITE_PERM": WritePermEvent,
     "ADD_WRITE_PERM": WritePermEvent,
     "DELETE_TOPIC": DeleteTopicEvent,
