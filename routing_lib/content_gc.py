@@ -101,13 +101,28 @@ def check_grace(grace_s: float) -> None:
         )
 
 
-def live_digests(spark: SparkSession, checkpoint: str) -> set[str] | None:
-    """Every digest the state versions Spark can still load name; None when the checkpoint has
-    no state yet (then only the grace period protects files)."""
+class CollectionRefused(RuntimeError):
+    """The checkpoint cannot be collected safely; nothing was deleted."""
+
+
+def require_state(checkpoint: str) -> None:
+    """Refuse a checkpoint without its `state/` folder: no state version could mark anything,
+    so every old file would look unreferenced (a restore that has copied `content/` but not
+    `state/` yet, or a path that is not the job's checkpoint)."""
+    if not storage.is_dir(storage.join(checkpoint, "state")):
+        raise CollectionRefused(
+            f"checkpoint {checkpoint} has no state/ folder: no state version can be read to "
+            "mark the content it names, so nothing is collected. If a restore is in progress, "
+            "finish it (state/ with content/); otherwise pass the job's --checkpoint"
+        )
+
+
+def live_digests(spark: SparkSession, checkpoint: str) -> set[str]:
+    """Every digest the state versions Spark can still load name (CollectionRefused without
+    a state folder)."""
     from pyspark.sql import functions as F
 
-    if not storage.is_dir(storage.join(checkpoint, "state")):
-        return None
+    require_state(checkpoint)
     location = storage.spark_uri(checkpoint)
     meta = spark.read.format("state-metadata").load(location).collect()
     if not meta:  # a state folder whose versions cannot be listed: mark nothing, delete nothing
@@ -170,7 +185,7 @@ def collect_content(
     check_grace(grace_s)
     started = time.time()  # before the mark: see the module's note
     live = live_digests(spark, checkpoint)
-    return sweep(storage.join(checkpoint, CONTENT_FOLDER), live or set(), started, grace_s, dry_run)
+    return sweep(storage.join(checkpoint, CONTENT_FOLDER), live, started, grace_s, dry_run)
 
 
 def sweep(

@@ -183,7 +183,12 @@ def run(args: argparse.Namespace, config: Config) -> int:
 def run_content(args: argparse.Namespace, config: Config) -> int:
     """`routectl housekeeping --content`: collect the checkpoint's content store
     (routing_lib/content_gc.py) with a local Spark session; exit 2 when refused."""
-    from routing_lib.content_gc import check_grace, collect_content
+    from routing_lib.content_gc import (
+        CollectionRefused,
+        check_grace,
+        collect_content,
+        require_state,
+    )
     from routing_lib.spark.session import build_spark
 
     checkpoint = storage.resolve(args.checkpoint or config.paths.checkpoint)
@@ -192,12 +197,16 @@ def run_content(args: argparse.Namespace, config: Config) -> int:
     )
     try:
         check_grace(grace)
-    except ValueError as exc:
+        require_state(checkpoint)  # before a Spark session is started for nothing
+    except (ValueError, CollectionRefused) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     spark = build_spark(config, "routelake-housekeeping")
     try:
         report = collect_content(spark, checkpoint, grace, args.dry_run)
+    except CollectionRefused as exc:  # the state folder went meanwhile
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     finally:
         spark.stop()
     print(report.line(args.dry_run))

@@ -108,3 +108,19 @@ def test_routectl_refuses_a_content_collection_with_a_short_grace(capsys):
 
     assert routectl(["housekeeping", "--content", "--content-grace-s", "60"]) == 2
     assert "too short" in capsys.readouterr().err
+
+
+def test_routectl_refuses_to_collect_a_checkpoint_without_its_state(tmp_path, capsys):
+    """A restore in progress: content/ is back, state/ not yet. No state version can mark
+    anything, so a collection would delete every file older than the grace period."""
+    from routing_lib.cli import main as routectl
+
+    checkpoint = tmp_path / "checkpoint"
+    old = _write(
+        ContentFolder(str(checkpoint / "content")), "named by a state not restored", HOUR * 5
+    )
+    args = ["housekeeping", "--content", "--checkpoint", str(checkpoint)]
+    assert routectl([*args, "--content-grace-s", str(HOUR)]) == 2
+    said = capsys.readouterr().err
+    assert f"checkpoint {checkpoint} has no state/ folder" in said and "restore" in said, said
+    assert old.exists()
