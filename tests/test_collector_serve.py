@@ -70,8 +70,11 @@ def test_one_port_for_brokers_and_clients(tmp_path, kafka_bootstrap, topic):
     }
     assert route.code == ResponseCode.SUCCESS and b"broker-a" in route.body
     assert refused == [] and closed
-    [event] = events(kafka_bootstrap, topic)
+    # the broker's connection closed after its answer: one CHANNEL_CLOSED naming it
+    [event, closed] = events(kafka_bootstrap, topic)
     assert event["brokerAddr"] == "10.0.0.2:10911" and len(event["topicConfigTable"]) == 800
+    assert closed["eventType"] == "CHANNEL_CLOSED" and closed["brokerAddr"] == "10.0.0.2:10911"
+    assert closed["channel"] == event["channel"] and event["channel"].startswith("serve-test@")
     assert sample(metrics, "routelake_collector_published_total", event="REGISTER") == 1
     assert (
         sample(

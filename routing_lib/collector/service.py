@@ -13,6 +13,13 @@ config) are published the same way, as the contract's administrative events, wit
 nothing published). WIPE/ADD answer wipeTopicCount/addTopicCount = how many topics the broker
 group holds in the latest snapshot loaded (the lookup's, or `collect --warehouse`; 0 without
 one): the change itself is applied later, by the job, so the count is not the job's.
+
+Connections (collector/channels.py): every REGISTER and HEARTBEAT names the connection it
+arrived on (`channel`); when a connection that carried one closes, fails or stays idle for
+[serve] idle_timeout_s, one CHANNEL_CLOSED per broker address it carried is published, keyed by
+brokerName, and retried until Kafka acknowledges it (nobody else would send it again). None for
+the connections the collector closes because it is stopping; retries still waiting then are
+dropped (those brokers leave on their heartbeat timeout instead).
 """
 
 from __future__ import annotations
@@ -48,12 +55,13 @@ from routing_lib.collector.broker_events import (
     register_event,
     tick_event,
 )
+from routing_lib.collector.channels import BrokerChannels
 from routing_lib.collector.publisher import PublishError
 from routing_lib.collector.view import BrokerView, MemoryView, SnapshotView
 from routing_lib.lookup.refresher import SnapshotHolder
 from routing_lib.remoting.frames import RemotingCommand
 from routing_lib.remoting.limits import ThrottledLog, clip
-from routing_lib.remoting.listener import current_peer
+from routing_lib.remoting.listener import ConnectionEnd, current_connection, current_peer
 from routing_lib.remoting.protocol import (
     ADMIN_CODES,
     BROKER_CODES,
@@ -66,6 +74,10 @@ from routing_lib.remoting.service_metrics import Metrics, label_values
 log = logging.getLogger("routelake.collector")
 # Kafka acknowledges in ms (acks=all on a healthy cluster); the request timeout is seconds.
 PUBLISH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# A CHANNEL_CLOSED Kafka did not acknowledge is sent again after this, doubled each time up to
+# the cap (a broker retries a failed registration on its next period, 30 s by default).
+CLOSE_RETRY_FIRST_S = 1.0
+CLOSE_RETRY_MAX_S = 30.0
 
 
 class _Acked(enum.Enum):
@@ -125,6 +137,19 @@ class CollectorMetrics:
             "TICKs skipped: the previous one was not acknowledged yet.",
             registry=reg,
         )
+        self._connections_ended = Counter(
+            f"{p}_broker_connections_ended",
+            "Connections that carried a broker's REGISTER or HEARTBEAT and ended: closed by "
+            "the broker, failed, or idle; each is published as one CHANNEL_CLOSED per broker "
+            "address it carried (none for those the collector closed when stopping).",
+            ["how"],
+            registry=reg,
+        )
+        self.broker_connections = Gauge(
+            f"{p}_broker_connections",
+            "Open connections that carried a broker's REGISTER or HEARTBEAT.",
+            registry=reg,
+        )
         self.kafka_up = Gauge(
             f"{p}_kafka_up",
             "1 while Kafka acknowledges the collector's TICKs (its /readyz), 0 otherwise.",
@@ -148,6 +173,9 @@ class CollectorMetrics:
     def tick_skipped(self) -> None:
         self._ticks_skipped.inc()
 
+    def connection_ended(self, how: ConnectionEnd) -> None:
+        self._connections_ended.labels(how.value).inc()
+
     # -- reading back (tests, the closing log line) --
 
     @property
@@ -157,6 +185,10 @@ class CollectorMetrics:
     @property
     def publish_failures(self) -> dict[str, int]:
         return self._counts("routelake_collector_publish_failures_total", "event")
+
+    @property
+    def broker_connections_ended(self) -> dict[str, int]:
+        return self._counts("routelake_collector_broker_connections_ended_total", "how")
 
     @property
     def refused(self) -> dict[str, int]:
@@ -201,6 +233,10 @@ class Collector:
         self.kafka_ok = False  # the latest TICK was acknowledged (the collector's /readyz)
         self.admin_allow = parse_networks(admin_allow)
         self.holder: SnapshotHolder | None = None
+        # this incarnation: its start time names its connections (a restart retires them)
+        self.channels = BrokerChannels(collector_id, clock(), clock, self._connection_closed)
+        self.metrics.broker_connections.set_function(lambda: self.channels.open_connections)
+        self._closing: set[asyncio.Task[None]] = set()  # CHANNEL_CLOSED events being published
 
     # -- broker requests --
 
@@ -237,6 +273,8 @@ class Collector:
             )
         except BrokerRequestError as exc:
             return self._refuse(request, exc)
+        # Remembered before Kafka answers: a record not acknowledged in time may still land.
+        self.channels.stamp(current_connection.get(), event)
         sent = time.perf_counter()
         ack = self.publisher.send(event["brokerName"].encode(), encode_event(event))
         return self._after_ack(ack, sent, request, event, version)
@@ -317,6 +355,47 @@ class Collector:
             )
         self.metrics.acknowledged(kind, time.perf_counter() - sent)
         return _ACKED
+
+    # -- connections --
+
+    def _connection_closed(self, events: list[dict[str, Any]], how: ConnectionEnd) -> None:
+        self.metrics.connection_ended(how)
+        for event in events:
+            log.info(
+                "collector: connection %s of broker %s (%s) ended (%s): publishing CHANNEL_CLOSED",
+                event["channel"],
+                event["brokerAddr"],
+                event["brokerName"],
+                how.value,
+            )
+            task = asyncio.ensure_future(self._publish_closed(event))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def _publish_closed(self, event: dict[str, Any]) -> None:
+        """Until Kafka acknowledges it: a broker would send its request again, this has no
+        sender but us. Its eventTime stays the close's."""
+        key, value = event["brokerName"].encode(), encode_event(event)
+        backoff = CLOSE_RETRY_FIRST_S
+        while True:
+            sent = time.perf_counter()
+            try:
+                await self.publisher.send(key, value)
+            except PublishError as exc:
+                self.metrics.not_acknowledged(event["eventType"], time.perf_counter() - sent)
+                self._log.log(
+                    ("publish", event["eventType"]),
+                    logging.WARNING,
+                    "collector: CHANNEL_CLOSED of %s not acknowledged by Kafka (again in %g s): %s",
+                    event["brokerAddr"],
+                    backoff,
+                    exc,
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(2 * backoff, CLOSE_RETRY_MAX_S)
+                continue
+            self.metrics.acknowledged(event["eventType"], time.perf_counter() - sent)
+            return
 
     # -- operators' requests --
 
@@ -419,6 +498,8 @@ class Collector:
             self.metrics.not_acknowledged("TICK", time.perf_counter() - sent)
 
     async def close(self) -> None:
+        for task in list(self._closing):  # handed to the producer: flushed below; waiting: dropped
+            task.cancel()
         await asyncio.to_thread(self.publisher.close)
         log.info(
             "collector %s stopped: published %s, failures %s, refused %s",

@@ -5,18 +5,25 @@ unread answers), and hands each request to a responder. A responder returns the 
 at once (the lookup: answered from memory, in order) or an awaitable of it (the collector:
 answered once Kafka acknowledged); awaited answers are written when ready, matched by opaque
 like every RocketMQ answer, with at most `max_pending` of them per connection.
+
+Each accepted connection is a `Connection` (numbered from 1 per listener) that a responder can
+read while it answers (`current_connection`) and ask to be told how the connection ended: the
+collector publishes CHANNEL_CLOSED from it, as RocketMQ's BrokerHousekeepingService does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import inspect
+import itertools
 import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 from routing_lib.remoting.frames import (
@@ -42,6 +49,37 @@ Responder = Callable[[RemotingCommand], Reply | Awaitable[Reply]]
 # The peer address (socket peername) of the connection whose request is being answered: set
 # once per connection task, so a responder can read it (the collector's admin allow-list).
 current_peer: ContextVar[object] = ContextVar("routelake_remoting_peer", default=None)
+
+
+class ConnectionEnd(enum.Enum):
+    """How a connection ended (RocketMQ's NettyConnectManageHandler: close, exception, idle)."""
+
+    CLOSED = "closed"  # the peer closed it
+    FAILED = "failed"  # reset, a bad frame, a frame not whole in time, answers left unread
+    IDLE = "idle"  # nothing read for idle_timeout_s (serverChannelMaxIdleTimeSeconds)
+    STOPPING = "stopping"  # the listener closed it: the service is stopping
+
+
+ConnectionWatcher = Callable[[ConnectionEnd], None]
+
+
+@dataclass(eq=False)
+class Connection:
+    """One accepted connection: its number (per listener, from 1), its peer, and whom to tell
+    how it ended (called once, after the answers it awaited were written or given up)."""
+
+    number: int
+    peer: object
+    watchers: list[ConnectionWatcher] = field(default_factory=list)
+
+    def when_ended(self, watcher: ConnectionWatcher) -> None:
+        self.watchers.append(watcher)
+
+
+# The connection whose request is being answered (None outside a listener's connection task).
+current_connection: ContextVar[Connection | None] = ContextVar(
+    "routelake_remoting_connection", default=None
+)
 
 
 class RemotingListener:
@@ -78,6 +116,7 @@ class RemotingListener:
         self._frame_log = ThrottledLog(log)
         self._server: asyncio.Server | TlsAcceptor | None = None
         self._stopping = False
+        self._numbers = itertools.count(1)
         # the connection tasks asyncio.start_server runs (asyncio.current_task types them Any)
         self.connections: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
 
@@ -128,11 +167,14 @@ class RemotingListener:
             self.rejections("remoting", "max_connections", peer)
             writer.close()
             return
+        connection = Connection(next(self._numbers), peer)
+        current_connection.set(connection)
         self.connections[task] = writer
         self.metrics.connection_opened()
         pending: set[asyncio.Task[None]] = set()
+        end = ConnectionEnd.FAILED
         try:
-            await self._serve_connection(reader, writer, peer, pending)
+            end = await self._serve_connection(reader, writer, peer, pending)
         except ConnectionError:
             pass  # the peer went away
         except Exception:  # a bug must cost one connection, not the server (nor flood the log)
@@ -153,6 +195,20 @@ class RemotingListener:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+            self._ended(connection, ConnectionEnd.STOPPING if self._stopping else end)
+
+    def _ended(self, connection: Connection, end: ConnectionEnd) -> None:
+        for watcher in connection.watchers:
+            try:
+                watcher(end)
+            except Exception:  # one watcher's bug must not hide the end from the others
+                self._frame_log.log(
+                    "connection-watcher",
+                    logging.ERROR,
+                    "remoting: telling the end of a connection from %s failed",
+                    connection.peer,
+                    exc_info=True,
+                )
 
     async def _serve_connection(
         self,
@@ -160,10 +216,10 @@ class RemotingListener:
         writer: asyncio.StreamWriter,
         peer: object,
         pending: set[asyncio.Task[None]],
-    ) -> None:
-        """Read, decode, answer until EOF, a bad frame or a timeout. Between frames the idle
-        timeout applies; once a frame has begun it must be whole within the request timeout
-        (a deadline that more bytes do not move)."""
+    ) -> ConnectionEnd:
+        """Read, decode, answer until EOF, a bad frame or a timeout: how the connection ended.
+        Between frames the idle timeout applies; once a frame has begun it must be whole within
+        the request timeout (a deadline that more bytes do not move)."""
         loop = asyncio.get_running_loop()
         decoder = FrameDecoder(self.max_frame_bytes)
         frame_deadline: float | None = None
@@ -177,30 +233,31 @@ class RemotingListener:
                 data = await asyncio.wait_for(reader.read(READ_CHUNK), timeout)
             except TimeoutError:
                 self.rejections("remoting", reason, peer)
-                return
+                return ConnectionEnd.IDLE if frame_deadline is None else ConnectionEnd.FAILED
             if not data:
-                return
+                return ConnectionEnd.CLOSED
             if first_read and data[0] == TLS_HANDSHAKE_RECORD and not self.tls.enabled:
                 # As a frame length this byte means over 350 MB: a TLS client on a plain port.
                 self.rejections(
                     "remoting", "tls_not_enabled", peer, "a TLS client; [tls] mode is disabled"
                 )
-                return
+                return ConnectionEnd.FAILED
             first_read = False
             try:
                 commands = decoder.feed(data)
             except RemotingCodecError as exc:
                 self._frame_error(exc, peer)
-                return
+                return ConnectionEnd.FAILED
             if not decoder.buffered:
                 frame_deadline = None
             elif commands or frame_deadline is None:  # a new frame began in this read
                 frame_deadline = loop.time() + self.limits.request_timeout_s
             if not await self._answer_all(commands, writer, peer, pending):
-                return
+                return ConnectionEnd.FAILED
             if decoder.error is not None:  # the frames before it are answered: now close
                 self._frame_error(decoder.error, peer)
-                return
+                return ConnectionEnd.FAILED
+        return ConnectionEnd.STOPPING
 
     async def _answer_all(
         self,
