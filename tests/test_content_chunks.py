@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from routing_lib.content_files import ContentFolder, ContentSettings
+from routing_lib.content_files import ContentFolder
 from routing_lib.content_gc import MANIFEST_IN_TEXT, chunk_digests, sweep
 from routing_lib.core import chunks
 from routing_lib.core.chunks import RS, US, chunk_cuts, join_opens, split_opens
@@ -163,13 +164,35 @@ def test_small_texts_keep_plain_references():
 # ---- a 10 000-topic group's faults through the shipped step -------------------------------
 
 
+class _CountingFolder(ContentFolder):
+    """The folder backend, counting the writes that reach it (`writes`: a write of a file
+    already there counts too, locally a touch, on object storage a PUT of the whole file
+    again) and those that create a file (`created`)."""
+
+    def __init__(self, location: str):
+        super().__init__(location)
+        self.writes = self.created = 0
+        self._lock = threading.Lock()  # the store writes a new text's chunks side by side
+
+    def write(self, ref: str, text: str) -> None:
+        new = not Path(self._path(ref)).exists()
+        with self._lock:
+            self.writes += 1
+            self.created += new
+        super().write(ref, text)
+
+    def counts(self) -> tuple[int, int]:
+        return self.writes, self.created
+
+
 class _Group:
     """One 10 000-topic group stepped event by event with a content folder, as stage one and
     the step store content; `fresh` forgets the process's texts before every step."""
 
     def __init__(self, folder: Path, fresh: bool):
         self.folder = folder
-        self.backend = ContentSettings(str(folder), 4096).backend()
+        self.backend = _CountingFolder(str(folder))
+        assert CONTENT.attach(self.backend) is self.backend
         self.fresh = fresh
         self.saved: SavedGroup | None = None
         self.at, self.counter, self.position, self.published = T0, 0, 0, T0 - 1
@@ -225,22 +248,32 @@ class _Group:
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["warm", "fresh-process"])
 def test_a_return_with_a_known_topic_set_writes_no_content(tmp_path, fresh):
+    """Counted at the backend: a warm process writes nothing at all; a fresh one creates no
+    file but refreshes the ones its references name (it has not touched them within the
+    store's freshness window, which the collector's grace period relies on)."""
     group = _Group(tmp_path / "content", fresh)
     group.register(NAMES)
     group.expire()
     assert group.open_topics() == 0
-    before = _files(group.folder)
+    before = group.backend.counts()
     group.register(NAMES)  # back after the expiry: a new dataVersion, the same topics
     assert group.open_topics() == 10_000
     assert group.saved is not None and is_opens_value(group.saved.topic_history)
-    assert _files(group.folder) == before  # not a file, not a byte
+    _assert_wrote_nothing(group.backend, before, fresh)
     # the same after a topic change and its undoing
     group.register([*NAMES, "topic-added"])
     group.expire()
-    before = _files(group.folder)
+    before = group.backend.counts()
     group.register([*NAMES, "topic-added"])
     assert group.open_topics() == 10_001
-    assert _files(group.folder) == before
+    _assert_wrote_nothing(group.backend, before, fresh)
+
+
+def _assert_wrote_nothing(backend: _CountingFolder, before: tuple[int, int], fresh: bool) -> None:
+    writes, created = (now - then for now, then in zip(backend.counts(), before, strict=True))
+    assert created == 0, "no new file"
+    if not fresh:
+        assert writes == 0, "not a touch either"
 
 
 @pytest.mark.parametrize(
