@@ -50,11 +50,33 @@ jvm.wait(timeout=600)
 PY
 }
 
+# `spark-submit jobs/route_state.py` as typed (README): spark-submit starts the driver JVM before
+# the jobs' session builder could add the Delta and Kafka jars, so they go in the venv's Spark
+# defaults (pyspark's conf/spark-defaults.conf), with the s3a jars on the driver's class path.
+# An in-process session passes its own --conf values, which take precedence over these.
+write_spark_defaults() {
+  local spark_home conf jars s3_jars
+  spark_home=$(.venv/bin/python -c "import pyspark, os; print(os.path.dirname(pyspark.__file__))")
+  conf="$spark_home/conf/spark-defaults.conf"
+  jars=$(ls "$PWD"/.jars/spark/*.jar | paste -sd, -)
+  mkdir -p "$spark_home/conf"
+  {
+    echo "# Written by routelake's scripts/setup.sh (rewritten by each run): the jars the jobs need."
+    echo "spark.jars $jars"
+    if compgen -G "$PWD/.jars/s3/*.jar" >/dev/null; then
+      s3_jars=$(ls "$PWD"/.jars/s3/*.jar | paste -sd: -)
+      echo "spark.driver.extraClassPath $s3_jars"
+    fi
+  } > "$conf.tmp"
+  mv "$conf.tmp" "$conf"
+}
+
 stamp=.venv/.routelake-setup
 want=$(cat pyproject.toml deploy/maven/pom.xml deploy/maven/rocketmq-tools/pom.xml | sha1sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d .jars/spark ] && [ -d .jars/kafka ] \
    && [ -d .jars/rocketmq ] && [ -d .jars/s3 ]; then
   build_cds_archive
+  write_spark_defaults
   echo "set-up is current (.venv, .jars)"; exit 0
 fi
 
@@ -85,5 +107,6 @@ fetch_jars s3 .jars/s3
 scripts/fetch_rocketmq.sh
 rm -f "$cds_archive"
 build_cds_archive
+write_spark_defaults
 echo "$want" > "$stamp"
 echo "set-up done: $(ls .jars/spark | wc -l) Spark jars, $(ls .jars/kafka | wc -l) Kafka jars"

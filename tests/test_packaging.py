@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from routing_lib.core.dump import project
+from routing_lib.read.warehouse import load_snapshot
 from tests.support.helpers import GOLDEN, expected_dump
 
 pytestmark = pytest.mark.spark
@@ -265,3 +266,27 @@ def test_tiny_backfill_from_the_wheel_then_served_without_uvloop(installed):
         _, stderr = server.communicate(timeout=30)
     assert server.returncode == 0, stderr[-3000:]
     assert "uvloop not installed (pip install 'routelake[uvloop]')" in stderr
+
+
+def test_spark_submit_of_a_job_file_as_the_readme_types_it(tmp_path):
+    """After scripts/setup.sh, `spark-submit jobs/backfill.py ...` with the venv's bin on PATH
+    (`source .venv/bin/activate`), nothing else set: pyspark's spark-submit finds Spark with the
+    `python3` on PATH, and the Delta and Kafka jars come from the venv's Spark defaults (the
+    JVM starts before the job's session builder could add them)."""
+    fixture = "08_role_switch"
+    venv_bin = REPO / ".venv" / "bin"
+    dropped = ("ROUTELAKE_", "PYSPARK_", "SPARK_HOME", "SPARK_CONF_DIR", "PYTHONPATH")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
+    env["PATH"] = f"{venv_bin}{os.pathsep}{env.get('PATH', '')}"
+    warehouse = tmp_path / "warehouse"
+    command = "spark-submit jobs/backfill.py --input {} --warehouse {}"
+    done = subprocess.run(
+        command.format(GOLDEN / fixture / "events.jsonl", warehouse).split(),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert project(load_snapshot(warehouse).dump()) == expected_dump(fixture)
