@@ -14,11 +14,13 @@ import json
 
 from hypothesis import event, given
 
+from routing_lib.core.codec import decode_clock
+from routing_lib.core.content import CONTENT
 from routing_lib.core.dump import project
-from routing_lib.core.group_routes import DEFAULT_FLAGS
-from routing_lib.core.replay import replay_dumps
+from routing_lib.core.group_routes import DEFAULT_FLAGS, BrokerKey, GroupRoutes, apply_event
+from routing_lib.core.replay import replay, replay_dumps
 from routing_lib.core.tables import BROKER_LIVE
-from schemas import parse_event
+from schemas import ChannelClosedEvent, TickEvent, parse_event
 from tests.support.event_strategies import History, histories, profile
 from tests.support.stream_model import StreamModel
 
@@ -44,7 +46,23 @@ def run_history(history: History) -> tuple[StreamModel, list[tuple[int, dict]]]:
     expected = dict(replay_dumps(events, [t for t, _ in seen], history.flags))
     for watermark, dump in seen:
         assert dump == project(expected[watermark]), f"at watermark {watermark}"
+    # the connections each live broker holds, which decide later removals, agree too
+    replayed = replay(events, final, history.flags)
+    assert model_channels(model) == {
+        (name, key): held
+        for name, routes in replayed.items()
+        for key, held in routes.channels.items()
+    }
     return model, seen
+
+
+def model_channels(model: StreamModel) -> dict[tuple[str, BrokerKey], tuple[str, ...]]:
+    """Every group's channel sets, as the model's saved states hold them."""
+    held = {}
+    for name, saved in model.states.items():
+        routes = decode_clock((saved.clock, CONTENT.resolve(saved.topics))).routes
+        held.update({(name, key): channels for key, channels in routes.channels.items()})
+    return held
 
 
 @profile()
@@ -66,6 +84,29 @@ def test_drawn_histories_in_drawn_micro_batches_equal_the_replay(history: Histor
         if "brokerAddr" in r
     }
     event(f"an address under two brokerNames: {len(names) > len(registered)}")
+    event(f"brokers removed by their last connection's close: {min(channel_removals(history), 2)}")
+
+
+def channel_removals(history: History) -> int:
+    """How many CHANNEL_CLOSED events of the history removed a live broker (the replay's
+    sequential loop, watching the live table around each close)."""
+    events = sorted(
+        enumerate(parse_event(json.dumps(r)) for r in history.records),
+        key=lambda item: (item[1].eventTime, item[0]),
+    )
+    groups: dict[str, GroupRoutes] = {}
+    removed = 0
+    for _, e in events:
+        for routes in groups.values():
+            routes.expire(e.eventTime)
+        if isinstance(e, TickEvent) or not hasattr(e, "brokerAddr"):
+            continue  # a tick or an administrative event: no broker's connections
+        routes = groups.setdefault(e.brokerName, GroupRoutes(e.brokerName))
+        was_live = (e.clusterName, e.brokerAddr) in routes.live
+        apply_event(routes, e, history.flags)
+        gone = (e.clusterName, e.brokerAddr) not in routes.live
+        removed += isinstance(e, ChannelClosedEvent) and was_live and gone
+    return removed
 
 
 # ---- failing examples Hypothesis found -------------------------------------------------------

@@ -272,3 +272,56 @@ def extreme_register(low: bool) -> dict:
             }
         },
     }
+
+
+# connections (contract §2, "Connections (channels)"): a channel not of the form
+# COLLECTOR@INCARNATION#N on a REGISTER or HEARTBEAT, and a CHANNEL_CLOSED missing a field
+BAD_CHANNELS: dict[str, object] = {
+    "empty": "",
+    "without '@'": "collector-1#3",
+    "without '#'": "collector-1@100",
+    "'#' in the collector id": "coll#ector@100#3",
+    "'@' in the collector id": "coll@ector@100#3",
+    "whitespace in the collector id": "collector 1@100#3",
+    "a tab in the collector id": "collector\t1@100#3",
+    "a trailing newline": "collector-1@100#3\n",
+    "a 129-character collector id": "c" * 129 + "@100#3",
+    "an empty collector id": "@100#3",
+    "a negative incarnation": "collector-1@-100#3",
+    "a negative counter": "collector-1@100#-3",
+    "incarnation 2^63": f"collector-1@{2**63}#3",
+    "counter 2^63": f"collector-1@100#{2**63}",
+    "a 5 000-digit counter": "collector-1@100#" + "9" * 5000,
+    "a non-ASCII digit": "collector-1@\u0661\u0660\u0660#3",
+    "a signed incarnation": "collector-1@+100#3",
+    "a number": 100,
+    "a list": ["collector-1@100#3"],
+    "an object": {"collector": "collector-1"},
+    "a boolean": True,
+}
+_CLOSED = _HEARTBEAT | {"eventType": "CHANNEL_CLOSED", "channel": "collector-1@100#3"}
+BAD_RECORDS += [
+    (f"{event_type} channel: {label}", json.dumps(base | {"channel": value}).encode(), "channel")
+    for event_type, base in (("REGISTER", _GOOD), ("HEARTBEAT", _HEARTBEAT))
+    for label, value in BAD_CHANNELS.items()
+]
+BAD_RECORDS += [
+    ("CHANNEL_CLOSED channel: null", json.dumps(_CLOSED | {"channel": None}).encode(), "channel"),
+    *(
+        (
+            f"CHANNEL_CLOSED channel: {label}",
+            json.dumps(_CLOSED | {"channel": value}).encode(),
+            "channel",
+        )
+        for label, value in BAD_CHANNELS.items()
+    ),
+    *(
+        (
+            f"CHANNEL_CLOSED without {field}",
+            json.dumps({k: v for k, v in _CLOSED.items() if k != field}).encode(),
+            field,
+        )
+        for field in _CLOSED
+        if field != "eventType"  # without it: "eventType: missing", already a kind above
+    ),
+]

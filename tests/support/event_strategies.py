@@ -5,7 +5,11 @@ come up by themselves: eventTime 1 and MAX_EVENT_TIME_MS, brokerId 0 and INT64_M
 dataVersion fields and topicSysFlag at both ends of their Java types, heartbeat timeouts of
 1 ms and INT64_MAX. Names come from small pools, so events of one history meet: a broker's
 REGISTER, HEARTBEAT and UNREGISTER hit the same (cluster, address), a DELETE_TOPIC names a
-registered topic, a group can be all slaves.
+registered topic, a group can be all slaves. Connections (contract §2, "Connections
+(channels)") come from a small pool of two collectors' channels, each collector with an earlier
+and a later incarnation (a restart), so requests add them, supersede older ones, and
+CHANNEL_CLOSED events close held ones (the broker leaves with its last), close ones already
+gone (stale, repeated) or name brokers that are not live.
 
 A history is drawn in eventTime order, then given an arrival order with disorder below the
 watermark delay (each event delayed by a drawn 0..delay-1, as the simulator's `with_disorder`
@@ -62,6 +66,25 @@ BROKER_NAMES = ["broker-a", "broker-b", "broker-c"]
 ADDRS = ["10.0.0.1:10911", "10.0.0.2:10911", "[::1]:65535", "h:1"]
 TOPICS = ["T0", "T1", "T2", "%RETRY%g", "TBW102"]
 NAMESPACES = ["ORDER_TOPIC_CONFIG", "ns"]
+# Two collectors, each before and after a restart (incarnation 100 -> 300, 200 -> 400), with
+# the incarnation and counter bounds, and one channel written with leading zeros (the same
+# connection as collector-1@100#2).
+CHANNELS = [
+    "collector-1@100#1",
+    "collector-1@100#2",
+    "collector-1@0100#02",
+    "collector-1@300#3",
+    "collector-2@200#1",
+    "collector-2@400#2",
+    f"c@{INT64_MAX}#{INT64_MAX}",
+    "c@0#0",
+]
+
+
+def request_channels(pool: list[str]) -> st.SearchStrategy[str | None]:
+    """A request's channel: none (archives, older collectors) or one of the history's."""
+    return st.one_of(st.none(), st.sampled_from(pool), st.sampled_from(pool))
+
 
 int64 = st.integers(INT64_MIN, INT64_MAX)
 # brokerId: 0 is the master; small ids meet each other, any id up to Java's long may come
@@ -121,7 +144,9 @@ data_versions = st.fixed_dictionaries({"stateVersion": int64, "timestamp": int64
 
 
 @st.composite
-def register(draw: st.DrawFn, member: Member, versions: list[Record]) -> Record:
+def register(
+    draw: st.DrawFn, member: Member, versions: list[Record], channels: list[str]
+) -> Record:
     record = member.head("REGISTER")
     # a few dataVersions per history, so "same dataVersion, other table" comes up
     record["dataVersion"] = dict(draw(st.sampled_from(versions)))
@@ -139,7 +164,8 @@ def register(draw: st.DrawFn, member: Member, versions: list[Record]) -> Record:
             },
         )
     )
-    return {**record, **optional}
+    channel = draw(request_channels(channels))
+    return {**record, **optional, **({} if channel is None else {"channel": channel})}
 
 
 def admin_events() -> st.SearchStrategy[Record]:
@@ -177,9 +203,16 @@ def admin_events() -> st.SearchStrategy[Record]:
 
 
 @st.composite
-def untimed_event(draw: st.DrawFn, fleet: list[Member], versions: list[Record]) -> Record:
+def untimed_event(
+    draw: st.DrawFn, fleet: list[Member], versions: list[Record], channels: list[str]
+) -> Record:
     kind = draw(
-        st.sampled_from(["REGISTER"] * 3 + ["HEARTBEAT"] * 2 + ["UNREGISTER", "TICK", "ADMIN"])
+        st.sampled_from(
+            ["REGISTER"] * 3
+            + ["HEARTBEAT"] * 2
+            + ["UNREGISTER", "TICK", "ADMIN"]
+            + ["CHANNEL_CLOSED"] * 3
+        )
     )
     if kind == "TICK":
         return {"eventType": "TICK", "source": "collector-1"}
@@ -187,8 +220,29 @@ def untimed_event(draw: st.DrawFn, fleet: list[Member], versions: list[Record]) 
         return draw(admin_events())
     member = draw(st.sampled_from(fleet))
     if kind == "REGISTER":
-        return draw(register(member, versions))
-    return member.head(kind)
+        return draw(register(member, versions, channels))
+    if kind == "CHANNEL_CLOSED":
+        return {**member.head(kind), "channel": draw(st.sampled_from(channels))}
+    channel = draw(request_channels(channels)) if kind == "HEARTBEAT" else None
+    return member.head(kind) | ({} if channel is None else {"channel": channel})
+
+
+@st.composite
+def closing_used_channels(draw: st.DrawFn, untimed: list[Record]) -> list[Record]:
+    """Most CHANNEL_CLOSED events name a connection their broker's requests used before, as a
+    collector's do (a broker's last one closing removes it); the rest stay as drawn (stale,
+    unknown)."""
+    used: dict[tuple[str, str], list[str]] = {}
+    out = []
+    for record in untimed:
+        key = (record.get("clusterName", ""), record.get("brokerAddr", ""))
+        closing = record["eventType"] == "CHANNEL_CLOSED"
+        if closing and used.get(key) and draw(st.sampled_from([True, True, True, False])):
+            record = {**record, "channel": draw(st.sampled_from(used[key]))}
+        elif "channel" in record:
+            used.setdefault(key, []).append(record["channel"])
+        out.append(record)
+    return out
 
 
 @dataclass(frozen=True)
@@ -218,7 +272,11 @@ def histories(draw: st.DrawFn, max_events: int = 30) -> History:
     # (a broker renamed in place): each group then keeps its own live and filter-server rows.
     fleet = draw(st.lists(members, min_size=1, max_size=5))
     versions = draw(st.lists(data_versions, min_size=1, max_size=3))
-    untimed = draw(st.lists(untimed_event(fleet, versions), min_size=1, max_size=max_events))
+    # a few connections per history, so requests and closes meet
+    channels = draw(st.lists(st.sampled_from(CHANNELS), min_size=1, max_size=4, unique=True))
+    untimed = draw(
+        st.lists(untimed_event(fleet, versions, channels), min_size=1, max_size=max_events)
+    )
     if draw(st.booleans()):  # and often on purpose: a member registered, then renamed
         member = draw(st.sampled_from(fleet))
         other = draw(st.sampled_from([n for n in BROKER_NAMES if n != member.name]))
@@ -226,9 +284,10 @@ def histories(draw: st.DrawFn, max_events: int = 30) -> History:
         fleet.append(renamed)
         first = draw(st.integers(0, len(untimed)))
         then = draw(st.integers(first, len(untimed)))
-        untimed.insert(then, draw(register(renamed, versions)))
-        untimed.insert(first, draw(register(member, versions)))
-        untimed += draw(st.lists(untimed_event(fleet, versions), max_size=3))
+        untimed.insert(then, draw(register(renamed, versions, channels)))
+        untimed.insert(first, draw(register(member, versions, channels)))
+        untimed += draw(st.lists(untimed_event(fleet, versions, channels), max_size=3))
+    untimed = draw(closing_used_channels(untimed))
     # mostly short gaps (brokers stay live), now and then one past a heartbeat timeout
     gap = st.one_of(
         st.just(0), st.integers(0, 5_000), st.integers(0, 5_000), st.integers(0, 300_000)
