@@ -25,9 +25,9 @@ log = logging.getLogger("routelake.pipeline")
 
 # Spark drops rows older than the watermark before an event-time-timeout state function sees
 # them (Spark 4.0). The contract needs them: a row between the previous and the current
-# watermark is not late and must be applied in order. So the watermark is computed on the real
-# eventTime (one ms ahead: routing_lib/spark/watermark.py), and the operator is handed a
-# stand-in watermark column that no row is older than.
+# watermark is not late and must be applied in order. So the watermark is computed on a column
+# of its own (eventTime + 1: routing_lib/spark/watermark.py) that is dropped before the
+# operator, and the operator is handed a stand-in watermark column that no row is older than.
 _STAND_IN_EVENT_TIME = "2200-01-01 00:00:00"
 
 
