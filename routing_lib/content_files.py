@@ -15,6 +15,13 @@ Writing an existing file refreshes its modification time (a touch locally, the P
 object storage): the collector (routing_lib/content_gc.py) keeps any file touched within its
 grace period, and the store re-ensures a file at least every `freshness_s` seconds before it
 lets a reference to it leave the process.
+
+On object storage the collector cannot rename a file out of a writer's way as it does locally;
+it puts a tombstone (`.gc-<digest>`, saying "sweeping") beside an object before it checks the
+object's date, and leaves it (saying "deleted") when it deleted the object. A writer reads the
+tombstone after its PUT: with none, no collection that checked the object before the PUT is
+under way or recent, and any later one sees the fresh date; otherwise it waits until the
+collection is done with the object and PUTs again, since the DELETE may have followed its PUT.
 """
 
 from __future__ import annotations
@@ -44,6 +51,14 @@ log = logging.getLogger("routelake.content")
 
 CONTENT_FOLDER = "content"
 TEMPORARY_PREFIX = ".tmp-"
+TOMBSTONE_PREFIX = ".gc-"
+# What an object store's tombstone says: the collector is checking the object, or deleted it.
+TOMBSTONE_SWEEPING = b"sweeping"
+TOMBSTONE_DELETED = b"deleted"
+# How long a writer waits for a collection to finish with an object (normally milliseconds: a
+# HEAD and a DELETE); past it, a collector that died mid-way is assumed and the writer PUTs.
+TOMBSTONE_WAIT_S = 30.0
+_TOMBSTONE_POLL_S = 0.05
 DEFAULT_ATTEMPTS = 5
 DEFAULT_BACKOFF_S = 0.2
 
@@ -130,9 +145,9 @@ class ContentFolder:
         # LastModified, which the collector's grace period counts from. A conditional PUT
         # (If-None-Match: *) would leave an old object's date as it is; pyarrow cannot send
         # it anyway.
-        filesystem, key = storage.filesystem(path)
-        with filesystem.open_output_stream(key) as stream:
-            stream.write(data)
+        storage.write_bytes(path, data)
+        if _maybe_deleted_after_put(path):
+            storage.write_bytes(path, data)
 
     @staticmethod
     def _write_local(path: str, data: bytes) -> None:
@@ -174,6 +189,27 @@ class ContentFolder:
                 time.sleep(delay)
                 delay *= 2
         raise AssertionError("unreachable")
+
+
+def tombstone_path(path: str) -> str:
+    """The collector's tombstone beside a content file (same folder, TOMBSTONE_PREFIX)."""
+    folder, name = path.rsplit("/", 1)
+    return f"{folder}/{TOMBSTONE_PREFIX}{name}"
+
+
+def _maybe_deleted_after_put(path: str) -> bool:
+    """Whether a collection may have deleted the object at `path` after this writer's PUT: a
+    tombstone is there (module docstring). Waits while it says "sweeping"; a tombstone gone
+    meanwhile means the collection kept the object."""
+    tombstone = tombstone_path(path)
+    deadline = time.monotonic() + TOMBSTONE_WAIT_S
+    state = _read_bytes(tombstone)
+    while state == TOMBSTONE_SWEEPING and time.monotonic() < deadline:
+        time.sleep(_TOMBSTONE_POLL_S)
+        state = _read_bytes(tombstone)
+    if state == TOMBSTONE_SWEEPING:
+        log.warning("content store: %s still says sweeping after %gs", tombstone, TOMBSTONE_WAIT_S)
+    return state is not None
 
 
 def _read_bytes(path: str) -> bytes | None:

@@ -20,12 +20,16 @@ old enough to go (the argument in full: docs/architecture.md, "Collecting conten
 
 Locally a victim is first renamed to a tombstone (atomic): a writer touching it before the
 rename leaves a fresh date on the tombstone, which is then renamed back; a writer after the
-rename finds no file and writes it anew. Temporary files (`.tmp-*`) of crashed writers older
-than the grace period go too.
+rename finds no file and writes it anew. Object storage has no rename: a tombstone object
+saying "sweeping" is put beside the victim before its date is checked, and says "deleted"
+once the victim is deleted; a writer reads it after every PUT and PUTs again when a collection
+may have deleted the object after its PUT (routing_lib/content_files.py). Temporary files
+(`.tmp-*`) of crashed writers and tombstones older than the grace period go too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -38,7 +42,15 @@ from typing import TYPE_CHECKING
 from pyarrow import fs as pafs
 
 from routing_lib import storage
-from routing_lib.content_files import CONTENT_FOLDER, TEMPORARY_PREFIX, ContentFolder
+from routing_lib.content_files import (
+    CONTENT_FOLDER,
+    TEMPORARY_PREFIX,
+    TOMBSTONE_DELETED,
+    TOMBSTONE_PREFIX,
+    TOMBSTONE_SWEEPING,
+    ContentFolder,
+    tombstone_path,
+)
 from routing_lib.core.content import (
     CONTENT,
     MANIFEST_MARK,
@@ -59,7 +71,6 @@ _DIGEST = re.compile(r"^[0-9a-f]{32}$")
 DIGEST_IN_TEXT = "(?:[\x1c\x1d]|u001[cCdD])([0-9a-f]{32})"
 # A chunked reference only: its manifest is read and the chunks it lists are marked too.
 MANIFEST_IN_TEXT = "(?:\x1c|u001[cC])([0-9a-f]{32})"
-_TOMBSTONE = ".gc-"
 
 
 @dataclass
@@ -197,7 +208,7 @@ def sweep(
     cutoff = started - grace_s
     remote = storage.is_remote(location)
     for entry in _entries(location):
-        if entry.name.startswith((TEMPORARY_PREFIX, _TOMBSTONE)):
+        if entry.name.startswith((TEMPORARY_PREFIX, TOMBSTONE_PREFIX)):
             if entry.mtime < cutoff and (dry_run or _delete(entry.path, remote)):
                 report.deleted_temporaries += 1
             continue
@@ -243,16 +254,9 @@ def _entries(location: str) -> Iterator[_Entry]:
 def _retire(entry: _Entry, cutoff: float, remote: bool) -> bool:
     """Delete an unreferenced old content file unless a writer refreshed it meanwhile."""
     if remote:
-        filesystem, key = storage.filesystem(entry.path)
-        info = filesystem.get_file_info(key)
-        if info.type != pafs.FileType.File or (
-            info.mtime is not None and info.mtime.timestamp() >= cutoff
-        ):
-            return False
-        filesystem.delete_file(key)
-        return True
+        return _retire_object(entry.path, cutoff)
     path = Path(entry.path)
-    tombstone = path.with_name(f"{_TOMBSTONE}{path.name}")
+    tombstone = Path(tombstone_path(entry.path))
     try:
         os.rename(path, tombstone)
     except FileNotFoundError:
@@ -265,6 +269,35 @@ def _retire(entry: _Entry, cutoff: float, remote: bool) -> bool:
         tombstone.unlink()
         return False
     tombstone.unlink()
+    return True
+
+
+def _retire_object(path: str, cutoff: float) -> bool:
+    """The object-storage form of `_retire`: the tombstone first, so that a writer whose PUT
+    lands between the date check and the DELETE finds it and PUTs again."""
+    tombstone = tombstone_path(path)
+    storage.write_bytes(tombstone, TOMBSTONE_SWEEPING)
+    try:
+        deleted = _delete_if_not_touched(path, cutoff)
+    except BaseException:
+        with contextlib.suppress(OSError):  # unknown: writers waiting on it must PUT again
+            storage.write_bytes(tombstone, TOMBSTONE_DELETED)
+        raise
+    if deleted:
+        storage.write_bytes(tombstone, TOMBSTONE_DELETED)  # stays until older than the grace
+    else:
+        storage.delete(tombstone)
+    return deleted
+
+
+def _delete_if_not_touched(path: str, cutoff: float) -> bool:
+    filesystem, key = storage.filesystem(path)
+    info = filesystem.get_file_info(key)
+    if info.type != pafs.FileType.File or (
+        info.mtime is not None and info.mtime.timestamp() >= cutoff
+    ):
+        return False
+    filesystem.delete_file(key)
     return True
 
 

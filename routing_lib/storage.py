@@ -142,11 +142,26 @@ def read_text(location: str | Path) -> str:
     return read_bytes(location).decode()
 
 
-def write_text(location: str | Path, text: str) -> None:
+def write_bytes(location: str | Path, data: bytes) -> None:
+    """The whole file at once (on object storage one PUT, which replaces the object atomically
+    and refreshes its LastModified)."""
     if not is_remote(location):
         Path(location).parent.mkdir(parents=True, exist_ok=True)
-        Path(location).write_text(text)
+        Path(location).write_bytes(data)
         return
     filesystem_, path = filesystem(location)
     with filesystem_.open_output_stream(path) as stream:
-        stream.write(text.encode())
+        stream.write(data)
+
+
+def write_text(location: str | Path, text: str) -> None:
+    write_bytes(location, text.encode())
+
+
+def delete(location: str | Path) -> None:
+    """Delete the file; FileNotFoundError when there is none."""
+    if not is_remote(location):
+        Path(location).unlink()
+        return
+    filesystem_, path = filesystem(location)
+    filesystem_.delete_file(path)

@@ -16,8 +16,9 @@ import time
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
-from routing_lib.content_files import ContentFolder, ContentSettings
+from routing_lib.content_files import TOMBSTONE_DELETED, ContentFolder, ContentSettings
 from routing_lib.content_gc import content_size, sweep
 from routing_lib.core.content import (
     CONTENT,
@@ -85,7 +86,57 @@ def test_the_sweep_on_s3_deletes_only_unreferenced_objects(s3_endpoint):  # noqa
     assert sweep(location, {kept[1:]}, time.time(), 3600).deleted == []  # all too recent
     report = sweep(location, {kept[1:]}, time.time() + 7200, 3600)  # as if two hours later
     assert report.deleted == [gone[1:]]
+    # the deleted object's tombstone stays for writers (content_files.py), then goes as well
+    tombstone = len(TOMBSTONE_DELETED)
+    assert content_size(location) == (2, len("named by state") + tombstone)
+    report = sweep(location, {kept[1:]}, time.time() + 3 * 7200, 3600)
+    assert (report.deleted, report.deleted_temporaries) == ([], 1)
     assert content_size(location) == (1, len("named by state"))
+
+
+@pytest.mark.parametrize("held", ["HEAD", "DELETE"], ids=["before-the-check", "before-the-delete"])
+def test_a_refresh_racing_the_s3_sweep_keeps_its_object(s3_endpoint, monkeypatch, held):  # noqa: F811
+    """The sweep found an old object no state names; a writer re-sends its table while the
+    sweep's date check (HEAD) or its DELETE is held at the proxy: the writer's PUT lands just
+    before it, then the held request goes on. The object must be there afterwards: the
+    reference the writer hands out is about to be committed."""
+    CONTENT.clear()
+    with fault_proxy(s3_endpoint.url) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        location = s3_endpoint.prefix("s3") + "/checkpoint/content"
+        folder = ContentFolder(location, 2, 0.0)
+        text = "a table re-sent after an hour"
+        ref = content_ref(text)
+        folder.write(ref, text)
+        time.sleep(2.1)  # LastModified counts whole seconds: now older than the sweep's cutoff
+        key = f"{location.split('/', 3)[3]}/{ref[1:3]}/{ref[1:]}"
+        moto = _client(s3_endpoint)  # past the proxy
+        written = _last_modified(moto, s3_endpoint.bucket, key)
+        hold = proxy.hold(f"/{key}", (held,))  # the object only, not its tombstone (.gc-...)
+        sweeper = threading.Thread(target=sweep, args=(location, set(), time.time(), 1.0))
+        sweeper.start()
+        assert hold.arrived.wait(30), "the sweep took the object for a victim"
+        writer = threading.Thread(target=folder.write, args=(ref, text))
+        writer.start()
+        deadline = time.monotonic() + 30
+        while _last_modified(moto, s3_endpoint.bucket, key) == written:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)  # until the writer's upload has landed
+        refreshed = _last_modified(moto, s3_endpoint.bucket, key)
+        hold.release()
+        sweeper.join(60)
+        writer.join(60)
+        assert refreshed not in (written, None), "the writer's upload landed before the release"
+        assert ContentFolder(location).read(ref) == text
+
+
+def _last_modified(client, bucket: str, key: str) -> object:  # noqa: ANN001 - boto3's client
+    """The object's LastModified as moto holds it now (None: no object)."""
+    try:
+        return client.head_object(Bucket=bucket, Key=key)["LastModified"]
+    except ClientError:
+        return None
 
 
 # Keys of the content folder only: the proxy lets every other request through.

@@ -6,7 +6,9 @@ Requests pass through unchanged (the client signed them for the proxy's address,
 not check signatures) unless a fault rule matches: then the proxy answers with the fault
 instead of asking moto. A rule matches requests whose URL path (the object key, not the query
 string) contains a given text, optionally only some HTTP methods, and fires for the next N
-matching requests, or for every one until it is cleared. Threaded and stdlib only.
+matching requests, or for every one until it is cleared. A hold rule delays the next matching
+request until the test releases it (a race between two clients, played in a chosen order), and
+every request the server answered is recorded (`answered`). Threaded and stdlib only.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from urllib.parse import urlsplit
 RESET = "reset"  # close the connection without an answer (TCP RST)
 _ERROR_CODES = {500: "InternalError", 503: "SlowDown"}
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade"}
+HOLD_LIMIT_S = 30.0  # a held request goes on by itself after this long (a test that forgot it)
 
 
 @dataclass
@@ -43,10 +46,27 @@ class FaultRule:
 
 
 @dataclass
+class HoldRule:
+    """Holds the next request whose path contains `path_contains` (one of `methods`) until
+    `release()`; `arrived` is set when that request reaches the proxy."""
+
+    path_contains: str
+    methods: frozenset[str]
+    arrived: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+    taken: bool = False
+
+    def release(self) -> None:
+        self.released.set()
+
+
+@dataclass
 class FaultProxy:
     upstream: str  # http://host:port of the real server
     host: str = "127.0.0.1"
     rules: list[FaultRule] = field(default_factory=list)
+    holds: list[HoldRule] = field(default_factory=list)
+    answered: list[tuple[str, str]] = field(default_factory=list)  # (method, path), in order
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
 
@@ -68,9 +88,39 @@ class FaultProxy:
             self.rules.append(rule)
         return rule
 
+    def hold(self, path_contains: str, methods: tuple[str, ...]) -> HoldRule:
+        """Delay the next matching request until the returned rule is released."""
+        rule = HoldRule(path_contains, frozenset(methods))
+        with self._lock:
+            self.holds.append(rule)
+        return rule
+
+    def answered_count(self, method: str, path_contains: str) -> int:
+        with self._lock:
+            return sum(1 for m, path in self.answered if m == method and path_contains in path)
+
     def clear(self) -> None:
         with self._lock:
             self.rules.clear()
+            for rule in self.holds:
+                rule.release()
+            self.holds.clear()
+
+    def _hold_if_asked(self, method: str, path: str) -> None:
+        with self._lock:
+            rule = next(
+                (
+                    r
+                    for r in self.holds
+                    if not r.taken and method in r.methods and r.path_contains in path
+                ),
+                None,
+            )
+            if rule is not None:
+                rule.taken = True
+        if rule is not None:
+            rule.arrived.set()
+            rule.released.wait(HOLD_LIMIT_S)
 
     def _fault_for(self, method: str, path: str) -> int | str | None:
         with self._lock:
@@ -120,6 +170,7 @@ class FaultProxy:
                     assert isinstance(fault, int)
                     self._answer(fault, [("Content-Type", "application/xml")], _error(fault))
                     return
+                proxy._hold_if_asked(self.command, path)
                 connection = http.client.HTTPConnection(upstream.netloc, timeout=60)
                 try:
                     headers = {
@@ -130,6 +181,8 @@ class FaultProxy:
                     connection.request(self.command, self.path, body, headers)
                     answer = connection.getresponse()
                     data = answer.read()
+                    with proxy._lock:
+                        proxy.answered.append((self.command, path))
                     kept = [
                         (k, v)
                         for k, v in answer.getheaders()
