@@ -18,6 +18,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from routing_lib import content_files, storage
 from routing_lib.content_files import TOMBSTONE_DELETED, ContentFolder, ContentSettings
 from routing_lib.content_gc import content_size, sweep
 from routing_lib.core.content import (
@@ -128,6 +129,39 @@ def test_a_refresh_racing_the_s3_sweep_keeps_its_object(s3_endpoint, monkeypatch
         sweeper.join(60)
         writer.join(60)
         assert refreshed not in (written, None), "the writer's upload landed before the release"
+        assert ContentFolder(location).read(ref) == text
+
+
+def test_a_sweep_failing_mid_way_makes_writers_put_again(s3_endpoint, monkeypatch, caplog):  # noqa: F811
+    """The sweep's DELETE fails (the store keeps answering 500): the sweep raises and its
+    tombstone says "deleted", since it cannot know whether a DELETE went through; a writer of
+    that object then uploads it twice. A tombstone still saying "sweeping" (a collector killed
+    between its check and its DELETE) holds a writer for at most TOMBSTONE_WAIT_S."""
+    monkeypatch.setattr(content_files, "TOMBSTONE_WAIT_S", 0.3)
+    with fault_proxy(s3_endpoint.url) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        location = s3_endpoint.prefix("s3") + "/checkpoint/content"
+        folder = ContentFolder(location, 2, 0.0)
+        text = "a table whose sweep failed"
+        ref = content_ref(text)
+        folder.write(ref, text)
+        key = f"/{ref[1:3]}/{ref[1:]}"
+        proxy.fail(key, 500, None, ("DELETE",))
+        with pytest.raises(OSError):
+            sweep(location, set(), time.time() + 7200, 3600)
+        proxy.clear()
+        tombstone = content_files.tombstone_path(f"{location}/{ref[1:3]}/{ref[1:]}")
+        assert storage.read_bytes(tombstone) == content_files.TOMBSTONE_DELETED
+        uploads = proxy.answered_count("POST", key)
+        folder.write(ref, text)
+        assert proxy.answered_count("POST", key) - uploads == 4  # two uploads of two POSTs
+
+        storage.write_bytes(tombstone, content_files.TOMBSTONE_SWEEPING)
+        caplog.set_level(logging.WARNING, logger="routelake.content")
+        started = time.monotonic()
+        folder.write(ref, text)
+        assert time.monotonic() - started >= 0.3
+        assert any("still says sweeping" in r.getMessage() for r in caplog.records)
         assert ContentFolder(location).read(ref) == text
 
 
