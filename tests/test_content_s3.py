@@ -2,7 +2,9 @@
 an S3 error while writing is retried until the store answers, S3 errors injected by a proxy in
 front of the server (tests/support/fault_proxy.py) while stage one writes and the step reads
 are retried by the SDK and then by the store, a read checks the digest, a missing object names
-its s3:// path, and the collector deletes unreferenced objects only.
+its s3:// path, the collector deletes unreferenced objects only, and a writer refreshing an
+object while the collector checks and deletes it (the proxy holding the collector's request)
+keeps it, through the tombstone both read.
 No Spark: the folder backend and the sweep talk to S3 through pyarrow, as the workers do (the
 same faults through the Spark job: test_object_storage.py)."""
 
