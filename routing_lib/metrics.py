@@ -6,10 +6,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
-    CONTENT_TYPE_PLAIN_0_0_4,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -18,6 +17,8 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+from routing_lib.metrics_http import start_metrics_server
 
 # No `_created` series: nobody alerts on them, and they double the exposition.
 disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
@@ -276,24 +277,7 @@ def _host_port(server: str) -> tuple[str, int]:
     return host.strip("[]") or "localhost", int(port or KAFKA_DEFAULT_PORT)
 
 
-def serve_metrics(metrics: JobMetrics, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
-    """GET /metrics on host:port ([serve] host), in a daemon thread."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # http.server's name
-            if self.path != "/metrics":
-                self.send_error(404)
-                return
-            body = metrics.exposition()
-            self.send_response(200)
-            self.send_header("Content-Type", CONTENT_TYPE_PLAIN_0_0_4)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True, name="metrics").start()
-    return server
+def serve_metrics(metrics: JobMetrics, port: int, host: str = "127.0.0.1") -> WSGIServer:
+    """GET /metrics on host:port ([serve] host), in a daemon thread (prometheus_client's
+    server, as every routelake process serves its metrics: metrics_http.py)."""
+    return start_metrics_server(metrics.registry, port, host)

@@ -1,5 +1,8 @@
-"""`routectl serve --workers 2`: two processes answer on one remoting port, the primary's
-/metrics counts both, /readyz waits for both, SIGTERM stops both."""
+"""`routectl serve --workers 2`, real processes on real sockets: two processes answer on one
+remoting port, the primary's /metrics counts both (prometheus_client's multiprocess mode),
+/readyz waits for both, SIGTERM stops both; a worker killed between two scrapes takes none of
+its counts with it and is replaced by a new process; workers that keep dying are replaced
+after a growing back-off."""
 
 from __future__ import annotations
 
@@ -8,23 +11,52 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from routing_lib.remoting.protocol import RequestCode, ResponseCode
 from tests.support.lookup_support import RemotingClient, Warehouse, tables, wait_until
 from tests.support.metrics_support import sample
 from tests.support.process_support import free_port
+from tests.support.prometheus_support import promtool
 
 REPO = Path(__file__).resolve().parents[1]
+COUNTED_TYPES = ("counter", "histogram")
 
 
-def children(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        found = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
+    return found + [d for child in found for d in descendants(child)]
+
+
+def listening_inodes(port: int) -> set[str]:
+    """The inodes of the sockets listening on TCP `port` (IPv4)."""
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    listening = "0A"
+    return {r[9] for r in rows if int(r[1].split(":")[1], 16) == port and r[3] == listening}
+
+
+def holds_socket(pid: int, inodes: set[str]) -> bool:
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(fd).removeprefix("socket:[").removesuffix("]") in inodes:
+                return True
+        except FileNotFoundError:  # closed between the listing and the read
+            pass
+    return False
 
 
 def sockets(pid: int) -> int:
@@ -37,88 +69,207 @@ def sockets(pid: int) -> int:
     return count
 
 
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited
+
+
+def replaced(lookup: Lookup, worker: int) -> bool:
+    """Another worker process is there in place of `worker`."""
+    return lookup.workers() not in ([], [worker])
+
+
 def requests_answered(text: str) -> int:
     counted = "routelake_lookup_requests_total"
     return int(sample(text, counted, protocol="remoting", request="105", code="0") or 0)
 
 
-def test_two_processes_share_the_remoting_port(tmp_path):
-    Warehouse(tmp_path).publish(0, 1000, tables())
-    port, http_port = free_port(), free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "routing_lib.cli",
-            "serve",
-            "--warehouse",
-            str(tmp_path),
-            "--port",
-            str(port),
-            "--http-port",
-            str(http_port),
-            "--workers",
-            "2",
-        ],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    http = httpx.Client(base_url=f"http://127.0.0.1:{http_port}", timeout=5)
+def counted_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the lookup's counters and histograms, by name and labels."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith("routelake_lookup_") and family.type in COUNTED_TYPES
+        for s in family.samples
+    }
 
-    def ready() -> bool:
+
+@dataclass
+class Lookup:
+    proc: subprocess.Popen[bytes]
+    port: int
+    http: httpx.Client
+    log: str = ""  # its stderr, once stopped
+
+    def metrics(self) -> str:
+        return self.http.get("/metrics").text
+
+    def ready(self) -> bool:
         try:
-            return http.get("/readyz").status_code == 200
+            return self.http.get("/readyz").status_code == 200
         except httpx.TransportError:
             return False
 
+    def workers(self) -> list[int]:
+        """The processes besides the primary listening on its remoting port."""
+        inodes = listening_inodes(self.port)
+        return [p for p in descendants(self.proc.pid) if alive(p) and holds_socket(p, inodes)]
+
+    def route_requests(self, count: int) -> dict[int, int]:
+        """`count` route requests, each on its own connection, held open until all are
+        answered: {process: connections it took}."""
+        processes = [self.proc.pid, *self.workers()]
+        before = {p: sockets(p) for p in processes}
+        clients = [RemotingClient(self.port) for _ in range(count)]
+        try:
+            for client in clients:
+                answer = client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Orders")
+                assert answer.code == ResponseCode.SUCCESS
+            return {p: sockets(p) - n for p, n in before.items()}
+        finally:
+            for client in clients:
+                client.close()
+
+
+def start_two_workers(warehouse: Path) -> Lookup:
+    """`routectl serve --workers 2` on free ports, ready."""
+    Warehouse(warehouse).publish(0, 1000, tables())
+    port, http_port = free_port(), free_port()
+    argv = [sys.executable, "-m", "routing_lib.cli", "serve", "--warehouse", str(warehouse)]
+    argv += ["--port", str(port), "--http-port", str(http_port), "--workers", "2"]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    lookup = Lookup(proc, port, httpx.Client(base_url=f"http://127.0.0.1:{http_port}", timeout=5))
     try:
-        wait_until(ready, timeout=60)
-        workers = children(proc.pid)
+        wait_until(lookup.ready, timeout=60)
+    except BaseException:
+        ended(lookup, signal.SIGKILL)
+        raise
+    return lookup
+
+
+def ended(lookup: Lookup, sig: signal.Signals | None = signal.SIGTERM) -> int:
+    """Its exit code, once ended (after `sig`); its stderr in `lookup.log`."""
+    lookup.http.close()
+    if sig is not None and lookup.proc.poll() is None:
+        lookup.proc.send_signal(sig)
+    try:
+        lookup.proc.wait(30)
+    finally:
+        if lookup.proc.poll() is None:
+            lookup.proc.kill()
+    stderr = lookup.proc.stderr
+    lookup.log = stderr.read().decode() if stderr else ""
+    return lookup.proc.wait()
+
+
+@contextmanager
+def serving_two_workers(warehouse: Path) -> Iterator[Lookup]:
+    """`routectl serve --workers 2`, ready; stopped with SIGTERM, which it must exit 0 on."""
+    lookup = start_two_workers(warehouse)
+    try:
+        yield lookup
+    finally:
+        code = ended(lookup)
+    assert code == 0, lookup.log[-2000:]
+
+
+def test_two_processes_share_the_remoting_port(tmp_path):
+    with serving_two_workers(tmp_path) as lookup:
+        workers = lookup.workers()
         assert len(workers) == 1
-        assert sample(http.get("/metrics").text, "routelake_lookup_workers", state="ready") == 1
+        assert sample(lookup.metrics(), "routelake_lookup_workers", state="ready") == 1
         # New connections are spread over both processes (SO_REUSEPORT): each process
         # holds some of them open; every one is answered.
-        before = {p: sockets(p) for p in (proc.pid, *workers)}
-        clients = [RemotingClient(port) for _ in range(40)]
-        for client in clients:
-            assert (
-                client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Orders").code
-                == ResponseCode.SUCCESS
-            )
-        gained = {p: sockets(p) - n for p, n in before.items()}
-        for client in clients:
-            client.close()
+        gained = lookup.route_requests(40)
         assert sum(gained.values()) == 40 and all(gained.values()), gained
-        # Both processes' counters reach the primary's /metrics (reported every second).
-        wait_until(lambda: requests_answered(http.get("/metrics").text) == 40, timeout=10)
-        text = http.get("/metrics").text
+        # Both processes' counters reach the primary's /metrics (their multiprocess files).
+        wait_until(lambda: requests_answered(lookup.metrics()) == 40)
+        text = lookup.metrics()
         builds = "routelake_lookup_snapshot_build_duration_seconds_count"
         assert sample(text, builds, kind="full") == 2
         # memory of both processes, summed: more than the primary's alone
         assert sample(text, "routelake_lookup_resident_memory_bytes") > sample(
             text, "process_resident_memory_bytes"
         )
-    finally:
-        http.close()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    assert proc.returncode == 0, err[-2000:]
-    assert f"route console: http://127.0.0.1:{http_port}/" in err  # printed without -v
+        checked = promtool("check", "metrics", stdin=text.encode())
+        assert checked.returncode == 0 and not checked.stdout.strip(), checked.stdout
+    assert f"route console: http://127.0.0.1:{lookup.http.base_url.port}/" in lookup.log
+    # the workers (and the zygote) end with the primary
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(Path(f"/proc/{w}").exists() for w in workers):
+    while time.monotonic() < deadline and any(alive(w) for w in workers):
         time.sleep(0.1)
-    assert not [w for w in workers if Path(f"/proc/{w}").exists() and _alive(w)]
+    assert not [w for w in workers if alive(w)]
 
 
-def _alive(pid: int) -> bool:
+def test_a_dead_workers_counts_stay_and_a_new_worker_takes_its_place(tmp_path):
+    with serving_two_workers(tmp_path) as lookup:
+        (worker,) = lookup.workers()
+        assert all(lookup.route_requests(40).values())
+        for _ in range(10):
+            assert lookup.http.get("/topics/Orders/route").status_code == 200
+        wait_until(lambda: requests_answered(lookup.metrics()) == 40)
+        before = lookup.metrics()
+
+        os.kill(worker, signal.SIGKILL)
+        wait_until(lambda: not alive(worker) and not Path(f"/proc/{worker}").exists())
+        # the primary has seen the end: the worker no longer counts as ready
+        wait_until(lambda: sample(lookup.metrics(), "routelake_lookup_workers", state="ready") != 1)
+        after_death = lookup.metrics()
+        fallen = {
+            key: (value, counted_samples(after_death).get(key))
+            for key, value in counted_samples(before).items()
+            if counted_samples(after_death).get(key, -1.0) < value
+        }
+        assert not fallen, fallen
+        assert sample(after_death, "routelake_lookup_worker_exits_total") == 1
+
+        # A new process takes the slot, loads the snapshot, and answers its share.
+        wait_until(lambda: lookup.ready() and replaced(lookup, worker), 30)
+        (replacement,) = lookup.workers()
+        assert replacement != worker
+        assert sample(lookup.metrics(), "routelake_lookup_workers", state="ready") == 1
+        gained = lookup.route_requests(40)
+        assert gained.get(replacement) and gained[lookup.proc.pid], gained
+        after = lookup.metrics()
+        assert requests_answered(after) == 80
+        for key, value in counted_samples(before).items():
+            assert counted_samples(after)[key] >= value, key
+    assert f"lookup worker {worker} ended (SIGKILL)" in lookup.log
+
+
+def test_workers_that_keep_dying_are_replaced_after_a_growing_back_off(tmp_path):
+    with serving_two_workers(tmp_path) as lookup:
+        waits = []
+        for _ in range(3):  # each worker killed as soon as it is there: a crash loop
+            (worker,) = lookup.workers()
+            os.kill(worker, signal.SIGKILL)
+            killed = time.monotonic()
+            wait_until(partial(replaced, lookup, worker), timeout=30)
+            waits.append(time.monotonic() - killed)
+        # 1 s, 2 s, 4 s: a worker ended within a minute of its start, three in a row
+        for waited, back_off in zip(waits, (1, 2, 4), strict=True):
+            assert back_off <= waited < back_off + 2, waits
+        text = lookup.metrics()
+        assert sample(text, "routelake_lookup_worker_exits_total") == 3
+        wait_until(lookup.ready, timeout=30)
+    assert lookup.log.count("back-off") == 3, lookup.log[-3000:]
+
+
+def test_the_lookup_fails_when_the_process_that_forks_its_workers_dies(tmp_path):
+    """The zygote gone, no worker can be replaced (and those it forked die with it): the
+    lookup exits with an error for its supervisor to restart it, rather than serve on
+    alone."""
+    lookup = start_two_workers(tmp_path)
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has exited; its parent (gone) would have reaped it
+        (worker,) = lookup.workers()
+        (zygote,) = [p for p in descendants(lookup.proc.pid) if p != worker]
+        os.kill(zygote, signal.SIGKILL)
+        code = ended(lookup, sig=None)
+    except BaseException:
+        ended(lookup, signal.SIGKILL)
+        raise
+    assert code != 0 and f"worker zygote {zygote} ended" in lookup.log, lookup.log[-2000:]
+    wait_until(lambda: not alive(worker))

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 
@@ -14,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from routing_lib.collector.service import CollectorMetrics
 from routing_lib.lookup.route_risk import RouteRisks
 from routing_lib.lookup.routes import RouteIndex
+from routing_lib.lookup.workers import Workers
 from routing_lib.metrics import JOB_GAUGES, JobMetrics
 from routing_lib.remoting.service_metrics import Metrics
 from tests.support.lookup_support import snapshot
@@ -40,8 +40,8 @@ def job_exposition() -> bytes:
     return metrics.exposition()
 
 
-def lookup_metrics() -> Metrics:
-    metrics = Metrics(max_watermark_age_s=60)
+def lookup_metrics(clock: float = 1_764_000_070.0) -> Metrics:
+    metrics = Metrics(max_watermark_age_s=60, clock=lambda: clock)
     metrics.observe("remoting", "105", "0", 0.0004)
     metrics.observe("remoting", "105", "17", 0.0002)
     metrics.observe("http", "/topics/{topic}/route", "200", 0.002)
@@ -59,30 +59,36 @@ def test_the_job_exposition_passes_promtool():
     assert_clean(job_exposition())
 
 
-def test_the_lookup_exposition_sums_its_workers_and_passes_promtool():
-    primary, worker = lookup_metrics(), lookup_metrics()
-    worker.observe("remoting", "105", "0", 0.003)
-    primary.expected_peers = 1
-    primary.peers[4242] = worker.export(ready=True)
-    risks = RouteRisks()
+def lookup_with_everything(tmp_path) -> Metrics:
+    """A lookup's metrics with a snapshot served, its route gauges, a worker slot
+    (`--workers 2`) and the collector's counters (`serve --collect`) joined in."""
+    metrics = lookup_metrics()
     index = RouteIndex(snapshot())
-    primary.register(lambda: risks.families(index))
-    collector = CollectorMetrics()  # `serve --collect`: the collector's counters join in
+    metrics.snapshot_source = lambda: (index, 1_764_000_060.0)
+    risks = RouteRisks()
+    metrics.register(lambda: risks.families(index))
+    Workers(1, tmp_path).report_to(metrics)
+    collector = CollectorMetrics()
     collector.acknowledged("REGISTER", 0.004)
     collector.not_acknowledged("HEARTBEAT", 5.0)
     collector.kafka_up.set(1)
-    primary.register(collector.registry.collect)
-    text = primary.render(index, loaded_at=1_764_000_060.0, now=1_764_000_070.0)
+    metrics.register(collector.registry.collect)
+    return metrics
+
+
+def test_the_lookup_exposition_passes_promtool(tmp_path):
+    text = lookup_with_everything(tmp_path).exposition()
     assert_clean(text)
 
     decoded = text.decode()
     requests = "routelake_lookup_requests_total"
-    assert sample(decoded, requests, request="105", code="0", result="ok") == 3
-    assert sample(decoded, requests, request="105", code="17", result="not_found") == 2
-    assert sample(decoded, "routelake_lookup_request_duration_seconds_count") == 7
-    assert sample(decoded, "routelake_lookup_snapshot_build_duration_seconds_count") == 4
-    assert sample(decoded, "routelake_lookup_connections") == 2
-    assert sample(decoded, "routelake_lookup_workers", state="ready") == 1
+    assert sample(decoded, requests, request="105", code="0", result="ok") == 1
+    assert sample(decoded, requests, request="105", code="17", result="not_found") == 1
+    assert sample(decoded, "routelake_lookup_request_duration_seconds_count") == 3
+    assert sample(decoded, "routelake_lookup_snapshot_build_duration_seconds_count") == 2
+    assert sample(decoded, "routelake_lookup_connections") == 1
+    assert sample(decoded, "routelake_lookup_workers", state="loading") == 1
+    assert sample(decoded, "routelake_lookup_worker_exits_total") == 0
     assert sample(decoded, "routelake_lookup_snapshot_age_seconds") == 10
     assert sample(decoded, "routelake_lookup_snapshot_watermark_timestamp_seconds") == (
         1_764_000_050
@@ -102,7 +108,7 @@ def test_the_collector_exposition_passes_promtool():
     collector.deny(327)
     collector.tick_skipped()
     metrics.register(collector.registry.collect)
-    text = asyncio.run(asyncio.to_thread(metrics.render, None, None))
+    text = metrics.exposition()
     assert_clean(text)
     assert sample(text.decode(), "routelake_collector_requests_total", code="0") == 1
 
@@ -175,44 +181,66 @@ def test_the_scrape_config_keeps_the_job_the_lookup_and_the_collector(tmp_path):
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def family_names(exposition: bytes) -> set[str]:
-    return {f.name for f in text_string_to_metric_families(exposition.decode())}
+def families(exposition: bytes) -> dict[str, str]:
+    """Family name (as the parser gives it: a counter's without `_total`) -> type."""
+    return {f.name: f.type for f in text_string_to_metric_families(exposition.decode())}
 
 
-def test_operations_doc_lists_every_metric_and_alert():
-    doc = (PROMETHEUS_DIR.parents[1] / "docs" / "operations.md").read_text()
-    lookup = lookup_metrics()
-    lookup.expected_peers = 1
-    risks, index = RouteRisks(), RouteIndex(snapshot())
-    lookup.register(lambda: risks.families(index))
-    collector = Metrics(prefix="routelake_collector")
-    collector.register(CollectorMetrics().registry.collect)
+def every_family(tmp_path) -> dict[str, str]:
+    """The routelake families of the job's, the lookup's and the collector's expositions."""
     job = JobMetrics()
     for name in JOB_GAUGES:
         job.set(name, 1)
-    names = (
-        family_names(job_exposition())
-        | family_names(job.exposition())
-        | family_names(lookup.render(index, 1.0))
-        | {n for n in family_names(collector.render(None, None)) if "collector" in n}
-    )
-    documented = {n for n in names if not n.startswith("process_")}
-    missing = sorted(n for n in documented if f"`{n}" not in doc)
-    assert not missing
+    collector = Metrics(prefix="routelake_collector", clock=lambda: 1_764_000_070.0)
+    index = RouteIndex(snapshot())
+    collector.snapshot_source = lambda: (index, 1_764_000_060.0)
+    collector.observe_build("full", 0.4)
+    collector.refreshed("swapped")
+    collector.register(CollectorMetrics().registry.collect)
+    found = {
+        **families(job_exposition()),
+        **families(job.exposition()),
+        **families(lookup_with_everything(tmp_path).exposition()),
+        **families(collector.exposition()),
+    }
+    return {name: kind for name, kind in found.items() if name.startswith("routelake_")}
+
+
+def documented_name(name: str, kind: str) -> str:
+    """How the operations doc names a family: a counter by its sample, `_total`."""
+    return f"{name}_total" if kind == "counter" else name
+
+
+def series_names(found: dict[str, str]) -> set[str]:
+    """The names a query can select: a counter's `_total`, a histogram's `_bucket`, `_sum`
+    and `_count`, a gauge's own."""
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+    return {name + suffix for name, kind in found.items() for suffix in suffixes.get(kind, ("",))}
+
+
+def test_operations_doc_lists_every_metric_and_alert(tmp_path):
+    doc = (PROMETHEUS_DIR.parents[1] / "docs" / "operations.md").read_text()
+    # every backquoted metric name, but the section titles' prefixes (`routelake_job_*`)
+    named = {n for n in re.findall(r"`(routelake_\w+)", doc) if not n.endswith("_")}
+    exported = {documented_name(n, kind) for n, kind in every_family(tmp_path).items()}
+    assert sorted(exported - named) == []  # exported, not documented
+    assert sorted(named - exported) == []  # documented, not exported (or misspelt)
     alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
     assert not sorted(a for a in alerts if f"`{a}`" not in doc)
 
 
-def test_the_dashboard_queries_name_only_metrics_the_processes_export():
-    """Each panel queries the Prometheus data source variable, and every routelake metric its
-    queries name is one the operations doc lists (which the test above ties to the
-    expositions); tests/test_prometheus_live.py runs the queries against real scrapes."""
+def test_the_dashboard_and_the_alerts_query_only_series_the_processes_export(tmp_path):
+    """Each panel queries the Prometheus data source variable, and every routelake series
+    that a dashboard query or an alert expression names is one the processes export, by its
+    exact name; tests/test_prometheus_live.py runs the queries against real scrapes."""
     dashboard = json.loads((PROMETHEUS_DIR.parent / "grafana" / "routelake.json").read_text())
-    doc = (PROMETHEUS_DIR.parents[1] / "docs" / "operations.md").read_text()
-    assert dashboard["panels"]
+    rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    exported = series_names(every_family(tmp_path))
+    assert dashboard["panels"] and rules
+    queries = [(rule["alert"], rule["expr"]) for rule in rules]
     for panel in dashboard["panels"]:
         assert panel["datasource"]["uid"] == "${datasource}" and panel["targets"], panel["title"]
-        for target in panel["targets"]:
-            for name in re.findall(r"\broutelake_\w+", target["expr"]):
-                base = re.sub(r"_(bucket|count|sum)$", "", name)
-                assert f"`{base}" in doc, (panel["title"], name)
+        queries += [(panel["title"], target["expr"]) for target in panel["targets"]]
+    for where, expr in queries:
+        for name in re.findall(r"\broutelake_\w+", expr):
+            assert name in exported, (where, name)

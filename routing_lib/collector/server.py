@@ -14,9 +14,9 @@ from routing_lib.collector.admin_events import LOOPBACK_ONLY
 from routing_lib.collector.publisher import KafkaPublisher
 from routing_lib.collector.service import Collector
 from routing_lib.lookup.refresher import Refresher, SnapshotHolder
+from routing_lib.metrics_http import add_metrics_route
 from routing_lib.remoting.limits import Limits
 from routing_lib.remoting.service import LOOPBACK, NetworkService, serve_until_signal
-from routing_lib.remoting.service_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from routing_lib.remoting.service_metrics import Metrics
 from routing_lib.remoting.tls import PLAIN, ListenerTls
 
@@ -47,14 +47,9 @@ def create_http_app(
             return status(200, b'{"ready":true}')
         return status(503, b'{"ready":false,"reason":"latest TICK not acknowledged by Kafka"}')
 
-    @app.get("/metrics")
-    async def prometheus() -> Response:
-        served = holder.current if holder is not None else None
-        text = metrics.render(
-            served.index if served else None, served.loaded_at if served else None
-        )
-        return Response(text, media_type=METRICS_CONTENT_TYPE)
-
+    if holder is not None:
+        metrics.snapshot_source = holder.index_and_load_time
+    add_metrics_route(app, metrics.registry)
     return app
 
 

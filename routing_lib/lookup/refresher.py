@@ -57,6 +57,12 @@ class SnapshotHolder:
     def __init__(self) -> None:
         self.current: Served | None = None
 
+    def index_and_load_time(self) -> tuple[RouteIndex | None, float | None]:
+        """The served index and when it loaded (what the metrics show); None, None before
+        the first snapshot."""
+        served = self.current
+        return (served.index, served.loaded_at) if served is not None else (None, None)
+
 
 class Refresher:
     def __init__(

@@ -32,13 +32,13 @@ from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
 from routing_lib.lookup.route_risk import RouteRisks
 from routing_lib.lookup.routes import Body, RouteIndex
 from routing_lib.lookup.topics import validate_topic
-from routing_lib.lookup.workers import serve_workers
+from routing_lib.lookup.workers import WORKERS_TASK, serve_workers
+from routing_lib.metrics_http import add_metrics_route
 from routing_lib.remoting.frames import RemotingCommand
 from routing_lib.remoting.limits import Limits, clip
 from routing_lib.remoting.listener import Reply
 from routing_lib.remoting.protocol import READ_CODES, ResponseCode
 from routing_lib.remoting.service import LOOPBACK, NetworkService, serve_until_signal
-from routing_lib.remoting.service_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from routing_lib.remoting.service_metrics import Metrics
 from routing_lib.remoting.tls import PLAIN, ListenerTls
 
@@ -235,14 +235,8 @@ def _add_health_api(app: FastAPI, holder: SnapshotHolder, metrics: Metrics) -> N
             )
         return _envelope(served, 200, "data", b'{"ready":true}')
 
-    @app.get("/metrics")
-    async def prometheus() -> Response:
-        served = holder.current
-        # in a thread: the route gauges walk the topics of a new snapshot once
-        text = await asyncio.to_thread(
-            metrics.render, served.index if served else None, served.loaded_at if served else None
-        )
-        return Response(text, media_type=METRICS_CONTENT_TYPE)
+    metrics.snapshot_source = holder.index_and_load_time
+    add_metrics_route(app, metrics.registry)
 
 
 # -- the service --
@@ -390,7 +384,9 @@ class LookupService(NetworkService):
 
     async def stop(self) -> None:
         # The refresher may be inside a warehouse read: no need to wait for it.
-        await self.stop_serving(10, cancel_at_once=frozenset({"lookup-refresher", "console-warm"}))
+        await self.stop_serving(
+            10, cancel_at_once=frozenset({"lookup-refresher", "console-warm", WORKERS_TASK})
+        )
         if self.collector is not None:
             await self.collector.close()
         log.info("lookup service stopped")

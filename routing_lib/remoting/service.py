@@ -200,16 +200,18 @@ async def until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) ->
         stopper.cancel()
 
 
-async def serve_until_signal(server: Serving) -> None:
-    """Run `server` until SIGINT/SIGTERM, then stop it."""
+async def serve_until_signal(
+    server: Serving, signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
+) -> None:
+    """Run `server` until one of `signals` (SIGINT/SIGTERM), then stop it."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     try:
         await server.start()
         await server.wait(stop)
     finally:
         await server.stop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in signals:
             loop.remove_signal_handler(sig)

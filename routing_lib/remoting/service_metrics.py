@@ -1,26 +1,27 @@
 """The network services' metrics (the lookup's and the collector's), in a prometheus_client
 registry: requests and rejections per listener, the served snapshot, and what other parts add
-(the collector's counters, the lookup's route-risk gauges) as collectors of the same registry.
+(the collector's counters, the lookup's route-risk and worker gauges) as collectors of the same
+registry.
 
-Several worker processes (lookup/workers.py) each count in their own registry; every second a
-worker sends its samples (`export`) to the primary, whose /metrics sums them with its own: one
-aggregate, no shared files. Everything in `counted` is a sum over processes by construction
-(counters, histograms, open connections, resident memory); the snapshot's gauges are the
+Several worker processes (`serve --workers`, lookup/workers.py) count in prometheus_client's
+multiprocess mode: each process writes its values to files in PROMETHEUS_MULTIPROC_DIR, and
+the primary's /metrics reads them all (MultiProcessCollector). Counters and histograms add up
+over every process that ever ran, so a worker's death takes nothing away; the live gauges
+(connections, memory: `livesum`) count the processes alive. The snapshot's gauges are the
 primary's.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import resource
-import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from prometheus_client import (
-    CONTENT_TYPE_PLAIN_0_0_4,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -30,12 +31,14 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 # A `_created` sample per counter means nothing once counts are summed over processes.
 disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
 
-CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+# Where each process of `serve --workers` writes its values (prometheus_client's variable).
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class ServedIndex(Protocol):
@@ -105,59 +108,56 @@ def label_values(registry: CollectorRegistry, sample: str, *labels: str) -> dict
     return found
 
 
-def summed_families(own: Iterable[Metric], others: Iterable[Iterable[Metric]]) -> Iterator[Metric]:
-    """`own` families with the samples of `others` added in, sample by sample (same name and
-    labels): counters, histograms and additive gauges of several processes as one."""
-    merged: dict[str, tuple[Metric, dict[tuple[str, tuple[tuple[str, str], ...]], float]]] = {}
-    for source in (own, *others):
-        for family in source:
-            entry = merged.setdefault(
-                family.name, (Metric(family.name, family.documentation, family.type), {})
-            )
-            values = entry[1]
-            for s in family.samples:
-                key = (s.name, tuple(sorted(s.labels.items())))
-                values[key] = values.get(key, 0.0) + s.value
-    for family, values in merged.values():
-        for (name, labels), value in values.items():
-            family.add_sample(name, dict(labels), value)
-        yield family
+class WorkerPool(Protocol):
+    """The worker processes of `serve --workers` (lookup/workers.py), as the primary's
+    /readyz and /metrics see them."""
+
+    def loading(self) -> int:
+        """Worker processes that cannot answer yet: starting, loading, or being replaced."""
+        ...
+
+    def families(self) -> Iterable[Metric]: ...
 
 
-class _Summed(Collector):
-    """The process's own counted metrics plus every worker's last export."""
+class _OwnProcess(Collector):
+    """One process's counted metrics (no worker processes)."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
     def collect(self) -> Iterable[Metric]:
         self.metrics._memory.set(resident_memory_bytes())
-        peers = [peer["families"] for peer in self.metrics.peers.values()]
-        return summed_families(self.metrics.counted.collect(), peers)
+        return self.metrics.counted.collect()
+
+
+class _AllProcesses(Collector):
+    """The counted metrics of every process that wrote to the multiprocess directory."""
+
+    def __init__(self, metrics: Metrics, directory: str) -> None:
+        self.metrics = metrics
+        self.files = MultiProcessCollector(None, directory)  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
+
+    def collect(self) -> Iterable[Metric]:
+        self.metrics._memory.set(resident_memory_bytes())
+        internal = self.metrics.snapshot_loaded_name
+        families = self.files.collect()  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
+        return [f for f in families if f.name != internal]
 
 
 class _Snapshot(Collector):
-    """The served snapshot's gauges, from what `render` was given."""
+    """The served snapshot's gauges (`snapshot_source`, read at each scrape)."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
     def collect(self) -> Iterable[Metric]:
         m = self.metrics
-        index, loaded_at, now = m._view
+        index, loaded_at = m.snapshot_source()
+        now = m.clock()
         p = m.prefix
         yield _gauge(f"{p}_ready", "1 once a snapshot is loaded.", int(index is not None))
-        if m.expected_peers:
-            workers = GaugeMetricFamily(
-                f"{p}_workers",
-                "Worker processes on the remoting port besides this one, by state "
-                "(counters are summed over all processes).",
-                labels=["state"],
-            )
-            loading = m.workers_loading()
-            workers.add_metric(["ready"], m.expected_peers - loading)
-            workers.add_metric(["loading"], loading)
-            yield workers
+        if m.pool is not None:
+            yield from m.pool.families()
         if m.last_build_seconds is not None:
             yield _gauge(
                 f"{p}_snapshot_last_build_duration_seconds",
@@ -206,14 +206,28 @@ def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, help_text, value=value)
 
 
+def _no_snapshot() -> tuple[ServedIndex | None, float | None]:
+    return None, None
+
+
 class Metrics:
-    def __init__(self, max_watermark_age_s: float = 0.0, prefix: str = "routelake_lookup") -> None:
+    def __init__(
+        self,
+        max_watermark_age_s: float = 0.0,
+        prefix: str = "routelake_lookup",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.max_watermark_age_s = max_watermark_age_s  # 0: no staleness bound
         self.prefix = prefix
+        self.clock = clock
+        # The served snapshot and when it loaded, read at each scrape (the service sets it).
+        self.snapshot_source: Callable[[], tuple[ServedIndex | None, float | None]] = _no_snapshot
+        # Set by serve_workers before this process creates its metrics (workers.py).
+        self.multiprocess_dir = os.environ.get(MULTIPROC_ENV) or None
         # What /metrics shows; other parts register their collectors here (the collector's
         # counters under `serve --collect`, the lookup's route gauges).
         self.registry = CollectorRegistry(auto_describe=True)
-        # What this process counts: summed over the worker processes.
+        # What this process counts (with worker processes: its share of the sums).
         self.counted = CollectorRegistry(auto_describe=True)
         p, reg = prefix, self.counted
         self._requests = Counter(
@@ -250,23 +264,40 @@ class Metrics:
             ["listener", "reason"],
             registry=reg,
         )
-        self._connections = Gauge(f"{p}_connections", "Open remoting connections.", registry=reg)
+        # Gauges of a dead worker process leave the sum with it (livesum).
+        self._connections = Gauge(
+            f"{p}_connections",
+            "Open remoting connections.",
+            registry=reg,
+            multiprocess_mode="livesum",
+        )
         self._memory = Gauge(
             f"{p}_resident_memory_bytes",
             "Resident memory of the service's processes (summed over worker processes).",
             registry=reg,
+            multiprocess_mode="livesum",
         )
         self._readyz_stale = Counter(
             f"{p}_readyz_stale", "/readyz answered 503: stale watermark.", registry=reg
         )
+        # Which processes serve a snapshot: how the primary learns its workers are ready
+        # (one sample per live process, by pid). Not exported: `ready` and `workers` say it.
+        self.snapshot_loaded_name = f"{p}_process_snapshot_loaded"
+        self.serving_snapshot = False
+        self._snapshot_loaded = Gauge(
+            self.snapshot_loaded_name,
+            "1 once this process serves a snapshot.",
+            registry=None,
+            multiprocess_mode="liveall",
+        )
+        self.pool: WorkerPool | None = None
         self._observed: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
         self.last_refresh_error: str | None = None
         self.last_build_seconds: float | None = None
-        self.peers: dict[int, dict[str, Any]] = {}  # worker pid -> its last export()
-        self.expected_peers = 0  # worker processes besides this one
-        self._view: tuple[ServedIndex | None, float | None, float] = (None, None, 0.0)
-        self._render_lock = threading.Lock()
-        self.registry.register(_Summed(self))
+        if self.multiprocess_dir is None:
+            self.registry.register(_OwnProcess(self))
+        else:
+            self.registry.register(_AllProcesses(self, self.multiprocess_dir))
         self.registry.register(_Snapshot(self))
         # process_* (CPU, open files, the primary's memory), as every Prometheus exporter has
         ProcessCollector(registry=self.registry)
@@ -292,7 +323,13 @@ class Metrics:
         self.last_build_seconds = seconds
 
     def refreshed(self, result: str) -> None:
+        """A snapshot poll's result: `swapped` and `unchanged` mean a snapshot is served."""
         self._refreshes.labels(result).inc()
+        if result in ("swapped", "unchanged") and not self.serving_snapshot:
+            self.serving_snapshot = True
+            self._snapshot_loaded.set(1)
+        # Worker processes are not scraped: each poll keeps their memory current.
+        self._memory.set(resident_memory_bytes())
 
     def frame_error(self, reason: str) -> None:
         self._frame_errors.labels(reason).inc()
@@ -329,17 +366,30 @@ class Metrics:
     def _own(self, sample: str, *labels: str) -> dict[Any, float]:
         return label_values(self.counted, sample, *labels)
 
-    # -- several worker processes (workers.py): each exports, the HTTP process sums --
+    # -- several worker processes (workers.py) --
 
-    def export(self, ready: bool) -> dict[str, Any]:
-        """This process's counted families, for the process that serves /metrics."""
-        self._memory.set(resident_memory_bytes())
-        return {"ready": ready, "families": list(self.counted.collect())}
+    def attach(self, pool: WorkerPool) -> None:
+        """Worker processes besides this one: in /readyz and in /metrics."""
+        self.pool = pool
 
     def workers_loading(self) -> int:
-        """Worker processes without a snapshot yet (or not reporting yet)."""
-        reported = [p for p in self.peers.values() if p["ready"]]
-        return max(0, self.expected_peers - len(reported))
+        """Worker processes that cannot answer yet (0 without workers)."""
+        return self.pool.loading() if self.pool is not None else 0
+
+    def processes_with_snapshot(self) -> set[int]:
+        """The pids of the live processes (this one, its workers) that serve a snapshot."""
+        if self.multiprocess_dir is None:
+            return {os.getpid()} if self.serving_snapshot else set()
+        files = glob.glob(os.path.join(self.multiprocess_dir, "gauge_liveall_*.db"))
+        name = self.snapshot_loaded_name
+        merged = MultiProcessCollector.merge(files, accumulate=False)  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
+        return {
+            int(s.labels["pid"])
+            for family in merged
+            if family.name == name
+            for s in family.samples
+            if s.value
+        }
 
     def stale_watermark_age(self, watermark: int | None, now: float | None = None) -> float | None:
         """Wall clock minus the watermark, if that exceeds the bound (or there is none)."""
@@ -352,13 +402,9 @@ class Metrics:
         """Another part's metrics in this registry: a function of metric families."""
         self.registry.register(_Calls(families))
 
-    def render(
-        self, index: ServedIndex | None, loaded_at: float | None, now: float | None = None
-    ) -> bytes:
-        """The exposition of everything registered, `index` being the served snapshot."""
-        with self._render_lock:  # renders may run in threads: each sees its own view
-            self._view = (index, loaded_at, time.time() if now is None else now)
-            return generate_latest(self.registry)
+    def exposition(self) -> bytes:
+        """What /metrics shows now (tests, promtool)."""
+        return generate_latest(self.registry)
 
 
 class _Calls(Collector):
