@@ -52,13 +52,25 @@ REPO = Path(__file__).parent.parent
 KAFKA, NAMESRV, ROUTELAKE, HTTP, BROKER = 29092, 29876, 29877, 29880, 29911
 CLUSTER, NAME, BROKER_ADDR = "RoutelakeCluster", "broker-rl", f"127.0.0.1:{BROKER}"
 TOPIC = "rl-broker-events"
-CONF = """[collector]
+# The job's watermark delay: what the waits below are made of (an event is applied once a TICK
+# moves the watermark past it). The collector stamps eventTime on arrival and publishes in
+# arrival order to one partition, so 3 s of disorder is plenty here; 10 s (the default) made
+# every wait 7 s longer for nothing.
+WATERMARK_DELAY_MS = 3000
+CONF = f"""[collector]
 publish_timeout_ms = 5000
 tick_interval_ms = 1000
 [serve]
 poll_interval_s = 0.5
+[routes]
+watermark_delay_ms = {WATERMARK_DELAY_MS}
 """
-ROUTE_WAIT_S = 90  # event -> watermark (10 s delay, TICKs) -> batch -> snapshot poll
+# The brokers keep RocketMQ's 10 s heartbeatTimeoutMillis (brokerNotActiveTimeoutMillis): with
+# 5 s, the Kafka restart below (heartbeats the collector cannot publish for ~12 s) expired the
+# broker in routelake, and the test then waited for its next registration (up to 10 s more) to
+# catch up: more waiting than the 5 s saved on the killed broker's expiry.
+ROUTE_WAIT_S = 90  # event -> watermark (delay, TICKs) -> batch -> snapshot poll
+POLL_S = 0.5  # each poll is one request to a NameServer
 
 
 def python(*args: str, log: Path) -> subprocess.Popen:
@@ -139,6 +151,8 @@ class Stack:
             str(self.root / "checkpoint"),
             "--trigger-interval",
             "2 seconds",
+            "--config",
+            str(self.root / "conf.toml"),
             "-v",
             log=self.root / "job.log",
         )
@@ -275,7 +289,7 @@ def test_registration_shows_in_routectl_clusters(stack):
         lambda: routelake_ready() and NAME in cluster_info(ROUTELAKE)["brokerAddrTable"],
         180,
         "the broker in routelake's snapshot",
-        step=1,
+        step=POLL_S,
         alive=stack.broker.alive,
     )
     done = subprocess.run(
@@ -308,7 +322,7 @@ def wait_same(what: str, answer_of, timeout: float = ROUTE_WAIT_S) -> None:
             lambda: routelake_ready() and answer_of(ROUTELAKE) == answer_of(NAMESRV),
             timeout,
             what,
-            step=1,
+            step=POLL_S,
         )
     except AssertionError:
         assert answer_of(ROUTELAKE) == answer_of(NAMESRV), what
@@ -333,7 +347,7 @@ def test_update_topic_is_routable_and_routes_equal_java(stack):
             lambda: route(ROUTELAKE, "RL_T1") == route(NAMESRV, "RL_T1"),
             ROUTE_WAIT_S,
             f"routelake's RL_T1 route with {queues} queues",
-            step=1,
+            step=POLL_S,
         )
     assert route(ROUTELAKE, "RL_T1")["queueDatas"][0]["writeQueueNums"] == 8
     assert same_clusters()
@@ -468,7 +482,7 @@ def test_mqadmin_operator_commands_through_routelake(stack):
         ]
         return later[0] if later else None
 
-    wait_for(lambda: next_register() is not None, 30, "the broker's next registration", step=1)
+    wait_for(lambda: next_register() is not None, 30, "the broker's next registration", step=POLL_S)
     register = next_register()
     assert DEL_TOPIC not in register["topicConfigTable"]
 
@@ -545,7 +559,7 @@ def test_broker_with_routelake_as_its_only_nameserver(stack):
             lambda: SOLO_NAME in cluster_info(ROUTELAKE)["brokerAddrTable"],
             180,
             "the routelake-only broker in routelake",
-            step=1,
+            step=POLL_S,
             alive=solo.alive,
         )
         assert SOLO_NAME not in cluster_info(NAMESRV)["brokerAddrTable"]  # routelake alone
@@ -554,7 +568,7 @@ def test_broker_with_routelake_as_its_only_nameserver(stack):
             lambda: route(ROUTELAKE, "RL_SOLO") is not None,
             ROUTE_WAIT_S,
             "RL_SOLO routable through routelake",
-            step=1,
+            step=POLL_S,
         )
         assert [b["brokerName"] for b in route(ROUTELAKE, "RL_SOLO")["brokerDatas"]] == [SOLO_NAME]
         assert route(NAMESRV, "RL_SOLO") is None
@@ -566,7 +580,7 @@ def test_broker_with_routelake_as_its_only_nameserver(stack):
         lambda: SOLO_NAME not in cluster_info(ROUTELAKE)["brokerAddrTable"],
         ROUTE_WAIT_S,
         "the routelake-only broker gone after its UNREGISTER",
-        step=1,
+        step=POLL_S,
     )
     assert route(ROUTELAKE, "RL_SOLO") is None
 
@@ -606,7 +620,18 @@ def test_collector_and_kafka_restarts_lose_nothing_acknowledged(stack):
     stop(stack.serve)  # the collector (and lookup) goes away while the broker registers
     time.sleep(3)
     stack.start_serve()
-    time.sleep(12)  # at least one registration period
+    restarted = time.time_ns() // 1_000_000
+    # a registration period's REGISTER acknowledged by the restarted collector (was: a fixed
+    # 12 s sleep; the period is 10 s, so this waits 0-10 s)
+    wait_for(
+        lambda: any(
+            x.code == RequestCode.REGISTER_BROKER and x.answer_code == 0 and x.sent_ms >= restarted
+            for x in list(stack.proxy.exchanges)
+        ),
+        60,
+        "a registration acknowledged by the restarted collector",
+        step=POLL_S,
+    )
     kafka_local.stop(stack.kafka)  # Kafka goes away: the collector must answer errors
     time.sleep(12)
     kafka_local.start(stack.kafka, heap="512m")
@@ -626,7 +651,7 @@ def test_collector_and_kafka_restarts_lose_nothing_acknowledged(stack):
             # the producer took longer to come back there is not known (its logs were gone)
             90,
             "a registration acknowledged after the Kafka restart",
-            step=1,
+            step=POLL_S,
         )
         acked, failed = _acknowledged_are_published(stack, since)
         assert acked >= 2
@@ -637,7 +662,7 @@ def test_collector_and_kafka_restarts_lose_nothing_acknowledged(stack):
     finally:  # the module's later tests need the job, whatever happened here
         if stack.job is None or stack.job.poll() is not None:  # Spark may give up on Kafka
             stack.start_job()
-    wait_for(same_clusters, ROUTE_WAIT_S, "routes caught up after the restarts", step=1)
+    wait_for(same_clusters, ROUTE_WAIT_S, "routes caught up after the restarts", step=POLL_S)
 
 
 def test_graceful_shutdown_unregisters(stack):
@@ -652,7 +677,7 @@ def test_graceful_shutdown_unregisters(stack):
         lambda: NAME not in cluster_info(ROUTELAKE)["brokerAddrTable"],
         ROUTE_WAIT_S,
         "the broker gone from routelake",
-        step=1,
+        step=POLL_S,
     )
     assert route(ROUTELAKE, "RL_T1") is None and route(NAMESRV, "RL_T1") is None
 
@@ -663,7 +688,7 @@ def test_killed_broker_expires_on_tick_driven_event_time(stack):
         lambda: NAME in cluster_info(ROUTELAKE)["brokerAddrTable"],
         120,
         "the restarted broker in routelake",
-        step=1,
+        step=POLL_S,
         alive=stack.broker.alive,
     )
     stack.broker.stop(signal.SIGKILL)
@@ -672,7 +697,7 @@ def test_killed_broker_expires_on_tick_driven_event_time(stack):
         lambda: NAME not in cluster_info(ROUTELAKE)["brokerAddrTable"],
         ROUTE_WAIT_S,
         "the killed broker expired in routelake",
-        step=1,
+        step=POLL_S,
     )
 
     def after_kill() -> list:
@@ -682,7 +707,7 @@ def test_killed_broker_expires_on_tick_driven_event_time(stack):
 
     # one read of the topic can come back short on a loaded machine: read until the TICKs that
     # expired the broker are there
-    wait_for(lambda: bool(after_kill()), 30, "the events after the kill read back", step=1)
+    wait_for(lambda: bool(after_kill()), 30, "the events after the kill read back", step=POLL_S)
     after = after_kill()
     # Nothing but TICKs arrived after the kill: they moved the watermark past the broker's
     # lastUpdate + heartbeatTimeoutMillis (10 s).
