@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +24,7 @@ from routing_lib.remoting.frames import FrameDecoder, RemotingCommand, encode
 from routing_lib.remoting.limits import Limits
 from routing_lib.remoting.protocol import RequestCode, ResponseCode
 from schemas import parse_event
-from tests.support.rocketmq_support import CollectorThread, events, records
+from tests.support.rocketmq_support import BrokerConnection, CollectorThread, events, records
 
 DV = {"stateVersion": 0, "timestamp": 1_700_000_000_000, "counter": 1}
 A, B = "127.0.0.1:10911", "127.0.0.1:10921"
@@ -46,31 +45,13 @@ def heartbeat(name: str, addr: str, code: int = RequestCode.BROKER_HEARTBEAT) ->
     return broker_requests.identity_request(code, "C1", name, addr, opaque=2, body=body)
 
 
-class BrokerSocket:
-    """One connection held open, as a broker holds its NameServer connection."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=20)
-        self.decoder = FrameDecoder()
+class BrokerSocket(BrokerConnection):
+    """A broker's connection whose every request must succeed."""
 
     def call(self, request: RemotingCommand) -> RemotingCommand:
-        self.sock.sendall(encode(request))
-        answers: list[RemotingCommand] = []
-        while not answers:
-            data = self.sock.recv(65536)
-            assert data, "closed without an answer"
-            answers = self.decoder.feed(data)
-        assert answers[0].code == ResponseCode.SUCCESS, answers[0].remark
-        return answers[0]
-
-    def closed_by_peer(self) -> bool:
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True
-
-    def close(self) -> None:
-        self.sock.close()
+        answer = super().call(request)
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        return answer
 
 
 def closes(bootstrap: str, topic: str) -> list[dict[str, Any]]:
@@ -156,6 +137,26 @@ def test_idle_and_failed_connections_close_a_stopping_collector_publishes_none(
         (B, "broker-b"),
     ]
     assert metrics.broker_connections_ended == {"idle": 1, "failed": 1}
+
+
+def test_a_slave_is_told_no_master_once_the_masters_last_connection_closed(kafka_bootstrap, topic):
+    """The collector's own memory answers RegisterBrokerResult (a bare `collect`): as the Java
+    NameServer's onChannelDestroy, the master is gone once every connection it used closed."""
+    with CollectorThread(kafka_bootstrap, topic) as collector:
+        first, second, slave = (BrokerSocket(collector.port) for _ in range(3))
+        first.call(register("broker-a", A))
+        second.call(heartbeat("broker-a", A))  # the master on two connections
+
+        def masters_told(closes_expected: int) -> dict[str, str]:
+            wait_for(lambda: len(closes(kafka_bootstrap, topic)) == closes_expected)
+            time.sleep(0.2)  # Kafka's acknowledgement reaches the collector's memory
+            return slave.call(register("broker-a", B, broker_id=1)).ext_fields
+
+        assert masters_told(0).get("masterAddr") == A
+        first.close()
+        assert masters_told(1).get("masterAddr") == A  # still on its second connection
+        second.close()
+        assert "masterAddr" not in masters_told(2)
 
 
 class _RefusingPublisher:

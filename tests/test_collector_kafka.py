@@ -12,7 +12,13 @@ from routelake_dev import broker_requests
 from routing_lib.remoting.frames import RemotingCommand
 from routing_lib.remoting.protocol import NAMESRV_VERSION, RequestCode, ResponseCode
 from schemas import parse_event
-from tests.support.rocketmq_support import CollectorThread, call, events, records
+from tests.support.rocketmq_support import (
+    BrokerConnection,
+    CollectorThread,
+    call,
+    events,
+    records,
+)
 
 ADDR = "127.0.0.1:10911"
 DV1 = {"stateVersion": 0, "timestamp": 1_700_000_000_000, "counter": 1}
@@ -172,10 +178,13 @@ def test_register_result_and_data_version_from_memory(kafka_bootstrap, topic):
         )
 
     with CollectorThread(kafka_bootstrap, topic) as collector:
-        before = call(collector.port, query(DV1, 1))  # unknown broker: changed
-        assert call(collector.port, master).ext_fields == {}  # a master gets no result
+        # held open, as a broker holds it: its close would remove the master
+        connection = BrokerConnection(collector.port)
+        before = connection.call(query(DV1, 1))  # unknown broker: changed
+        assert connection.call(master).ext_fields == {}  # a master gets no result
         answer = call(collector.port, slave)
-        same, newer = call(collector.port, query(DV1, 3)), call(collector.port, query(DV2, 4))
+        same, newer = connection.call(query(DV1, 3)), connection.call(query(DV2, 4))
+        connection.close()
     assert answer.ext_fields == {"masterAddr": ADDR, "haServerAddr": "127.0.0.1:10912"}
     assert before.ext_fields == {"changed": "true"} and before.body == b""
     assert same.ext_fields == {"changed": "false"} and json.loads(same.body) == DV1

@@ -395,6 +395,7 @@ class Collector:
                 backoff = min(2 * backoff, CLOSE_RETRY_MAX_S)
                 continue
             self.metrics.acknowledged(event["eventType"], time.perf_counter() - sent)
+            self.memory.apply(event)  # its last connection: the broker is gone (slaves' masters)
             return
 
     # -- operators' requests --

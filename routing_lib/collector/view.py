@@ -3,9 +3,10 @@ RegisterBrokerResult (masterAddr, haServerAddr of a slave's live master) and
 QUERY_DATA_VERSION's `changed` + the NameServer's DataVersion.
 
 MemoryView: the collector's own record of the requests it has published (acknowledged by
-Kafka), on its receive clock. SnapshotView: the lookup's latest published snapshot (the Delta
-warehouse), falling back to memory until one is loaded. Both are exactly as stale as their
-source (docs/brokers.md "How current the answers are").
+Kafka), on its receive clock; a CHANNEL_CLOSED of a broker's last connection to this collector
+forgets it, as the Java NameServer's onChannelDestroy does. SnapshotView: the lookup's latest
+published snapshot (the Delta warehouse), falling back to memory until one is loaded. Both are
+exactly as stale as their source (docs/brokers.md "How current the answers are").
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class _Broker:
     data_version: dict[str, Any]
     timeout_ms: int
     last_contact: int
+    channels: set[str]  # its connections to this collector that carried a request
 
     def live(self, now: int) -> bool:
         return self.last_contact + self.timeout_ms >= now
@@ -47,9 +49,11 @@ class MemoryView:
 
     def apply(self, event: dict[str, Any]) -> None:
         key = (event["clusterName"], event["brokerAddr"])
-        kind, now = event["eventType"], event["eventTime"]
+        kind, now, channel = event["eventType"], event["eventTime"], event.get("channel")
+        broker = self._brokers.get(key)
         if kind == "REGISTER":
             timeout = event.get("heartbeatTimeoutMillis") or DEFAULT_HEARTBEAT_TIMEOUT_MILLIS
+            kept = broker.channels if broker is not None and broker.live(now) else set()
             self._brokers[key] = _Broker(
                 event["brokerName"],
                 event["brokerId"],
@@ -57,17 +61,26 @@ class MemoryView:
                 event["dataVersion"],
                 timeout,
                 now,
+                kept | ({channel} if channel else set()),
             )
             if event["brokerId"] == MASTER_ID:
                 self._masters[event["brokerName"]] = key
         elif kind == "HEARTBEAT":
-            broker = self._brokers.get(key)
             if broker is not None and broker.live(now):
                 broker.last_contact = now
+                if channel:
+                    broker.channels.add(channel)
         elif kind == "UNREGISTER":
-            broker = self._brokers.pop(key, None)
-            if broker is not None and self._masters.get(broker.broker_name) == key:
-                del self._masters[broker.broker_name]
+            self._forget(key)
+        elif kind == "CHANNEL_CLOSED" and broker is not None and channel in broker.channels:
+            broker.channels.discard(channel)
+            if not broker.channels:
+                self._forget(key)
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        broker = self._brokers.pop(key, None)
+        if broker is not None and self._masters.get(broker.broker_name) == key:
+            del self._masters[broker.broker_name]
 
     def register_result(
         self, cluster: str, broker_name: str, broker_id: int, now: int

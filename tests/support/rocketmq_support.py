@@ -124,6 +124,35 @@ def call(port: int, request: RemotingCommand) -> RemotingCommand:
     return answers[0]
 
 
+class BrokerConnection:
+    """One connection held open, as a broker holds its NameServer connection (its close
+    removes the broker: contract "Connections"), one request answered at a time."""
+
+    def __init__(self, port: int, timeout: float = 20.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.decoder = FrameDecoder()
+
+    def call(self, request: RemotingCommand) -> RemotingCommand:
+        self.sock.sendall(encode(request))
+        answers: list[RemotingCommand] = []
+        while not answers:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionResetError("closed without an answer")
+            answers = self.decoder.feed(data)
+        assert answers[0].opaque == request.opaque and answers[0].is_response
+        return answers[0]
+
+    def closed_by_peer(self) -> bool:
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def records(bootstrap: str, topic: str, partition: int = 0) -> list[Any]:
     """Every record of one partition, as it is now."""
     from kafka import KafkaConsumer, TopicPartition
