@@ -7,22 +7,30 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from routing_lib.content_files import ContentFolder
+from routing_lib import storage
+from routing_lib.content_files import ContentFolder, ContentSettings
 from routing_lib.content_gc import collect_content, live_digests
+from routing_lib.core.catalog import DEAD_LETTER
 from routing_lib.core.content import content_ref
 from routing_lib.core.dump import project
+from routing_lib.ingest import classify
 from routing_lib.jobs.backfill import run_backfill
 from routing_lib.jobs.route_state import run_route_state
 from routing_lib.read.warehouse import load_snapshot
 from tests.support.helpers import (
+    DELAY_MS,
     expected_dump,
     fixture_lines,
     random_history,
     reference_dump,
+    register_record,
     registration_modes,
     split_lines,
     write_files,
@@ -138,7 +146,8 @@ def test_split_registrations_through_kafka_with_references_equal_replay(
     """The same kind of history through the streaming job, ~10 micro-batches in two runs (a
     restart between them), the job collecting its content store every 2 batches: an old file
     no state names goes, the tables equal the replay, and every reference a retained state
-    version holds still has its file."""
+    version holds still has its file. Then a pending registration's content file gets a
+    non-UTF-8 byte: the next run stops with the store's message, nothing dead-lettered."""
     rng = random.Random(8)
     lines = [json.dumps(r) for r in registration_modes(random_history(8, rng), rng)]
     checkpoint = tmp_path / "checkpoint"
@@ -153,6 +162,10 @@ def test_split_registrations_through_kafka_with_references_equal_replay(
         )
     )
     half = len(lines) // 2
+    # a broker registering after the history's end: still pending when the second run ends
+    last = max(json.loads(line)["eventTime"] for line in lines)
+    late = register_record(last + 1000, "C9", "10.0.9.1", "broker-late", "LateTopic")
+    lines.append(json.dumps(late))
     produce(kafka_bootstrap, topic, [line.encode() for line in lines[:half]])
     run_route_state(cfg, available_now=True, install_signal_handlers=False)
 
@@ -170,3 +183,46 @@ def test_split_registrations_through_kafka_with_references_equal_replay(
     live = live_digests(spark, str(checkpoint))
     assert live and live <= on_disk
     assert 0 < metrics.get("routelake_job_content_files") <= len(on_disk)
+    _a_corrupt_pending_table_stops_the_job(late, kafka_bootstrap, topic, tmp_path)
+
+
+def _a_corrupt_pending_table_stops_the_job(
+    late: dict, kafka_bootstrap: str, topic: str, tmp_path: Path
+) -> None:
+    """`late` is parked in the checkpoint's state; its topic table's file gets a non-UTF-8
+    byte, and a heartbeat carries the watermark past it. A `routectl run` (a process of its
+    own: no Python worker holds the text in memory) stops with the store's message naming the
+    reference, the file, the checkpoint and the fix; the registration is not dead-lettered."""
+    checkpoint, warehouse = tmp_path / "checkpoint", tmp_path / "warehouse"
+    scratch = ContentSettings(str(tmp_path / "scratch"), 0)
+    payload = classify(json.dumps(late).encode(), "k", 0, None, 0, store=scratch).payload
+    assert payload is not None
+    ref = payload.rsplit("\x1e", 1)[1][1:]
+    pending = checkpoint / "content" / ref[:2] / ref
+    data = pending.read_bytes()
+    pending.write_bytes(data[:20] + b"\xff" + data[21:])
+    heartbeat = {key: late[key] for key in ("clusterName", "brokerAddr", "brokerName", "brokerId")}
+    heartbeat |= {"eventType": "HEARTBEAT", "eventTime": late["eventTime"] + DELAY_MS + 1000}
+    produce(kafka_bootstrap, topic, [json.dumps(heartbeat).encode()])
+    run = ["run", "--available-now", "--kafka", kafka_bootstrap, "--topic", topic]
+    run += ["--warehouse", str(warehouse), "--checkpoint", str(checkpoint)]
+    done = subprocess.run(
+        [sys.executable, "-m", "routing_lib.cli", *run],
+        env={
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "ROUTELAKE_SPARK_CONTENT_MIN_CHARS": "0",
+        },
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    said = [line for line in done.stderr.splitlines() if line.startswith("routectl run: ")]
+    assert done.returncode == 1 and said, (done.returncode, done.stderr[-4000:])
+    assert said[-1].startswith(
+        f"routectl run: content corrupt under checkpoint {checkpoint}: corrupt content for "
+        f"reference {ref}: file {pending} of checkpoint {checkpoint} holds {len(data)} bytes"
+    ), said[-1]
+    assert "Restore the content folder" in said[-1] and "fresh checkpoint" in said[-1]
+    dead_letters = storage.open_delta(warehouse / DEAD_LETTER).to_pyarrow_table().num_rows
+    assert dead_letters == 0
