@@ -200,10 +200,10 @@ def cpu_seconds(pid: int) -> float:
 
 
 def process_tree(pid: int) -> list[int]:
-    """`pid` and its child processes (the lookup's worker processes)."""
+    """`pid` and its descendants (the lookup's workers are its zygote's children)."""
     with contextlib.suppress(OSError):
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-        return [pid, *(int(c) for c in text.split())]
+        return [pid, *(d for c in text.split() for d in process_tree(int(c)))]
     return [pid]
 
 
