@@ -31,7 +31,7 @@ import yaml
 from routelake_dev.broker_requests import register_request, topic_config
 from tests.support.process_support import free_port
 from tests.support.prometheus_support import PROMETHEUS_DIR, tool
-from tests.support.rocketmq_support import call
+from tests.support.rocketmq_support import BrokerConnection, call
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -106,6 +106,9 @@ class Fleet:
         }
 
     def _run(self) -> None:
+        # each broker's own connection, kept open as a broker keeps it: a connection's close
+        # removes its broker (contract "Connections")
+        connections: dict[str, BrokerConnection] = {}
         while not self.stop.is_set():
             for name, (addr, topics) in self.brokers.items():
                 if name in self.paused:
@@ -118,10 +121,15 @@ class Fleet:
                     extra={"heartbeatTimeoutMillis": str(HEARTBEAT_TIMEOUT_MS)},
                 )
                 try:
-                    call(self.port, request)
-                except OSError:
-                    pass  # the collector is starting or stopping: next round
+                    if name not in connections:
+                        connections[name] = BrokerConnection(self.port, timeout=10)
+                    connections[name].call(request)
+                except OSError:  # the collector is starting or stopping: next round
+                    if (broken := connections.pop(name, None)) is not None:
+                        broken.close()
             self.stop.wait(1.0)
+        for sock in connections.values():
+            sock.close()
 
     def __enter__(self) -> Fleet:
         self.thread.start()
@@ -289,6 +297,9 @@ def test_prometheus_sees_a_broker_group_expire_and_the_alert_fire_and_resolve(
         producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
         producer.send(stack["topic"], b"{not json").get(timeout=30)
         producer.close()
+        # a broker of another cluster that registers once and hangs up: a connection's end
+        probe = register_request("probe-cluster", "broker-probe", "127.0.0.1:30931")
+        call(ports["collector"], probe)
         for topic in ("Shared", "NoSuchTopic"):
             url = f"http://127.0.0.1:{ports['lookup']}/topics/{topic}/route"
             try:
