@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -223,3 +226,261 @@ def test_an_event_at_time_1_is_in_the_tables_at_watermark_1(backfill, config, tm
     dump = backfill([path])
     assert dump == project(replay_dump(events, 1))
     assert [b["brokerAddr"] for b in dump["brokerLiveTable"]] == ["10.9.0.1:10911"]
+
+
+def test_state_timeouts_fire_at_the_watermark_of_their_deadline_not_before(backfill, tmp_path):
+    """Spark's event-time timeouts at their edges (routing_lib/spark/watermark.py): three
+    brokers, one group each, whose expiry deadlines D (the first watermark with lastUpdate +
+    timeout < W) are W - 1, W and W + 1 for the watermark W of one micro-batch. That batch
+    expires the first two and publishes W; the next one, at W + 1, the third. Files are read one
+    per micro-batch, so the job's watermark steps through W - 2, W, W + 1."""
+    from tests.support.helpers import register_record
+
+    delay, timeout, w = 10_000, 30_000, 1_764_000_100_000
+    registers = []
+    for n, deadline in enumerate((w - 1, w, w + 1)):
+        last_update = deadline - timeout - 1  # expired once lastUpdate + timeout < watermark
+        record = register_record(last_update, "C", f"10.0.0.{n}", f"broker-{n}", f"topic-{n}")
+        registers.append(dict(record, heartbeatTimeoutMillis=timeout))
+    files = [
+        [*registers, {"eventType": "TICK", "eventTime": w - 2 + delay}],
+        [{"eventType": "TICK", "eventTime": w + delay}],
+        [{"eventType": "TICK", "eventTime": w + 1 + delay}],
+    ]
+    archive = tmp_path / "archive"  # one folder: one source, one file per micro-batch
+    archive.mkdir()
+    for n, records in enumerate(files):
+        path = archive / f"part-{n}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))  # read in this order
+
+    dump = backfill([archive], max_files_per_trigger=1)
+
+    progress = sorted(rows(backfill.warehouse, PROGRESS), key=lambda r: r["batch_id"])
+    expired_at = {r["watermark"]: r["expired"] for r in progress if r["expired"]}
+    assert expired_at == {w: 2, w + 1: 1}, [(r["watermark"], r["expired"]) for r in progress]
+    assert [r["watermark"] for r in progress][-3:] == [w - 2, w, w + 1]
+    assert dump["brokerLiveTable"] == []
+
+
+def test_the_writers_merge_at_its_edges_through_spark(spark, tmp_path):
+    """The route-table and history-interval MERGEs (delta_writer._merge_clauses) fed by a
+    Spark batch through the job's foreachBatch writer, at the edges the stream model
+    (tests/support/stream_model.py) takes for granted: a delete of a present and of an absent
+    key, an upsert of a present and of an absent key, a null key column matched null-safely;
+    an interval closed (its close columns only), a close of no interval (nothing inserted), a
+    second interval of the same key from a later valid_from."""
+    from routing_lib.core.catalog import TOPIC_ROUTE_HISTORY
+    from routing_lib.spark.delta_writer import DeltaRouteWriter, ensure_tables
+    from routing_lib.spark.stateful import OUTPUT_SCHEMA
+
+    warehouse = tmp_path / "warehouse"
+    ensure_tables(spark, str(warehouse))
+    writer = DeltaRouteWriter(str(warehouse), "merge-edges", lambda batch_id: batch_id)
+
+    def queue(topic: str, broker: str | None, perm: int) -> dict:
+        return {
+            "topic": topic,
+            "broker_name": broker,
+            "read_queue_nums": 4,
+            "write_queue_nums": 4,
+            "perm": perm,
+            "topic_sys_flag": 0,
+        }
+
+    def interval(topic: str, start: int, end: int | None, perm: int) -> dict:
+        closed = end is not None
+        return {
+            **queue(topic, "b1", perm),
+            "valid_from": start,
+            "valid_to": end,
+            "started_by": "REGISTER",
+            "start_event": "REGISTER",
+            "start_broker_addr": "10.0.0.1:10911",
+            "ended_by": "UNREGISTER" if closed else None,
+            "end_event": "UNREGISTER" if closed else None,
+            "end_broker_addr": "10.0.0.1:10911" if closed else None,
+            "event_date": "2025-11-24",
+        }
+
+    def publish(batch_id: int, changes: list[tuple[str, str, str, list[dict]]]) -> None:
+        rows = [(kind, table, op, json.dumps(r), None) for kind, table, op, r in changes]
+        writes = sorted({f"{kind}/{table}" for kind, table, _, _ in changes})
+        rows.append(("stats", None, None, json.dumps({"writes": writes}), None))
+        writer(spark.createDataFrame(rows, OUTPUT_SCHEMA), batch_id)
+
+    change, history = "change", "history"
+    publish(
+        0,
+        [
+            (change, TOPIC_QUEUE, "upsert", [queue("a", "b1", 6), queue("b", "b1", 6)]),
+            (change, TOPIC_QUEUE, "upsert", [queue("n", None, 6)]),
+            (history, TOPIC_ROUTE_HISTORY, "upsert", [interval("a", 1_000, None, 6)]),
+        ],
+    )
+    publish(
+        1,
+        [
+            (change, TOPIC_QUEUE, "delete", [queue("a", "b1", 6), queue("z", "b9", 6)]),
+            (change, TOPIC_QUEUE, "upsert", [queue("b", "b1", 2), queue("d", "b1", 6)]),
+            (change, TOPIC_QUEUE, "upsert", [queue("n", None, 2)]),
+            (history, TOPIC_ROUTE_HISTORY, "close", [interval("a", 1_000, 5_000, 2)]),
+            (history, TOPIC_ROUTE_HISTORY, "close", [interval("x", 1_000, 5_000, 6)]),
+            (history, TOPIC_ROUTE_HISTORY, "upsert", [interval("a", 7_000, None, 4)]),
+        ],
+    )
+
+    queues = sorted(
+        (r["topic"], r["broker_name"] or "", r["perm"]) for r in rows(warehouse, TOPIC_QUEUE)
+    )
+    assert queues == [("b", "b1", 2), ("d", "b1", 6), ("n", "", 2)]  # one row per key
+    intervals = sorted(
+        (r["topic"], r["valid_from"], r["valid_to"], r["ended_by"], r["perm"])
+        for r in rows(warehouse, TOPIC_ROUTE_HISTORY)
+    )
+    # the close sets valid_to and how it ended; the interval's values stay the opening ones
+    assert intervals == [("a", 1_000, 5_000, "UNREGISTER", 6), ("a", 7_000, None, None, 4)]
+
+
+def test_the_marks_reference_patterns_run_as_spark_runs_them(spark):
+    """The collector's mark runs DIGEST_IN_TEXT and MANIFEST_IN_TEXT as Java regexes in
+    Spark's regexp_extract_all over to_json of each state value: references in a column, in a
+    pending event's packed form inside the clock's JSON (escaped twice), with upper-case hex
+    escapes, plain and chunked; near misses (a short digest, upper-case hex) found by neither."""
+    from pyspark.sql import functions as F
+
+    from routing_lib.content_gc import DIGEST_IN_TEXT, MANIFEST_IN_TEXT
+    from routing_lib.core.content import MANIFEST_MARK, REF_MARK, content_digest
+
+    plain, pending, chunked, nested = (content_digest(t.encode()) for t in "abcd")
+    clock = json.dumps(
+        {
+            "pending": [["f", 1, '{"eventType":"REGISTER"}\x1e' + REF_MARK + pending]],
+            "chunked": MANIFEST_MARK + nested,
+        }
+    )
+    misses = REF_MARK + plain[:31] + " " + MANIFEST_MARK + plain.upper()
+    frame = spark.createDataFrame(
+        [(REF_MARK + plain, clock, MANIFEST_MARK + chunked, misses)],
+        "topics string, clock string, history string, other string",
+    )
+    text = F.to_json(F.struct(*frame.columns))  # as the mark reads a state value
+
+    def found(pattern: str) -> set[str]:
+        rows = frame.select(F.explode(F.regexp_extract_all(text, F.lit(pattern), 1))).collect()
+        return {row[0] for row in rows}
+
+    assert found(DIGEST_IN_TEXT) == {plain, pending, chunked, nested}
+    assert found(MANIFEST_IN_TEXT) == {chunked, nested}
+
+
+def test_the_content_collection_runs_beside_the_query_loop_and_a_stop_does_not_wait(
+    spark, config, tmp_path
+):
+    """routing_lib/jobs/route_state.py: a due collection runs on a thread of its own (the
+    loop that sees SIGTERM never runs one); a stop waits for one in flight at most
+    STOP_WAIT_S; a run that caught up runs a collection still due when it ends."""
+    import threading
+    import time
+
+    from routing_lib.jobs.route_state import ContentCollection
+    from routing_lib.metrics import JobMetrics
+
+    class Recorded(ContentCollection):
+        STOP_WAIT_S = 0.5
+
+        def __init__(self, hold: threading.Event) -> None:
+            cfg = config.with_overrides("spark", content_gc_every_batches=2)
+            super().__init__(spark, str(tmp_path / "checkpoint"), cfg, JobMetrics())
+            self.hold, self.started = hold, threading.Event()
+            self.threads: list[str] = []
+
+        def collect(self) -> None:  # the collection's own work is test_content_refs_spark's
+            self.threads.append(threading.current_thread().name)
+            self.started.set()
+            self.hold.wait(30)
+
+    stuck = Recorded(hold=threading.Event())
+    stuck.batch_published()
+    assert not stuck.started.wait(0.5)  # one batch of two: not due
+    stuck.batch_published()
+    assert stuck.started.wait(10) and stuck.threads == ["content-gc"]
+    began = time.monotonic()
+    stuck.close(finish_due=False)  # a stop while it runs
+    assert time.monotonic() - began < 5
+    stuck.hold.set()
+
+    caught_up = Recorded(hold=threading.Event())
+    caught_up.hold.set()
+    caught_up.published = 1
+    caught_up.close(finish_due=True)  # nothing due: nothing run
+    assert caught_up.threads == []
+    caught_up = Recorded(hold=threading.Event())
+    caught_up.hold.set()
+    caught_up._closed.set()  # its thread ends at the next wake-up, before running anything
+    caught_up.batch_published()
+    caught_up.batch_published()
+    caught_up.close(finish_due=True)
+    assert caught_up.threads == [threading.current_thread().name]  # run by the caller, at the end
+
+
+def _as_written_before_the_lead(checkpoint: Path) -> None:
+    """A checkpoint as a version from before Spark's watermark ran SPARK_LEAD_MS ahead wrote
+    it: Spark's watermarks in the offset and commit logs were the job's, and no lead file."""
+    from routing_lib.spark.checkpoint import LEAD_FILE
+
+    for log_name, key in (("offsets", "batchWatermarkMs"), ("commits", "nextBatchWatermarkMs")):
+        for path in (checkpoint / log_name).iterdir():
+            if path.name.endswith(".crc"):  # Hadoop's checksum of the old bytes
+                path.unlink()
+            if not path.name.isdigit():
+                continue
+            version, metadata, *rest = path.read_text().split("\n")
+            fields = json.loads(metadata)
+            if fields.get(key, 0) > 0:
+                fields[key] -= 1
+            path.write_text("\n".join([version, json.dumps(fields), *rest]))
+    (checkpoint / LEAD_FILE).unlink()
+
+
+def test_a_checkpoint_from_before_the_lead_keeps_its_published_watermark(backfill, tmp_path):
+    """issue 37: a checkpoint written before Spark's watermark was computed one ms ahead
+    (routing_lib/spark/watermark.py) holds the job's watermark W where this version expects
+    W + 1. Read minus 1, the next batch would publish W - 1 and apply an event at exactly W,
+    which is late (the tables showed State(W)). The lead file marks where the lead begins."""
+    from routing_lib.core.tables import LATE_EVENT
+    from routing_lib.spark.checkpoint import ensure_watermark_lead
+    from routing_lib.spark.watermark import WatermarkLead
+    from tests.support.helpers import register_record
+
+    delay, t = 10_000, 1_764_000_200_000
+    archive = tmp_path / "archive"  # one folder, read again with a file more
+    archive.mkdir()
+    first = [register_record(t, "C", "10.0.0.1", "broker-a", "TopicA")]
+    first.append({"eventType": "TICK", "eventTime": t + 5_000 + delay})
+    (archive / "part-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in first))
+    backfill([archive])
+    w = t + 5_000
+    assert max(r["watermark"] for r in rows(backfill.warehouse, PROGRESS)) == w
+
+    written = backfill.warehouse / "_checkpoints" / "backfill"
+    # a checkpoint of the version with the lead but before the lead file: the lead from 0
+    with_lead = tmp_path / "with-lead"
+    shutil.copytree(written, with_lead)
+    (with_lead / "routelake-watermark.json").unlink()
+    assert ensure_watermark_lead(str(with_lead), str(backfill.warehouse)) == WatermarkLead()
+
+    old = tmp_path / "old"  # a copy: Python workers keep what they read of a checkpoint
+    shutil.copytree(written, old)
+    _as_written_before_the_lead(old)
+    late = register_record(w, "C", "10.0.0.2", "broker-late", "TopicLate")
+    second = [late, {"eventType": "TICK", "eventTime": w + 1 + delay}]
+    (archive / "part-1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in second))
+    published_before = len(rows(backfill.warehouse, PROGRESS))
+    dump = backfill([archive], checkpoint=str(old))
+
+    assert [b["brokerAddr"] for b in dump["brokerLiveTable"]] == ["10.0.0.1:10911"]
+    assert [r["event_time"] for r in rows(backfill.warehouse, LATE_EVENT)] == [w]
+    progress = sorted(rows(backfill.warehouse, PROGRESS), key=lambda r: r["committed_at_ms"])
+    watermarks = [r["watermark"] for r in progress[published_before:]]
+    assert min(watermarks) == w and watermarks[-1] == w + 1, watermarks  # never back to w - 1

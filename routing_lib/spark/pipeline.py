@@ -15,7 +15,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from routing_lib.content_files import ContentSettings, content_settings
 from routing_lib.core.group_routes import RouteFlags
-from routing_lib.spark.checkpoint import batch_watermark
+from routing_lib.spark.checkpoint import batch_watermark, ensure_watermark_lead
 from routing_lib.spark.delta_writer import BatchReport, DeltaRouteWriter, ensure_tables
 from routing_lib.spark.stateful import OUTPUT_SCHEMA, STATE_SCHEMA, StepSettings, make_step
 from routing_lib.spark.watermark import spark_event_time
@@ -102,6 +102,7 @@ def start_query(
     on_batch: Callable[[BatchReport], None] | None = None,
 ) -> StreamingQuery:
     ensure_tables(spark, settings.warehouse)
+    ensure_watermark_lead(settings.checkpoint, settings.warehouse)  # before any batch reads it
 
     def watermark_of_batch(batch_id: int) -> int:
         wm = batch_watermark(settings.checkpoint, batch_id)

@@ -33,8 +33,8 @@ from routing_lib.core.step import (
 from routing_lib.core.tables import DEAD_LETTER
 from routing_lib.ingest import CLOCK_KEY, DEAD_LETTER_KEY, TICK_KEY
 from routing_lib.spark.admin_log import logged_deletes
-from routing_lib.spark.checkpoint import batch_watermark
-from routing_lib.spark.watermark import job_watermark, spark_timeout
+from routing_lib.spark.checkpoint import batch_watermark, watermark_lead
+from routing_lib.spark.watermark import spark_timeout
 
 # Large values (a group's topics, its open topic intervals) are content references: the state
 # row stays small whatever the group's topic count (routing_lib/core/content.py).
@@ -92,7 +92,14 @@ def _input_rows(frames: Iterable[pd.DataFrame]) -> Iterator[InputRow]:
 
 def _context(state: GroupState | None, settings: StepSettings) -> BatchContext:
     return BatchContext(
-        watermark=job_watermark(state.getCurrentWatermarkMs()) if state is not None else 0,
+        watermark=(
+            # read as the checkpoint's lead file says (routing_lib/spark/checkpoint.py)
+            watermark_lead(settings.checkpoint).job_watermark(
+                _current_batch_id(), state.getCurrentWatermarkMs()
+            )
+            if state is not None
+            else 0
+        ),
         published=published_watermark(settings.checkpoint),
         batch_id=_current_batch_id(),
         now_ms=int(time.time() * 1000),

@@ -15,6 +15,8 @@ deadline is >= 1 and, being past the current watermark, never below Spark's.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -31,6 +33,24 @@ def spark_event_time(event_time: Column) -> Column:
 def job_watermark(spark_watermark_ms: int) -> int:
     """The job's watermark (State(W) of the contract) for Spark's; 0 before any event."""
     return max(spark_watermark_ms - SPARK_LEAD_MS, 0)
+
+
+@dataclass(frozen=True)
+class WatermarkLead:
+    """How a checkpoint's Spark watermarks read as the job's. A checkpoint begun by this
+    version has the lead from batch 0. One written by a version from before the lead
+    (Spark's watermark was the job's) keeps its batches' watermarks as they are, and from
+    `since_batch` on the job's watermark never reads below `floor_ms`, the last one that
+    version published: Spark carries that watermark over until new events pass it, and read
+    minus 1 it would step the published watermark back."""
+
+    since_batch: int = 0  # the first batch whose Spark watermark runs SPARK_LEAD_MS ahead
+    floor_ms: int = 0  # the job's watermark when this version took the checkpoint over
+
+    def job_watermark(self, batch_id: int | None, spark_watermark_ms: int) -> int:
+        if batch_id is not None and batch_id < self.since_batch:
+            return spark_watermark_ms
+        return max(job_watermark(spark_watermark_ms), self.floor_ms)
 
 
 def spark_timeout(wake_up: int | None) -> int | None:
