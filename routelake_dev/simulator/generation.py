@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from routelake_dev.simulator.channels import with_channels
 from schemas.route_event import DEFAULT_HEARTBEAT_TIMEOUT_MILLIS
 
 DEFAULT_START_MS = 1_764_000_000_000
@@ -469,13 +470,21 @@ def iter_history(
     disorder_ms: int = 0,
     *,
     simulator: FleetSimulator | None = None,
+    collectors: int = 0,
     **options: Any,
 ) -> Iterator[Event]:
     """Events in arrival order; endless when duration_ms is None. `options` go to
-    FleetSimulator (heartbeats_per_period, fault_interval_ms)."""
+    FleetSimulator (heartbeats_per_period, fault_interval_ms). `collectors` (1 or 2): the
+    history as that many collectors publish it, with connections and their closes
+    (routelake_dev/simulator/channels.py); 0: no channels (an archive's)."""
     sim = simulator or FleetSimulator(seed, brokers, topics, period_ms, start_ms, **options)
     until = None if duration_ms is None else sim.start_ms + duration_ms
-    return with_disorder(sim.events(until), disorder_ms, seed)
+    if not collectors:
+        return with_disorder(sim.events(until), disorder_ms, seed)
+    if until is None:
+        raise ValueError("connections are simulated over a history of known length only")
+    published = with_channels(list(sim.events(until)), sim.faults, seed, collectors, until)
+    return with_disorder(published, disorder_ms, seed)
 
 
 def generate_history(
@@ -508,13 +517,22 @@ def simulate_history(
     period_ms: int = DEFAULT_PERIOD_MS,
     start_ms: int = DEFAULT_START_MS,
     disorder_ms: int = 0,
+    collectors: int = 0,
     **options: Any,
 ) -> tuple[list[Event], list[Fault]]:
     """Like generate_history, plus the log of injected faults."""
     sim = FleetSimulator(seed, brokers, topics, period_ms, start_ms, **options)
     events = list(
         iter_history(
-            seed, brokers, topics, duration_ms, period_ms, start_ms, disorder_ms, simulator=sim
+            seed,
+            brokers,
+            topics,
+            duration_ms,
+            period_ms,
+            start_ms,
+            disorder_ms,
+            simulator=sim,
+            collectors=collectors,
         )
     )
     return events, sim.faults

@@ -70,9 +70,10 @@ def set_mtimes(paths: list[Path], order) -> None:
         os.utime(paths[index], (1_700_000_000 + rank, 1_700_000_000 + rank))
 
 
-def random_history(seed: int, rng: random.Random) -> list[dict]:
+def random_history(seed: int, rng: random.Random, collectors: int = 0) -> list[dict]:
     """A seeded random fleet history (3-7 groups, faults, role switches, disorder < delay);
-    its sizes are drawn from `rng`, which the caller goes on using."""
+    its sizes are drawn from `rng`, which the caller goes on using. `collectors` (1 or 2):
+    as that many collectors publish it, with connections and their closes."""
     return generate_history(
         seed,
         brokers=rng.randint(3, 7),
@@ -82,6 +83,7 @@ def random_history(seed: int, rng: random.Random) -> list[dict]:
         start_ms=1_764_000_000_000,
         disorder_ms=rng.randint(0, 6000),
         fault_interval_ms=120_000,
+        collectors=collectors,
     )
 
 
