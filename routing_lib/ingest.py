@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from routing_lib.content_files import ContentSettings
 from routing_lib.core.admin import group_key
 from routing_lib.core.content import MissingContentError
+from routing_lib.core.rows import internal_error_reason
 from routing_lib.core.wire import externalize, pack_event
 from routing_lib.known_records import KnownRecords, cut_event_time
 from schemas.route_event import (
@@ -138,10 +139,6 @@ def _stored(packed: str, store: ContentSettings | None) -> str:
     if store is None:
         return packed
     return externalize(packed, store.backend(), store.min_chars)
-
-
-def internal_error_reason(exc: BaseException) -> str:
-    return f"internal error: {type(exc).__name__}: {str(exc)[:500]}"
 
 
 def _classify(

@@ -16,6 +16,7 @@ from operator import attrgetter
 
 from routing_lib.core.content import CONTENT_FAILURES
 from routing_lib.core.group_routes import BrokerKey, GroupRoutes, RouteFlags, apply_event
+from routing_lib.core.rows import internal_error_reason
 from routing_lib.core.wire import Event, pack_event, unpack_event
 
 Arrival = tuple[str, int]  # (source, position): Kafka topic-partition and offset, or file and line
@@ -114,7 +115,7 @@ def apply_guarded(
     except CONTENT_FAILURES:
         raise
     except Exception as exc:
-        advance.failed.append((item, f"internal error: {type(exc).__name__}: {str(exc)[:500]}"))
+        advance.failed.append((item, internal_error_reason(exc)))
         return False
     advance.applied.append(item)
     return True

@@ -35,3 +35,12 @@ class StepRow(NamedTuple):
 
 
 WRITES = "writes"  # the stats key listing "kind/table" of the call's other rows
+
+INTERNAL_ERROR = "internal error"  # the reason's prefix (routing_lib/metrics.py counts it)
+
+
+def internal_error_reason(exc: BaseException) -> str:
+    """The dead-letter reason of a record or event that raised where nothing should (stage
+    one's validation, the step taking a row, the clock applying an event): not bad input
+    (validation names that), so the exception is all there is to tell."""
+    return f"{INTERNAL_ERROR}: {type(exc).__name__}: {str(exc)[:500]}"

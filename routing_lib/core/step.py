@@ -36,7 +36,7 @@ from routing_lib.core.codec import decode_clock, encode_clock
 from routing_lib.core.content import CONTENT, CONTENT_FAILURES, ContentBackend
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags, remember_held_registration
 from routing_lib.core.history import HistoryTracker, decode_history, encode_history, event_date
-from routing_lib.core.rows import WRITES, RowKind, RowOp, StepRow
+from routing_lib.core.rows import WRITES, RowKind, RowOp, StepRow, internal_error_reason
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, TABLE_KEYS, RoutesSnapshot, Row, diff
 from routing_lib.core.wire import RS, event_json, inline, packed_event_type, unpack_event
 from schemas.route_event import ADMIN_EVENT_TYPES, DeleteTopicEvent
@@ -253,7 +253,7 @@ def _take_row(clock: GroupClock, batch: _GroupBatch, row: InputRow) -> None:
         raise
     except Exception as exc:  # last line of defence: this record only
         log.warning("event %s:%s failed in the stateful step: %r", *arrival, exc)
-        batch.out.append(dead_row(payload, arrival, internal_reason(exc), batch.context))
+        batch.out.append(dead_row(payload, arrival, internal_error_reason(exc), batch.context))
         batch.failed += 1
 
 
@@ -276,10 +276,6 @@ def _advance(
         batch.out.append(dead_row(item.packed, item.arrival, reason, batch.context))
     batch.failed += len(advance.failed)
     return advance
-
-
-def internal_reason(exc: BaseException) -> str:
-    return f"internal error: {type(exc).__name__}: {str(exc)[:500]}"
 
 
 def dead_row(payload: str, arrival: Arrival, reason: str, context: BatchContext) -> StepRow:
