@@ -9,13 +9,14 @@ which is how RocketMQ fleets are deployed.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from routing_lib.core.topic_table import EMPTY_TOPICS, QueueData, TopicTable
-from routing_lib.core.wire import Event, topic_names
+from routing_lib.core.wire import Event, TopicRow, topic_names
 from schemas.route_event import (
     DEFAULT_HEARTBEAT_TIMEOUT_MILLIS,
     ChannelClosedEvent,
@@ -25,6 +26,7 @@ from schemas.route_event import (
     HeartbeatEvent,
     PutKvEvent,
     RegisterEvent,
+    TopicConfig,
     UnregisterEvent,
     WritePermEvent,
     parse_channel,
@@ -39,6 +41,8 @@ PERM_WRITE = 0x2
 PERM_READ = 0x4
 
 BrokerKey = tuple[str, str]  # (clusterName, brokerAddr): RocketMQ's BrokerAddrInfo
+# a registration's topic config: decoded from its packed form, or a validated model
+TopicConfigLike = TopicRow | TopicConfig
 _Memo = TypeVar("_Memo", bound=tuple[object, ...])
 
 
@@ -93,6 +97,14 @@ _NO_OP_LIMIT = 100_000
 # function of two contents; it spares splitting 10 000 names for every registration of a
 # group that still holds a topic its brokers no longer send (RocketMQ keeps it).
 _NAMES_HELD: OrderedDict[tuple[str, str], bool] = OrderedDict()
+
+
+class _ConfigPlan(NamedTuple):
+    """The topic configs a registration sets, and what its content is known by."""
+
+    configs: list[TopicConfigLike]
+    table_ref: str | None  # set when the configs are the registration's whole table
+    memo: tuple[str, str, bool] | None  # (group topics, registration, wipe) content refs
 
 
 @dataclass
@@ -183,64 +195,91 @@ class GroupRoutes:
         is_prime_slave: bool,
         flags: RouteFlags,
     ) -> None:
+        """RouteInfoManager's topic config part of registerBroker: with a new dataVersion (or
+        a first registration) every config is set, else only the topics missing from the
+        group's routes (isTopicConfigChanged). Each path first tries its shortcuts, which
+        decide "nothing changes" without decoding the registration's table."""
         table = event.topicConfigTable
         if flags.delete_topic_with_broker_registration:
-            keep = set(topic_names(table))
-            self.topics = self.topics.without(t for t in self.topics.names() if t not in keep)
+            self._drop_topics_not_in(table)
         wipe_write = (
             is_prime_slave
             and self.broker_data is not None
             and self.broker_data.enable_acting_master
         )
         previous = self.live.get((event.clusterName, event.brokerAddr))
-        version_changed = previous is None or previous.data_version != version
-        memo = None
-        table_ref: str | None = None
-        if register_first or version_changed:
-            table_ref = getattr(table, "ref", None)
-            if table_ref is not None and self.topics.holds == (table_ref, wipe_write):
-                return  # the table was built by applying this very content: O(1), no decode
-            held_ref = self.topics.content_ref()
-            memo = (held_ref, table_ref, wipe_write) if held_ref and table_ref else None
-            if memo is not None and memo in _NO_OP_APPLICATIONS:
-                return
-            configs = list(table.values())
-            if not wipe_write and self.topics:
-                # Every config is set, but only those that differ from the group's rows can
-                # change anything (a QueueData is a tuple: it equals the config's four values),
-                # so build rows for those only: a topic change of a 10 000-topic group builds
-                # a few, and the table comes out the same (same keys in the same order).
-                held_row = self.topics.rows().get
-                configs = [
-                    c
-                    for c in configs
-                    if held_row(c.topicName)
-                    != (c.readQueueNums, c.writeQueueNums, c.perm, c.topicSysFlag)
-                ]
+        if register_first or previous is None or previous.data_version != version:
+            plan = self._every_config(table, wipe_write)
         else:
-            # Same dataVersion: only topics missing from this group's routes are (re)applied
-            # (RouteInfoManager.isTopicConfigChanged); usually none, so decode nothing: the
-            # same contents as before by reference, else the names, which usually match the
-            # table's in order (a list compare).
-            table_ref = getattr(table, "ref", None)
-            if table_ref is not None and self.topics.holds is not None:
-                if self.topics.holds[0] == table_ref:
-                    return  # built by applying this very content: it holds every name
-            held_ref = self.topics.content_ref()
-            covered = (held_ref, table_ref) if held_ref and table_ref else None
-            if covered is not None and covered in _NAMES_HELD:
-                return
-            registered, held = topic_names(table), self.topics.names()
-            missing: set[str] = set()
-            if registered != held:
-                held_set = set(held)
-                missing = {n for n in registered if n not in held_set}
-            if not missing:
-                if covered is not None:
-                    _remember(_NAMES_HELD, covered)
-                return
-            configs = [c for c in table.values() if c.topicName in missing]
-            table_ref = None  # a partial application: the table holds only what was missing
+            plan = self._missing_configs(table)
+        if plan is not None:
+            self._set_configs(plan, wipe_write)
+
+    def _drop_topics_not_in(self, table: Mapping[str, TopicConfigLike]) -> None:
+        """deleteTopicWithBrokerRegistration: the group's topics the registration lacks go."""
+        keep = set(topic_names(table))
+        self.topics = self.topics.without(t for t in self.topics.names() if t not in keep)
+
+    def _every_config(
+        self, table: Mapping[str, TopicConfigLike], wipe_write: bool
+    ) -> _ConfigPlan | None:
+        """A new dataVersion: every config is set. None when that is known to change nothing:
+        the table was built by applying this very content (O(1), no decode), or applying it
+        to this table was a no-op before (_NO_OP_APPLICATIONS)."""
+        table_ref = getattr(table, "ref", None)
+        if table_ref is not None and self.topics.holds == (table_ref, wipe_write):
+            return None
+        held_ref = self.topics.content_ref()
+        memo = (held_ref, table_ref, wipe_write) if held_ref and table_ref else None
+        if memo is not None and memo in _NO_OP_APPLICATIONS:
+            return None
+        configs = list(table.values())
+        if not wipe_write and self.topics:
+            # Every config is set, but only those that differ from the group's rows can
+            # change anything (a QueueData is a tuple: it equals the config's four values),
+            # so build rows for those only: a topic change of a 10 000-topic group builds
+            # a few, and the table comes out the same (same keys in the same order).
+            held_row = self.topics.rows().get
+            configs = [
+                c
+                for c in configs
+                if held_row(c.topicName)
+                != (c.readQueueNums, c.writeQueueNums, c.perm, c.topicSysFlag)
+            ]
+        return _ConfigPlan(configs, table_ref, memo)
+
+    def _missing_configs(self, table: Mapping[str, TopicConfigLike]) -> _ConfigPlan | None:
+        """Same dataVersion: only topics missing from this group's routes are (re)applied
+        (RouteInfoManager.isTopicConfigChanged). Usually none, so decode nothing: the same
+        contents as before by reference (the table was built from it, or it was seen to hold
+        every name: _NAMES_HELD), else the names, which usually match the table's in order
+        (a list compare). None: nothing is missing."""
+        table_ref = getattr(table, "ref", None)
+        if table_ref is not None and self.topics.holds is not None:
+            if self.topics.holds[0] == table_ref:
+                return None  # built by applying this very content: it holds every name
+        held_ref = self.topics.content_ref()
+        covered = (held_ref, table_ref) if held_ref and table_ref else None
+        if covered is not None and covered in _NAMES_HELD:
+            return None
+        registered, held = topic_names(table), self.topics.names()
+        missing: set[str] = set()
+        if registered != held:
+            held_set = set(held)
+            missing = {n for n in registered if n not in held_set}
+        if not missing:
+            if covered is not None:
+                _remember(_NAMES_HELD, covered)
+            return None
+        configs = [c for c in table.values() if c.topicName in missing]
+        # a partial application: the table will hold only what was missing (no table_ref)
+        return _ConfigPlan(configs, None, None)
+
+    def _set_configs(self, plan: _ConfigPlan, wipe_write: bool) -> None:
+        """Set the plan's configs as QueueData rows (without the write permission for an
+        acting master's prime slave), then remember what the result tells about the
+        registration's content for the shortcuts above."""
+        configs = plan.configs
         before = self.topics
         if wipe_write:
             changes = {
@@ -261,11 +300,11 @@ class GroupRoutes:
                 )
             )
         self.topics = self.topics.updated(changes)
-        if memo is not None and self.topics is before:  # the whole table changed nothing
-            _remember_no_op(memo)
-        elif table_ref is not None and self.topics is not before:
+        if plan.memo is not None and self.topics is before:  # the whole table changed nothing
+            _remember_no_op(plan.memo)
+        elif plan.table_ref is not None and self.topics is not before:
             # a new table, holding every config of the registration (RocketMQ sets them all)
-            self.topics.holds = (table_ref, wipe_write)
+            self.topics.holds = (plan.table_ref, wipe_write)
 
     # -- BROKER_HEARTBEAT -----------------------------------------------------------------
     def heartbeat(self, cluster: str, addr: str, now: int) -> bool:
