@@ -67,6 +67,7 @@ def classify(
     max_future_skew_ms: int,
     clock: str = JOB_CLOCK,
     store: ContentSettings | None = None,
+    known_records: bool = True,
 ) -> Classified:
     """Validate one record. `now_ms` is `clock` (the job's, or a backfill's wall clock): an
     eventTime more than `max_future_skew_ms` ahead of it is a dead letter; None: no skew check.
@@ -77,12 +78,13 @@ def classify(
     poison record cannot stop a backfill or halt the stream at its offset forever. Storing
     its topic table is outside that net: a storage error (retried by the store first) fails
     the task, which Spark retries; a valid registration never becomes a dead letter for it.
+    `known_records` False: validate in full even when a known record's template matches.
     """
     cut = None
     known = False
     try:
         cut = cut_event_time(raw)
-        template = KNOWN_RECORDS.lookup(cut) if cut is not None else None
+        template = KNOWN_RECORDS.lookup(cut) if cut is not None and known_records else None
         event_time = cut[1] if cut is not None else 0
         if template is not None and (now_ms is None or event_time <= now_ms + max_future_skew_ms):
             classified = Classified(
@@ -109,8 +111,11 @@ def classify(
             stored = _stored(classified.payload, store)
         except MissingContentError:
             # the template's table went from memory and from the store (collected while no
-            # state named it): the record itself still holds it, so classify it afresh
-            return _classify_afresh(raw, source, position, now_ms, max_future_skew_ms, clock, store)
+            # state named it): the record itself still holds it, so classify it afresh (its
+            # template is remembered anew, with the table stored again)
+            return classify(
+                raw, source, position, now_ms, max_future_skew_ms, clock, store, known_records=False
+            )
     else:
         stored = _stored(classified.payload, store)
     if stored is not classified.payload:
@@ -118,21 +123,6 @@ def classify(
     if not known and cut is not None and classified.payload is not None:
         KNOWN_RECORDS.remember(cut, classified.group_key, classified.event_time, classified.payload)
     return classified
-
-
-def _classify_afresh(
-    raw: bytes,
-    source: str,
-    position: int,
-    now_ms: int | None,
-    max_future_skew_ms: int,
-    clock: str,
-    store: ContentSettings,
-) -> Classified:
-    classified = _classify(raw, source, position, now_ms, max_future_skew_ms, clock)
-    if classified.payload is None:
-        return classified
-    return dataclasses.replace(classified, payload=_stored(classified.payload, store))
 
 
 def _stored(packed: str, store: ContentSettings | None) -> str:
