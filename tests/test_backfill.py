@@ -99,11 +99,17 @@ def test_tables_have_change_data_feed(backfill):
         assert config.get("delta.enableChangeDataFeed") == "true"
 
 
-@pytest.mark.parametrize("seed", [11, 12])
-def test_random_history_in_random_batches_equals_sequential_replay(seed, backfill, tmp_path):
-    """Property: a seeded random fleet history (faults, role switches, disorder < delay), cut
-    into random files read one per micro-batch, gives the plain replay's State(W)."""
+@pytest.mark.parametrize("seed,collectors", [(11, 2), (12, 1)])
+def test_random_history_in_random_batches_equals_sequential_replay(
+    seed, collectors, backfill, tmp_path
+):
+    """Property: a seeded random fleet history (faults, role switches, disorder < delay) as
+    one or two collectors publish it (connections, their closes after crashes and clean
+    shutdowns, idle and stale closes, collector restarts), cut into random files read one per
+    micro-batch, gives the plain replay's State(W)."""
     rng = random.Random(seed)
-    lines = [json.dumps(event) for event in random_history(seed, rng)]
+    history = random_history(seed, rng, collectors)
+    assert any(event["eventType"] == "CHANNEL_CLOSED" for event in history)
+    lines = [json.dumps(event) for event in history]
     write_files(tmp_path / "in", split_lines(lines, rng.randint(3, 6), rng))
     assert backfill([tmp_path / "in"], max_files_per_trigger=1) == reference_dump(lines)
