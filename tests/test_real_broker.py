@@ -709,9 +709,10 @@ def test_killed_broker_expires_on_tick_driven_event_time(stack):
     # expired the broker are there
     wait_for(lambda: bool(after_kill()), 30, "the events after the kill read back", step=POLL_S)
     after = after_kill()
-    # Nothing but TICKs arrived after the kill: they moved the watermark past the broker's
-    # lastUpdate + heartbeatTimeoutMillis (10 s).
-    assert after and {e["eventType"] for e in after} == {"TICK"}
+    # Nothing of the broker's arrived after the kill but, under load, the collector's
+    # CHANNEL_CLOSED of its connection (which removes it: contract "Connections"); TICKs moved
+    # the watermark past it.
+    assert after and {e["eventType"] for e in after} <= {"TICK", "CHANNEL_CLOSED"}
     wait_for(
         lambda: NAME not in cluster_info(NAMESRV)["brokerAddrTable"],
         30,
