@@ -32,7 +32,14 @@ from typing import Any
 
 from routing_lib.content_files import ContentSettings
 from routing_lib.core.group_routes import DEFAULT_FLAGS
-from routing_lib.core.step import BatchContext, InputRow, SavedGroup, StepConfig, step_group
+from routing_lib.core.step import (
+    BatchContext,
+    HeldContent,
+    InputRow,
+    SavedGroup,
+    StepConfig,
+    step_group,
+)
 from routing_lib.core.wire import externalize, pack_event
 from schemas import RegisterEvent, parse_event
 
@@ -104,7 +111,7 @@ def main() -> None:
             rows,
             BatchContext(watermark, published),
             config,
-            content=(backend, args.min_chars),
+            content=HeldContent(backend, args.min_chars),
         )
         saved, published = result.state, watermark
 
@@ -174,7 +181,7 @@ def fleet_run(args: argparse.Namespace) -> None:
                 pending.pop(group, []),
                 BatchContext(watermark, published),
                 config,
-                content=(backend, args.min_chars),
+                content=HeldContent(backend, args.min_chars),
             )
             saved[group] = result.state
         published = watermark

@@ -36,7 +36,14 @@ from routing_lib.core.content import (
 from routing_lib.core.dump import project
 from routing_lib.core.group_routes import DEFAULT_FLAGS
 from routing_lib.core.replay import replay_dump
-from routing_lib.core.step import BatchContext, InputRow, SavedGroup, StepConfig, step_group
+from routing_lib.core.step import (
+    BatchContext,
+    HeldContent,
+    InputRow,
+    SavedGroup,
+    StepConfig,
+    step_group,
+)
 from routing_lib.core.wire import externalize, pack_event
 from schemas import parse_event
 from tests.support.helpers import DELAY_MS, random_history, registration_modes, seeds
@@ -211,7 +218,7 @@ class _Group:
             rows,
             BatchContext(watermark, self.published),
             StepConfig(DEFAULT_FLAGS),
-            content=(self.backend, 4096),
+            content=HeldContent(self.backend, 4096),
         )
         self.saved, self.published = result.state, watermark
 

@@ -20,7 +20,14 @@ import pytest
 from routing_lib.core.group_routes import DEFAULT_FLAGS
 from routing_lib.core.history import _changed, _topic_route_changes
 from routing_lib.core.rows import StepRow
-from routing_lib.core.step import BatchContext, InputRow, SavedGroup, StepConfig, step_group
+from routing_lib.core.step import (
+    BatchContext,
+    HeldContent,
+    InputRow,
+    SavedGroup,
+    StepConfig,
+    step_group,
+)
 from routing_lib.core.tables import TOPIC_QUEUE, _diff_maps, _diff_topics, _topic_row
 from routing_lib.core.topic_table import EMPTY_TOPICS, QueueData, TopicTable
 from routing_lib.core.wire import externalize, pack_event
@@ -203,7 +210,7 @@ def _run(records: list[dict], by_reference: bool, rng: random.Random) -> list[St
             BatchContext(watermark, published),
             StepConfig(DEFAULT_FLAGS),
             (),
-            (None, min_chars),
+            HeldContent(None, min_chars),
         )
         out += result.rows
         saved, published = result.state, watermark
@@ -237,7 +244,7 @@ def test_a_return_with_the_same_topics_decodes_nothing():
         InputRow(e.eventTime, ("file", n), p)
         for n, (e, p) in enumerate(zip(events, payloads, strict=True))
     ]
-    config, content = StepConfig(DEFAULT_FLAGS), (None, 0)
+    config, content = StepConfig(DEFAULT_FLAGS), HeldContent(None, 0)
     first = step_group(NAME, None, rows[:2], BatchContext(T0 + 1, 0), config, (), content)
     saved = step_group(
         NAME, first.state, rows[2:-1], BatchContext(back - 1, T0 + 1), config, (), content

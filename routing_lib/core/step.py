@@ -19,7 +19,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from pydantic_core import PydanticSerializationError, to_json
 
@@ -64,6 +64,28 @@ class SavedGroup:
     topics: str
     history: str | None
     topic_history: str | None
+
+
+class ContentPlace(Protocol):
+    """Where a step's large state values go, from which size: routing_lib.content_files'
+    ContentSettings (a query's content folder), or a HeldContent."""
+
+    @property
+    def min_chars(self) -> int: ...  # values shorter than this stay inline
+
+    def backend(self) -> ContentBackend | None: ...  # None: this process's memory only
+
+
+@dataclass(frozen=True)
+class HeldContent:
+    """A ContentPlace for a backend at hand (tests, benches): None keeps the content in this
+    process's memory only."""
+
+    store: ContentBackend | None
+    min_chars: int
+
+    def backend(self) -> ContentBackend | None:
+        return self.store
 
 
 class InputRow(NamedTuple):
@@ -151,11 +173,11 @@ def step_group(
     context: BatchContext,
     config: StepConfig,
     logged_deletes: Iterable[tuple[Arrival, DeleteTopicEvent]] = (),
-    content: tuple[ContentBackend | None, int] | None = None,
+    content: ContentPlace | None = None,
 ) -> StepResult:
     """One call of the per-group step. `logged_deletes`: the admin log's DELETE_TOPIC events
-    after the published watermark; `content`: where large state values go (a backend, or None
-    for this process's memory only) and from which size; None: every value stays inline."""
+    after the published watermark; `content`: where large state values go and from which size;
+    None: every value stays inline."""
     clock, tracker = _load(group, saved)
     before = RoutesSnapshot.of(clock.routes)
     before_topics = clock.routes.topics
@@ -202,18 +224,20 @@ def _save(
     clock: GroupClock,
     tracker: HistoryTracker,
     config: StepConfig,
-    content: tuple[ContentBackend | None, int] | None,
+    content: ContentPlace | None,
 ) -> SavedGroup:
+    backend = content.backend() if content is not None else None
+
     def stored(text: str) -> str:
-        if content is None or not text or len(text) < content[1]:
+        if content is None or not text or len(text) < content.min_chars:
             return text
-        return CONTENT.put(text, content[0])
+        return CONTENT.put(text, backend)
 
     def stored_opens(text: str) -> str:
         # the open intervals' start times change with every return; their names rarely do
-        if content is None or not text or len(text) < content[1]:
+        if content is None or not text or len(text) < content.min_chars:
             return text
-        return CONTENT.put_opens(text, content[0])
+        return CONTENT.put_opens(text, backend)
 
     clock_json, topics = encode_clock(clock)
     topics_value = stored(topics)

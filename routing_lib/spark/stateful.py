@@ -143,15 +143,8 @@ def _broker_group_step(
         if settings.warehouse is not None and group != KV_KEY
         else []
     )
-    content = settings.content
     result = step_group(
-        group,
-        saved,
-        _input_rows(frames),
-        context,
-        settings.config,
-        deletes,
-        (content.backend(), content.min_chars) if content is not None else None,
+        group, saved, _input_rows(frames), context, settings.config, deletes, settings.content
     )
     if result.state is None:
         state.remove()

@@ -24,6 +24,7 @@ from routing_lib.core.replay import fleet_rows
 from routing_lib.core.rows import RowKind, RowOp, StepRow
 from routing_lib.core.step import (
     BatchContext,
+    HeldContent,
     InputRow,
     SavedGroup,
     StepConfig,
@@ -135,7 +136,7 @@ class StreamModel:
             context,
             self.config,
             deletes,
-            (self.backend, self.min_chars),
+            HeldContent(self.backend, self.min_chars),
         )
         if result.state is None:
             self.states.pop(key, None)
