@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -22,6 +23,30 @@ pytestmark = pytest.mark.spark
     "name", ["08_role_switch", "11_acting_master_perm_wipe", "20_random_fleet_seed101"]
 )
 def test_as_of_from_delta_history_equals_state_at_t(name, backfill, tmp_path):
+    assert_as_of_equals_the_replay(name, backfill, tmp_path)
+
+
+def test_a_closed_connection_in_the_history_and_its_cli(backfill, tmp_path, capsys):
+    """Golden 18 (connections): as-of from the history tables equals State(T) around each
+    close, and `routectl history broker` names CHANNEL_CLOSED as the removal's cause."""
+    assert_as_of_equals_the_replay("18_channel_close", backfill, tmp_path)
+    assert main(["history", "broker", "broker-b", "--warehouse", str(backfill.warehouse)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    left = [e for e in shown["liveness"] if e["event_type"] != "REGISTERED"]
+    assert [(e["broker_addr"], e["event_type"], e["event_time"]) for e in left] == [
+        ("10.0.1.1:10911", "CHANNEL_CLOSED", 1_764_000_012_000)  # its second connection's close
+    ]
+    (member,) = shown["membership"]
+    assert (member["end_reason"], member["end_event"], member["valid_to"]) == (
+        "CHANNEL_CLOSED",
+        "CHANNEL_CLOSED",
+        1_764_000_012_000,
+    )
+
+
+def assert_as_of_equals_the_replay(name, backfill, tmp_path) -> None:
+    """The fixture in 4 files, one per micro-batch: the tables equal the replay's, and as-of
+    from the history tables equals State(T) at sampled event times and one ms around them."""
     lines = fixture_lines(name)
     events = [parse_event(line) for line in lines]
     write_files(tmp_path / "in", split_lines(lines, 4, random.Random(1)))
