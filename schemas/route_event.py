@@ -92,7 +92,17 @@ def _canonical_channel(text: str) -> str:
     return parse_channel(text).text()
 
 
-Channel = Annotated[StrictStr, AfterValidator(_canonical_channel)]
+Channel = Annotated[
+    StrictStr,
+    AfterValidator(_canonical_channel),
+    # for `routectl schema` readers; the validator above is the rule (and bounds the numbers)
+    Field(
+        json_schema_extra={
+            "pattern": f"^{_CHANNEL_PATTERN.pattern}$",
+            "description": "COLLECTOR@INCARNATION#N: the collector's connection",
+        }
+    ),
+]
 
 
 class _Model(BaseModel):

@@ -384,3 +384,15 @@ def test_the_step_saves_the_channels_between_batches():
         saved, out = result.state, result.rows
     assert saved is None  # the group is gone: its state removed
     assert any(r.table == "broker_liveness_events" and CHANNEL_CLOSED in r.row_json for r in out)
+
+
+def test_the_console_ends_the_alive_interval_with_the_close():
+    """The broker page's alive intervals (routing_lib/console/timelines.py) from these rows."""
+    from routing_lib.console.timelines import liveness_intervals
+
+    records = [
+        register(MASTER, T, "collector-1@100#1"),
+        closed(MASTER, T + 2_000, "collector-1@100#1"),
+    ]
+    (interval,) = liveness_intervals(liveness(records, T + 5_000))
+    assert (interval["from"], interval["to"], interval["end"]) == (T, T + 2_000, CHANNEL_CLOSED)
