@@ -458,9 +458,9 @@ def test_split_registration_of_300_topics(env):
 
 def test_master_and_slave_then_the_master_killed(env):
     """A master and a slave of one group, both enableSlaveActingMaster (BROKER_HEARTBEAT every
-    second, a 10 s heartbeat timeout); then kill -9 of the master: the Java NameServer drops it
-    on its channel's close, routelake when its 10 s have passed on event time (TICKs). Both
-    then list the slave alone, every topic of the group without its write permission."""
+    second, a 10 s heartbeat timeout); then kill -9 of the master: both drop it on its
+    connection's close (routelake: the collector's CHANNEL_CLOSED). Both then list the slave
+    alone, every topic of the group without its write permission."""
     _, cluster, name = HA
     master, slave = env.brokers["ha-master"], env.brokers["ha-slave"]
     wait_for(
@@ -509,7 +509,7 @@ def test_master_and_slave_then_the_master_killed(env):
     view = env.wait_same(cluster, "after the master was killed")
     print(
         f"master killed: the Java NameServer dropped it after {java_dropped:.1f}s (its channel "
-        f"closed), routelake equal after {time.monotonic() - killed:.1f}s (10 s timeout)"
+        f"closed), routelake equal after {time.monotonic() - killed:.1f}s (its CHANNEL_CLOSED)"
     )
     assert view.brokers[name]["brokerAddrs"] == {"1": slave.addr}
     perms = {t: r["queueDatas"][0]["perm"] for t, r in view.routes.items() if t.startswith("HA_")}
@@ -519,12 +519,18 @@ def test_master_and_slave_then_the_master_killed(env):
     acting = {t: r["brokerDatas"][0]["brokerAddrs"] for t, r in view.routes.items()}
     assert acting["HA_T1"] == {"0": slave.addr}
     assert acting[f"rmq_sys_SYNC_BROKER_MEMBER_{name}"] == {"1": slave.addr}
-    # routelake learnt it from event time alone: nothing of the master's after the kill.
-    assert not [
-        e
+    # routelake learnt it from the close of the master's connection (contract "Connections"):
+    # nothing else of the master's after the kill.
+    after_kill = [
+        e["eventType"]
         for e in env.log.read()
         if e.get("brokerAddr") == master.addr and e["eventTime"] > killed_ms
     ]
+    assert set(after_kill) <= {"CHANNEL_CLOSED"}
+    assert any(
+        e["eventType"] == "CHANNEL_CLOSED" and e["brokerAddr"] == master.addr
+        for e in env.log.read()
+    )
     # Once routelake expired the master too, both tell the slave it has none.
     expired = now_ms()
     wait_for(
