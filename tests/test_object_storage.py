@@ -32,6 +32,7 @@ from routing_lib.ingest import classify
 from routing_lib.read.warehouse import load_snapshot, table_versions
 from tests.support.fault_proxy import RESET, fault_proxy
 from tests.support.helpers import DELAY_MS, GOLDEN, expected_dump, reference_dump, register_record
+from tests.support.job_commands import run_args
 from tests.support.kafka_support import lines_of, produce
 from tests.support.s3_support import S3Endpoint
 
@@ -258,18 +259,7 @@ def test_streaming_job_with_warehouse_and_checkpoint_on_s3a(
             "ROUTELAKE_SPARK_CONTENT_MIN_CHARS": "0",
             "ROUTELAKE_SPARK_CONTENT_IO_BACKOFF_S": "0.05",
         }
-        run = [
-            "run",
-            "--available-now",
-            "--kafka",
-            kafka_bootstrap,
-            "--topic",
-            topic,
-            "--warehouse",
-            warehouse,
-            "--checkpoint",
-            checkpoint,
-        ]
+        run = run_args(kafka_bootstrap, topic, warehouse, checkpoint, "--available-now")
         writes = proxy.fail(first_key, 503, 4, ("PUT",))
         produce(kafka_bootstrap, topic, lines[:4])
         done = _routectl_exit(env, *run)

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from routelake_dev.broker_requests import register_request, topic_config
+from tests.support.job_commands import run_args
 from tests.support.process_support import free_port
 from tests.support.prometheus_support import PROMETHEUS_DIR, tool
 from tests.support.rocketmq_support import BrokerConnection, call
@@ -176,19 +177,16 @@ def stack(tmp_path: Path, kafka_bootstrap: str, topic: str) -> Iterator[dict[str
             Process(
                 "job",
                 routectl(
-                    "run",
-                    "--kafka",
-                    kafka_bootstrap,
-                    "--topic",
-                    topic,
-                    "--warehouse",
-                    str(warehouse),
-                    "--checkpoint",
-                    str(checkpoint),
-                    "--trigger-interval",
-                    "2 seconds",
-                    "--metrics-port",
-                    str(ports["job"]),
+                    *run_args(
+                        kafka_bootstrap,
+                        topic,
+                        warehouse,
+                        checkpoint,
+                        "--trigger-interval",
+                        "2 seconds",
+                        "--metrics-port",
+                        str(ports["job"]),
+                    )
                 ),
                 tmp_path,
                 PYSPARK_PYTHON=sys.executable,

@@ -27,6 +27,7 @@ from routing_lib.core.tables import (
 from routing_lib.read.warehouse import load_snapshot
 from tests.support.fault_support import wait_for
 from tests.support.helpers import FIXTURES, GOLDEN, expected_dump, fixture_lines
+from tests.support.job_commands import run_args
 from tests.support.kafka_support import lines_of, produce, rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -117,16 +118,7 @@ def _start_job(job, *extra: str, log: Path | None = None, **settings: str) -> su
                 sys.executable,
                 "-m",
                 "routing_lib.cli",
-                "run",
-                "--kafka",
-                job.bootstrap,
-                "--topic",
-                job.topic,
-                "--warehouse",
-                str(job.warehouse),
-                "--checkpoint",
-                str(job.checkpoint),
-                *extra,
+                *run_args(job.bootstrap, job.topic, job.warehouse, job.checkpoint, *extra),
             ],
             cwd=ROOT,
             env=env,

@@ -11,7 +11,7 @@ from routing_lib import storage
 from routing_lib.config import Config
 from routing_lib.core.group_routes import RouteFlags
 from routing_lib.jobs import app_name
-from routing_lib.spark.pipeline import JobSettings, start_query
+from routing_lib.spark.pipeline import ContentOptions, JobSettings, start_query
 from routing_lib.spark.session import build_spark
 from routing_lib.spark.sources import CLOCK_FILE, archive_stream
 
@@ -61,9 +61,7 @@ def run_backfill(
         flags=RouteFlags(config.routes.delete_topic_with_broker_registration),
         history=config.routes.history,
         as_of=as_of,
-        content_min_chars=config.spark.content_min_chars,
-        content_io_attempts=config.spark.content_io_attempts,
-        content_io_backoff_s=config.spark.content_io_backoff_s,
+        content_options=ContentOptions.of(config.spark),
     )
     skew = None if allow_future_events else config.routes.max_future_skew_ms
     classified = archive_stream(

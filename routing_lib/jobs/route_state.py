@@ -20,7 +20,7 @@ from routing_lib.jobs import app_name
 from routing_lib.metrics import JobMetrics, KafkaProbe, serve_metrics
 from routing_lib.spark.delta_writer import BatchReport
 from routing_lib.spark.failures import JobPlaces, StreamJobFailure, explain
-from routing_lib.spark.pipeline import JobSettings, start_query
+from routing_lib.spark.pipeline import ContentOptions, JobSettings, start_query
 from routing_lib.spark.session import build_spark
 from routing_lib.spark.sources import kafka_stream
 
@@ -78,9 +78,7 @@ def job_settings(config: Config) -> JobSettings:
         watermark_delay_ms=config.routes.watermark_delay_ms,
         flags=RouteFlags(config.routes.delete_topic_with_broker_registration),
         history=config.routes.history,
-        content_min_chars=config.spark.content_min_chars,
-        content_io_attempts=config.spark.content_io_attempts,
-        content_io_backoff_s=config.spark.content_io_backoff_s,
+        content_options=ContentOptions.of(config.spark),
     )
 
 

@@ -13,7 +13,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-from routing_lib.content_files import ContentSettings, content_settings
+from routing_lib.config import SparkConfig
+from routing_lib.content_files import (
+    DEFAULT_ATTEMPTS,
+    DEFAULT_BACKOFF_S,
+    ContentSettings,
+    content_settings,
+)
 from routing_lib.core.group_routes import RouteFlags
 from routing_lib.spark.checkpoint import batch_watermark, ensure_watermark_lead
 from routing_lib.spark.delta_writer import BatchReport, DeltaRouteWriter, ensure_tables
@@ -32,6 +38,24 @@ _STAND_IN_EVENT_TIME = "2200-01-01 00:00:00"
 
 
 @dataclass(frozen=True)
+class ContentOptions:
+    """How the job keeps large values, as one: [spark] content_min_chars (from which size a
+    value goes to the content store), content_io_attempts and content_io_backoff_s (how
+    hard a storage call is retried)."""
+
+    min_chars: int = 4096
+    io_attempts: int = DEFAULT_ATTEMPTS
+    io_backoff_s: float = DEFAULT_BACKOFF_S
+
+    @classmethod
+    def of(cls, spark: SparkConfig) -> ContentOptions:
+        return cls(spark.content_min_chars, spark.content_io_attempts, spark.content_io_backoff_s)
+
+    def settings(self, checkpoint: str) -> ContentSettings:
+        return content_settings(checkpoint, self.min_chars, self.io_attempts, self.io_backoff_s)
+
+
+@dataclass(frozen=True)
 class JobSettings:
     warehouse: str
     checkpoint: str
@@ -39,20 +63,13 @@ class JobSettings:
     flags: RouteFlags = RouteFlags()
     as_of: int | None = None
     history: bool = True
-    content_min_chars: int = 4096  # [spark] content_min_chars
-    content_io_attempts: int = 5  # [spark] content_io_attempts
-    content_io_backoff_s: float = 0.2  # [spark] content_io_backoff_s
+    content_options: ContentOptions = ContentOptions()
 
     @property
     def content(self) -> ContentSettings:
         """Where stage one and the step keep large values: in the checkpoint, which they
         belong to (a new checkpoint starts a new store)."""
-        return content_settings(
-            self.checkpoint,
-            self.content_min_chars,
-            self.content_io_attempts,
-            self.content_io_backoff_s,
-        )
+        return self.content_options.settings(self.checkpoint)
 
 
 def route_changes(classified: DataFrame, settings: JobSettings) -> DataFrame:

@@ -34,6 +34,7 @@ from routing_lib.read.history import as_of_dump, load_history
 from routing_lib.read.warehouse import load_snapshot
 from schemas import parse_event
 from tests.support.helpers import reference_dump
+from tests.support.job_commands import run_args
 from tests.support.kafka_support import rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -213,18 +214,15 @@ def start_job(
                 sys.executable,
                 "-m",
                 "routing_lib.cli",
-                "run",
-                "--verbose",
-                "--kafka",
-                bootstrap,
-                "--topic",
-                topic,
-                "--warehouse",
-                str(warehouse),
-                "--checkpoint",
-                str(checkpoint),
-                "--trigger-interval",
-                "1 second",
+                *run_args(
+                    bootstrap,
+                    topic,
+                    warehouse,
+                    checkpoint,
+                    "--verbose",
+                    "--trigger-interval",
+                    "1 second",
+                ),
             ],
             cwd=ROOT,
             env=env,
