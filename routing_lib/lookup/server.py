@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from routing_lib.console.snapshot import Console
 
 log = logging.getLogger("routelake.lookup")
+JOIN_POLL_S = 0.05  # how often a worker process that has no snapshot yet looks for one
 
 
 Scope = dict[str, Any]
@@ -352,13 +353,13 @@ class LookupService(NetworkService):
         return answer(served.index if served else None, command)
 
     async def start(self) -> None:
-        await self.start_remoting(self.remoting_socket)
         self.in_background(
             self.refresher.run(self.poll_interval_s, self.stopping), "lookup-refresher"
         )
         if not self.serves_http:
-            log.debug("lookup worker: remoting on %s:%d", self.host, self.port)
+            self.in_background(self._listen_once_loaded(), "lookup-worker-join")
             return
+        await self.start_remoting(self.remoting_socket)
         app = create_app(self.holder, self.metrics, self.warehouse, self.route_risks)
         self.start_http(app)
         self.console = app.state.console
@@ -381,6 +382,19 @@ class LookupService(NetworkService):
             log.info(
                 "route console: %s", console_url(self.host, self.http_port, self.http_tls.enabled)
             )
+
+    async def _listen_once_loaded(self) -> None:
+        """A worker process (workers.py) listens on the shared port once it serves a
+        snapshot: until then the kernel gives new connections to the processes that can
+        answer them, not "no snapshot loaded yet"."""
+        while self.holder.current is None and not self.stopping.is_set():
+            await asyncio.sleep(JOIN_POLL_S)
+        if not self.stopping.is_set():
+            if self.remoting_socket is not None:
+                self.remoting_socket.listen()  # bound, not listening yet (workers.py)
+            await self.start_remoting(self.remoting_socket)
+            log.debug("lookup worker: remoting on %s:%d", self.host, self.port)
+        await self.stopping.wait()  # the service runs until a background task ends
 
     async def stop(self) -> None:
         # The refresher may be inside a warehouse read: no need to wait for it.

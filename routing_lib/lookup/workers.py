@@ -14,6 +14,9 @@ interpreter could not inherit the listeners' TLS contexts; the zygote is the pri
 at start. Workers die with the zygote and the zygote with the primary (PR_SET_PDEATHSIG); on
 SIGTERM the primary closes the zygote's channel and the zygote stops the workers.
 
+A worker listens on the port only once it serves a snapshot (LookupService, http=False):
+until then the kernel gives new connections to the processes that can answer them.
+
 A worker that ends is replaced in its slot, as gunicorn-style supervisors do: at once if it
 had run STABLE_AFTER_S, else after a back-off that doubles with each worker of that slot that
 ended within STABLE_AFTER_S of its start (1 s, 2 s, 4 s ... at most 60 s). Each end is logged
@@ -71,6 +74,17 @@ ServiceFactory = Callable[..., Any]
 def shared_port_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket with SO_REUSEPORT: several may listen on one port."""
     sock = socket.create_server((host, port), reuse_port=True)
+    sock.setblocking(False)
+    return sock
+
+
+def bound_port_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound with SO_REUSEPORT, not listening: the kernel gives it none of the
+    port's connections until it listens (a worker, once it serves a snapshot)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
     sock.setblocking(False)
     return sock
 
@@ -141,7 +155,7 @@ def _run_worker(
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _die_with_parent(zygote)
-        sock = shared_port_socket(options["host"], port)
+        sock = bound_port_socket(options["host"], port)
         service = make_service(
             warehouse, **{**options, "port": port}, remoting_socket=sock, http=False
         )
