@@ -33,7 +33,7 @@ from routing_lib.core.tables import PROGRESS, ROUTE_TABLES, TABLE_KEYS, Row
 from routing_lib.read.history import as_of_dump, load_history
 from routing_lib.read.warehouse import load_snapshot
 from schemas import parse_event
-from tests.support.helpers import reference_dump
+from tests.support.helpers import DELAY_MS, reference_dump
 from tests.support.job_commands import run_args
 from tests.support.kafka_support import rows
 
@@ -323,12 +323,13 @@ def staleness_bound(warehouse: Path, floor_s: float = 15.0) -> float:
     return max([floor_s, *[age * 1.2 + 5 for age in ages]])
 
 
-def caught_up(warehouse: Path, lines: list[str]) -> bool:
-    """The job published every record and the final watermark of these lines."""
+def caught_up(warehouse: Path, lines: list[str], delay_ms: int = DELAY_MS) -> bool:
+    """The job (watermark delay `delay_ms`) published every record and the final watermark of
+    these lines."""
     progress = published(warehouse)
     if sum(r["input_rows"] for r in progress) < len(lines):
         return False
-    return load_snapshot(warehouse).watermark == reference_dump(lines)["watermark"]
+    return load_snapshot(warehouse).watermark == reference_dump(lines, None, delay_ms)["watermark"]
 
 
 def assert_no_row_twice(warehouse: Path) -> dict[str, list[Row]]:
@@ -343,10 +344,13 @@ def assert_no_row_twice(warehouse: Path) -> dict[str, list[Row]]:
     return history
 
 
-def assert_matches_reference(warehouse: Path, lines: list[str], probes: int = 12) -> None:
-    """Route tables = the reference replay; no route or history row twice; the history's
-    as-of view = the replay at sampled times; every record counted once in the progress."""
-    expected = reference_dump(lines)
+def assert_matches_reference(
+    warehouse: Path, lines: list[str], probes: int = 12, delay_ms: int = DELAY_MS
+) -> None:
+    """Route tables = the reference replay (to the final watermark of a job whose watermark
+    delay is `delay_ms`); no route or history row twice; the history's as-of view = the replay
+    at sampled times; every record counted once in the progress."""
+    expected = reference_dump(lines, None, delay_ms)
     assert project(load_snapshot(warehouse).dump()) == expected
     history = assert_no_row_twice(warehouse)
     assert history["topic_route_history"], "no history written"

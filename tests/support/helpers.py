@@ -37,11 +37,12 @@ def expected_dump(name: str) -> dict:
     return project(json.loads((GOLDEN / name / "expected.json").read_text()))
 
 
-def reference_dump(lines: list[str], until: int | None = None) -> dict:
-    """State(until) by the plain sequential replay (default: the final watermark)."""
+def reference_dump(lines: list[str], until: int | None = None, delay_ms: int = DELAY_MS) -> dict:
+    """State(until) by the plain sequential replay (default: the final watermark of a job whose
+    watermark delay is `delay_ms`)."""
     events = [parse_event(line) for line in lines]
     if until is None:
-        until = default_watermark(events, DELAY_MS)
+        until = default_watermark(events, delay_ms)
     return project(replay_dump(events, until))
 
 
