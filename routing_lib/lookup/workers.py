@@ -127,6 +127,13 @@ def _die_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _leave_group_signals_to_the_primary() -> None:
+    """Ctrl-C (SIGINT) and a closed terminal (SIGHUP) reach every process of the group: the
+    primary stops, and stops the zygote and the workers in order."""
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def _exit_description(code: int) -> str:
     """os.waitstatus_to_exitcode's value in words: `exit 1`, `SIGKILL`."""
     if code < 0:
@@ -150,9 +157,9 @@ def _run_worker(
     """In a worker (the zygote's child): serve remoting until SIGTERM, then exit."""
     code = 0
     try:
-        # Ctrl-C reaches the whole process group: the primary stops the workers (SIGTERM),
-        # after which nothing replaces them.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # Ctrl-C and a terminal's hangup reach the whole process group: the primary stops
+        # the workers (SIGTERM), after which nothing replaces them.
+        _leave_group_signals_to_the_primary()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _die_with_parent(zygote)
         sock = bound_port_socket(options["host"], port)
@@ -195,7 +202,7 @@ class _Zygote:
     def main(self) -> NoReturn:
         code = 0
         try:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the primary says when to stop
+            _leave_group_signals_to_the_primary()
             signal.signal(signal.SIGTERM, _raise_stop)
             _die_with_parent(self.primary)
             self._serve()
