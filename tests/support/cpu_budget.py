@@ -235,6 +235,16 @@ def check(figures: Mapping[str, float], budget: Budget) -> list[Overrun]:
     return sorted(overruns, key=lambda o: o.budget_s - o.measured_s)
 
 
+def wall_overrun_hint(load_average: float, cores: int) -> str:
+    """What a wall overrun says besides the figures: wall budgets are set on a machine running
+    the suite alone, and a loaded one stretches every wait."""
+    return (
+        "wall budgets assume a machine running the suite alone (load average now "
+        f"{load_average:.1f} on {cores} cores); on a shared machine, {WALL_SCALE_ENV}=N widens "
+        "them N times"
+    )
+
+
 def waiting(cpu: Mapping[str, float], wall: Mapping[str, float]) -> list[tuple[str, float]]:
     """(module, wall minus CPU seconds), most waiting first. Under 0 when a module's processes
     kept both cores busy; a module is listed once it has a wall figure."""
@@ -406,6 +416,8 @@ class CpuRecorder:
             )
             for overrun in self.overruns:
                 report.write_line(f"  {overrun}", red=True)
+            if any(o.unit != "CPU-s" for o in self.overruns):
+                report.write_line(wall_overrun_hint(os.getloadavg()[1], os.cpu_count() or 1))
 
     def _write_waiters(self, report: pytest.TerminalReporter) -> None:
         """The modules that wait the most: wall minus CPU, with both figures and the budget."""
