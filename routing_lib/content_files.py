@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -55,8 +56,8 @@ TOMBSTONE_PREFIX = ".gc-"
 # What an object store's tombstone says: the collector is checking the object, or deleted it.
 TOMBSTONE_SWEEPING = b"sweeping"
 TOMBSTONE_DELETED = b"deleted"
-# How long a writer waits for a collection to finish with an object (normally milliseconds: a
-# HEAD and a DELETE); past it, a collector that died mid-way is assumed and the writer PUTs.
+# How long a tombstone may say "sweeping" (normally milliseconds: a HEAD and a DELETE); past
+# it, a collector that died mid-way is assumed and the writer PUTs again without waiting.
 TOMBSTONE_WAIT_S = 30.0
 _TOMBSTONE_POLL_S = 0.05
 DEFAULT_ATTEMPTS = 5
@@ -199,17 +200,39 @@ def tombstone_path(path: str) -> str:
 
 def _maybe_deleted_after_put(path: str) -> bool:
     """Whether a collection may have deleted the object at `path` after this writer's PUT: a
-    tombstone is there (module docstring). Waits while it says "sweeping"; a tombstone gone
-    meanwhile means the collection kept the object."""
+    tombstone is there (module docstring). Waits while it says "sweeping", unless it has said
+    so for TOMBSTONE_WAIT_S already (a collector that died mid-way); a tombstone gone meanwhile
+    means the collection kept the object."""
     tombstone = tombstone_path(path)
-    deadline = time.monotonic() + TOMBSTONE_WAIT_S
-    state = _read_bytes(tombstone)
-    while state == TOMBSTONE_SWEEPING and time.monotonic() < deadline:
+    state = _read_tombstone(tombstone)
+    while state is not None and state[0] == TOMBSTONE_SWEEPING:
+        if time.time() - state[1] > TOMBSTONE_WAIT_S:
+            log.warning("content store: %s has said sweeping since %s", tombstone, state[1])
+            break
         time.sleep(_TOMBSTONE_POLL_S)
-        state = _read_bytes(tombstone)
-    if state == TOMBSTONE_SWEEPING:
-        log.warning("content store: %s still says sweeping after %gs", tombstone, TOMBSTONE_WAIT_S)
+        state = _read_tombstone(tombstone)
     return state is not None
+
+
+def _read_tombstone(location: str) -> tuple[bytes, float] | None:
+    """An object's bytes and its LastModified (seconds since the epoch); None if missing."""
+    filesystem, path = storage.filesystem(location)
+    try:
+        with filesystem.open_input_stream(path) as stream:
+            data: bytes = stream.read()
+            stamp = stream.metadata().get("Last-Modified", b"").decode()
+    except FileNotFoundError:
+        return None
+    return data, _timestamp(stamp)
+
+
+def _timestamp(last_modified: str) -> float:
+    """S3's Last-Modified as pyarrow hands it (2026-11-27T14:07:07Z); now when absent."""
+    try:
+        moment = datetime.strptime(last_modified, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return time.time()
+    return moment.replace(tzinfo=UTC).timestamp()
 
 
 def _read_bytes(path: str) -> bytes | None:

@@ -138,8 +138,9 @@ def test_a_sweep_failing_mid_way_makes_writers_put_again(s3_endpoint, monkeypatc
     """The sweep's DELETE fails (the store keeps answering 500): the sweep raises and its
     tombstone says "deleted", since it cannot know whether a DELETE went through; a writer of
     that object then uploads it twice. A tombstone still saying "sweeping" (a collector killed
-    between its check and its DELETE) holds a writer for at most TOMBSTONE_WAIT_S."""
-    monkeypatch.setattr(content_files, "TOMBSTONE_WAIT_S", 0.3)
+    between its check and its DELETE) holds a writer until it has said so for
+    TOMBSTONE_WAIT_S, and then no more."""
+    monkeypatch.setattr(content_files, "TOMBSTONE_WAIT_S", 1.5)  # dates have whole seconds
     with fault_proxy(s3_endpoint.url) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         location = s3_endpoint.prefix("s3") + "/checkpoint/content"
@@ -161,9 +162,13 @@ def test_a_sweep_failing_mid_way_makes_writers_put_again(s3_endpoint, monkeypatc
         storage.write_bytes(tombstone, content_files.TOMBSTONE_SWEEPING)
         caplog.set_level(logging.WARNING, logger="routelake.content")
         started = time.monotonic()
-        folder.write(ref, text)
-        assert time.monotonic() - started >= 0.3
-        assert any("still says sweeping" in r.getMessage() for r in caplog.records)
+        folder.write(ref, text)  # waits: a collection may be deleting it now
+        assert time.monotonic() - started >= 0.5
+        assert any("has said sweeping since" in r.getMessage() for r in caplog.records)
+        uploads, reads = proxy.answered_count("POST", key), proxy.answered_count("GET", "/.gc-")
+        folder.write(ref, text)  # said so for longer than the wait by now: no wait at all
+        assert proxy.answered_count("GET", "/.gc-") - reads == 1
+        assert proxy.answered_count("POST", key) - uploads == 4
         assert ContentFolder(location).read(ref) == text
 
 
