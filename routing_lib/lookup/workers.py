@@ -273,6 +273,15 @@ class _Zygote:
 # -- the primary's side --
 
 
+def _when_replaced(slot: _Slot) -> str:
+    if not slot.waiting_s:
+        return "now"
+    return (
+        f"in {slot.waiting_s:g} s (back-off: {slot.quick_ends} worker(s) of this slot in a row "
+        f"ended within {STABLE_AFTER_S:g} s of starting)"
+    )
+
+
 @dataclass
 class _Slot:
     """One worker's place: its process, and how often its workers ended soon after start."""
@@ -333,7 +342,7 @@ class Workers:
                     self._started(int(numbers[0]), int(numbers[1]))
                 elif verb == "ended":
                     self._ended(int(numbers[0]), int(numbers[1]))
-        finally:  # cancelled: the service stops; nothing is replaced from now on
+        finally:  # ended or cancelled (the service stops): nothing is replaced from now on
             self.stopping = True
         # the zygote is gone, its workers with it (PR_SET_PDEATHSIG): nothing can replace them
         self.lost = True
@@ -359,19 +368,12 @@ class Workers:
         slot.pid = None
         slot.quick_ends = 0 if lived >= STABLE_AFTER_S else slot.quick_ends + 1
         slot.waiting_s = backoff_s(slot.quick_ends)
-        if slot.waiting_s:
-            replaced = (
-                f"in {slot.waiting_s:g} s (back-off: {slot.quick_ends} worker(s) of this slot "
-                f"in a row ended within {STABLE_AFTER_S:g} s of starting)"
-            )
-        else:
-            replaced = "now"
         log.error(
             "lookup worker %d ended (%s) after %.1f s; replacing it %s",
             pid,
             _exit_description(code),
             lived,
-            replaced,
+            _when_replaced(slot),
         )
         asyncio.get_running_loop().call_later(slot.waiting_s, self._request, found[0])
 
