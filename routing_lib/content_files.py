@@ -18,10 +18,11 @@ lets a reference to it leave the process.
 
 On object storage the collector cannot rename a file out of a writer's way as it does locally;
 it puts a tombstone (`.gc-<digest>`, saying "sweeping") beside an object before it checks the
-object's date, and leaves it (saying "deleted") when it deleted the object. A writer reads the
-tombstone after its PUT: with none, no collection that checked the object before the PUT is
-under way or recent, and any later one sees the fresh date; otherwise it waits until the
-collection is done with the object and PUTs again, since the DELETE may have followed its PUT.
+object's date, and makes it say "deleted" once it deleted the object (a kept object leaves it
+saying "sweeping"). A writer reads the tombstone after its PUT: with none, no collection that
+checked the object before the PUT is under way or recent, and any later one sees the fresh
+date; otherwise it waits until the tombstone says "deleted" or has said "sweeping" for
+TOMBSTONE_WAIT_S, and PUTs again, since a DELETE may have followed its PUT.
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ TOMBSTONE_PREFIX = ".gc-"
 # What an object store's tombstone says: the collector is checking the object, or deleted it.
 TOMBSTONE_SWEEPING = b"sweeping"
 TOMBSTONE_DELETED = b"deleted"
-# How long a tombstone may say "sweeping" (normally milliseconds: a HEAD and a DELETE); past
-# it, a collector that died mid-way is assumed and the writer PUTs again without waiting.
+# How long a tombstone may say "sweeping" while a collection is at work on its object (normally
+# milliseconds: a HEAD and a DELETE); past it, the collection kept the object, failed or died,
+# and a writer PUTs again without waiting.
 TOMBSTONE_WAIT_S = 30.0
 _TOMBSTONE_POLL_S = 0.05
 DEFAULT_ATTEMPTS = 5
@@ -200,14 +202,13 @@ def tombstone_path(path: str) -> str:
 
 def _maybe_deleted_after_put(path: str) -> bool:
     """Whether a collection may have deleted the object at `path` after this writer's PUT: a
-    tombstone is there (module docstring). Waits while it says "sweeping", unless it has said
-    so for TOMBSTONE_WAIT_S already (a collector that died mid-way); a tombstone gone meanwhile
-    means the collection kept the object."""
+    tombstone is there (module docstring). Waits while it says "sweeping", until it has said so
+    for TOMBSTONE_WAIT_S (a collection that kept the object, failed or died leaves it so)."""
     tombstone = tombstone_path(path)
     state = _read_tombstone(tombstone)
     while state is not None and state[0] == TOMBSTONE_SWEEPING:
         if time.time() - state[1] > TOMBSTONE_WAIT_S:
-            log.warning("content store: %s has said sweeping since %s", tombstone, state[1])
+            log.info("content store: %s has said sweeping since %s", tombstone, state[1])
             break
         time.sleep(_TOMBSTONE_POLL_S)
         state = _read_tombstone(tombstone)

@@ -22,14 +22,14 @@ Locally a victim is first renamed to a tombstone (atomic): a writer touching it 
 rename leaves a fresh date on the tombstone, which is then renamed back; a writer after the
 rename finds no file and writes it anew. Object storage has no rename: a tombstone object
 saying "sweeping" is put beside the victim before its date is checked, and says "deleted"
-once the victim is deleted; a writer reads it after every PUT and PUTs again when a collection
-may have deleted the object after its PUT (routing_lib/content_files.py). Temporary files
+once the victim is deleted (a kept victim leaves it as it is); a writer reads it after every
+PUT and PUTs again when a collection may have deleted the object after its PUT
+(routing_lib/content_files.py). Temporary files
 (`.tmp-*`) of crashed writers and tombstones older than the grace period go too.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -274,19 +274,17 @@ def _retire(entry: _Entry, cutoff: float, remote: bool) -> bool:
 
 def _retire_object(path: str, cutoff: float) -> bool:
     """The object-storage form of `_retire`: the tombstone first, so that a writer whose PUT
-    lands between the date check and the DELETE finds it and PUTs again."""
+    lands between the date check and the DELETE finds it and PUTs again.
+
+    Only a DELETE done changes it ("deleted"); a kept object, or a failure, leaves it saying
+    "sweeping": another collection may be between its own check and DELETE of this object and
+    share the tombstone, so nothing else may tell writers that no DELETE is coming. Writers
+    stop waiting on "sweeping" once it is TOMBSTONE_WAIT_S old (content_files.py)."""
     tombstone = tombstone_path(path)
     storage.write_bytes(tombstone, TOMBSTONE_SWEEPING)
-    try:
-        deleted = _delete_if_not_touched(path, cutoff)
-    except BaseException:
-        with contextlib.suppress(OSError):  # unknown: writers waiting on it must PUT again
-            storage.write_bytes(tombstone, TOMBSTONE_DELETED)
-        raise
+    deleted = _delete_if_not_touched(path, cutoff)
     if deleted:
         storage.write_bytes(tombstone, TOMBSTONE_DELETED)  # stays until older than the grace
-    else:
-        storage.delete(tombstone)
     return deleted
 
 
