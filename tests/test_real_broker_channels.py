@@ -210,6 +210,17 @@ def stack(kafka_bootstrap, tmp_path_factory) -> Iterator[Stack]:
         stop(s.lookup)
         stop(s.job)
         namesrv.stop(signal.SIGKILL)
+        _delete_topic(kafka_bootstrap, topic)
+
+
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_topics([topic])
+    finally:
+        admin.close()
 
 
 _LOG_ROOTS: list[Path] = []
