@@ -191,8 +191,8 @@ def stack(config, tmp_path_factory) -> Iterator[Stack]:
     try:
         kafka_local.start(kafka, heap="512m")
         assert kafka_local.create_topic(s.bootstrap, TOPIC, partitions=1)
+        s.start_job()  # first: its Spark JVM takes longest to come up, serve's start overlaps it
         s.start_serve()
-        s.start_job()
         wait_for(lambda: port_open(NAMESRV), 60, "Java NameServer", alive=ns.alive)
         s.broker.start()
         yield s
