@@ -25,8 +25,10 @@ if [ "${1:-}" = "--quick" ]; then
   exec .venv/bin/pytest -q -p no:cacheprovider -m unit -n 3 "$@"
 fi
 
-# CPU per test module, checked against tests/cpu_budget.toml (tests/support/cpu_budget.py; the
-# figures go to .work/test-cpu.toml). As root with cgroups writable, this shell and everything it
+# CPU and wall seconds per test module, checked against tests/cpu_budget.toml (its [modules] and
+# [wall] budgets; tests/support/cpu_budget.py, which also lists the modules that wait the most;
+# ROUTELAKE_WALL_BUDGET_SCALE=N widens the wall budgets on a shared machine; the figures go to
+# .work/test-cpu.toml). As root with cgroups writable, this shell and everything it
 # starts (Kafka, Spark's JVMs, brokers, daemons) go in a cgroup of their own, read by the plugin;
 # otherwise the plugin reads the process tree, and says which it used.
 cpu_group=""
