@@ -20,7 +20,10 @@ from routing_lib.core.replay import replay, replay_dump
 from routing_lib.core.step import BatchContext, InputRow, StepConfig, step_group
 from routing_lib.core.wire import pack_event
 from schemas import parse_event
+from tests.support.event_strategies import History
+from tests.support.helpers import random_history
 from tests.support.stream_model import run_model_in_batches
+from tests.test_core_properties import channel_removals, model_channels
 
 T = 1_764_000_000_000
 MASTER, SLAVE = "10.0.0.1:10911", "10.0.0.2:10911"
@@ -396,3 +399,26 @@ def test_the_console_ends_the_alive_interval_with_the_close():
     ]
     (interval,) = liveness_intervals(liveness(records, T + 5_000))
     assert (interval["from"], interval["to"], interval["end"]) == (T, T + 2_000, CHANNEL_CLOSED)
+
+
+@pytest.mark.parametrize("seed,collectors", [(21, 1), (22, 2)])
+def test_simulated_fleet_with_connections_in_random_batches(seed, collectors):
+    """A simulated fleet as one or two collectors publish it (routelake_dev/simulator/
+    channels.py: closes after crashes and clean shutdowns, idle and stale closes, collector
+    restarts) through the shipped step in random micro-batches of 1-40 events: the published
+    tables and every group's channel sets equal the replay's."""
+    rng = random.Random(seed)
+    records = random_history(seed, rng, collectors)
+    events = [parse_event(json.dumps(r)) for r in records]
+    final = max(e.eventTime for e in events) - DELAY_MS
+    model = run_model_in_batches(events, rng, DELAY_MS, content_refs=True)
+    assert model.late == 0
+    assert model.dump() == project(replay_dump(events, final))
+    replayed = replay(events, final)
+    assert model_channels(model) == {
+        (name, key): held
+        for name, routes in replayed.items()
+        for key, held in routes.channels.items()
+    }
+    # the history has brokers removed by their last connection's close
+    assert channel_removals(History(records, DELAY_MS, [len(records)], DEFAULT_FLAGS, True)) > 0
