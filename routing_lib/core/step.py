@@ -178,6 +178,8 @@ def step_group(
     """One call of the per-group step. `logged_deletes`: the admin log's DELETE_TOPIC events
     after the published watermark; `content`: where large state values go and from which size;
     None: every value stays inline."""
+    if content is not None:
+        content.backend()  # attached before the load reads a reference (a fresh Python worker)
     clock, tracker = _load(group, saved)
     before = RoutesSnapshot.of(clock.routes)
     before_topics = clock.routes.topics
