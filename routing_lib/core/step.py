@@ -178,8 +178,8 @@ def step_group(
     """One call of the per-group step. `logged_deletes`: the admin log's DELETE_TOPIC events
     after the published watermark; `content`: where large state values go and from which size;
     None: every value stays inline."""
-    if content is not None:
-        content.backend()  # attached before the load reads a reference (a fresh Python worker)
+    # attached before the load reads a reference (a fresh Python worker knows no other way)
+    backend = content.backend() if content is not None else None
     clock, tracker = _load(group, saved)
     before = RoutesSnapshot.of(clock.routes)
     before_topics = clock.routes.topics
@@ -203,7 +203,7 @@ def step_group(
     out = batch.rows(advance, len(changes))
     if clock.is_idle() and tracker.is_idle():
         return StepResult(out, None, None)
-    state = _save(clock, tracker, config, content)
+    state = _save(clock, tracker, config, content, backend)
     wake_up = timeout_at(clock, context.watermark, topics_grew(before_topics, clock.routes.topics))
     # A wake-up at or below the watermark is one `as_of` holds back: no later watermark helps.
     if wake_up is not None and wake_up <= context.watermark:
@@ -227,9 +227,8 @@ def _save(
     tracker: HistoryTracker,
     config: StepConfig,
     content: ContentPlace | None,
+    backend: ContentBackend | None,
 ) -> SavedGroup:
-    backend = content.backend() if content is not None else None
-
     def stored(text: str) -> str:
         if content is None or not text or len(text) < content.min_chars:
             return text
