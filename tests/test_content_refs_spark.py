@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -183,16 +184,24 @@ def test_split_registrations_through_kafka_with_references_equal_replay(
     live = live_digests(spark, str(checkpoint))
     assert live and live <= on_disk
     assert 0 < metrics.get("routelake_job_content_files") <= len(on_disk)
-    _a_corrupt_pending_table_stops_the_job(late, kafka_bootstrap, topic, tmp_path)
+    _corrupt_content_stops_the_job(cfg, late, kafka_bootstrap, topic, tmp_path)
 
 
-def _a_corrupt_pending_table_stops_the_job(
-    late: dict, kafka_bootstrap: str, topic: str, tmp_path: Path
+def _corrupt_content_stops_the_job(
+    cfg,
+    late: dict,
+    kafka_bootstrap: str,
+    topic: str,
+    tmp_path: Path,  # noqa: ANN001
 ) -> None:
-    """`late` is parked in the checkpoint's state; its topic table's file gets a non-UTF-8
-    byte, and a heartbeat carries the watermark past it. A `routectl run` (a process of its
-    own: no Python worker holds the text in memory) stops with the store's message naming the
-    reference, the file, the checkpoint and the fix; the registration is not dead-lettered."""
+    """Corrupt content through the real job, in `routectl run` processes of their own (no
+    Python worker holds a text in memory), each stopping with the store's message naming the
+    reference, the file, the checkpoint and the fix, nothing dead-lettered:
+    - `late` is parked in the checkpoint's state; its topic table's file gets a non-UTF-8 byte,
+      and a heartbeat carries the watermark past it (the registration is applied);
+    - restored, the registration is applied (an in-process run), and every file that run wrote
+      (the group's topics in its state) is truncated: the next run loading the group's state
+      stops on one of them."""
     checkpoint, warehouse = tmp_path / "checkpoint", tmp_path / "warehouse"
     scratch = ContentSettings(str(tmp_path / "scratch"), 0)
     payload = classify(json.dumps(late).encode(), "k", 0, None, 0, store=scratch).payload
@@ -204,8 +213,42 @@ def _a_corrupt_pending_table_stops_the_job(
     heartbeat = {key: late[key] for key in ("clusterName", "brokerAddr", "brokerName", "brokerId")}
     heartbeat |= {"eventType": "HEARTBEAT", "eventTime": late["eventTime"] + DELAY_MS + 1000}
     produce(kafka_bootstrap, topic, [json.dumps(heartbeat).encode()])
+    said = _failed_run(kafka_bootstrap, topic, tmp_path)
+    assert said.startswith(
+        f"routectl run: content corrupt under checkpoint {checkpoint}: corrupt content for "
+        f"reference {ref}: file {pending} of checkpoint {checkpoint} holds {len(data)} bytes"
+    ), said
+    assert _dead_letters(warehouse) == 0
+
+    pending.write_bytes(data)
+    before = set((checkpoint / "content").rglob("*"))
+    run_route_state(cfg, available_now=True, install_signal_handlers=False)
+    written = {p for p in (checkpoint / "content").rglob("*") if p.is_file()} - before
+    assert written, "applying the registration stored the group's topics"
+    for path in written:
+        path.write_bytes(path.read_bytes()[:-1])
+    heartbeat["eventTime"] += 1000
+    produce(kafka_bootstrap, topic, [json.dumps(heartbeat).encode()])
+    said = _failed_run(kafka_bootstrap, topic, tmp_path)
+    named = re.search(
+        r"corrupt content for reference ([0-9a-f]{32}): file (\S+) of checkpoint ", said
+    )
+    assert named is not None and Path(named.group(2)) in written, said
+    assert named.group(2).endswith(f"/{named.group(1)[:2]}/{named.group(1)}")
+    assert f"content corrupt under checkpoint {checkpoint}" in said
+    assert _dead_letters(warehouse) == 0
+
+
+def _failed_run(kafka_bootstrap: str, topic: str, tmp_path: Path) -> str:
+    """`routectl run --available-now` in a process of its own, which must fail: its one-line
+    message, checked to carry the content store's fix."""
     run = ["run", "--available-now", "--kafka", kafka_bootstrap, "--topic", topic]
-    run += ["--warehouse", str(warehouse), "--checkpoint", str(checkpoint)]
+    run += [
+        "--warehouse",
+        str(tmp_path / "warehouse"),
+        "--checkpoint",
+        str(tmp_path / "checkpoint"),
+    ]
     done = subprocess.run(
         [sys.executable, "-m", "routing_lib.cli", *run],
         env={
@@ -219,10 +262,9 @@ def _a_corrupt_pending_table_stops_the_job(
     )
     said = [line for line in done.stderr.splitlines() if line.startswith("routectl run: ")]
     assert done.returncode == 1 and said, (done.returncode, done.stderr[-4000:])
-    assert said[-1].startswith(
-        f"routectl run: content corrupt under checkpoint {checkpoint}: corrupt content for "
-        f"reference {ref}: file {pending} of checkpoint {checkpoint} holds {len(data)} bytes"
-    ), said[-1]
-    assert "Restore the content folder" in said[-1] and "fresh checkpoint" in said[-1]
-    dead_letters = storage.open_delta(warehouse / DEAD_LETTER).to_pyarrow_table().num_rows
-    assert dead_letters == 0
+    assert "Restore the content folder" in said[-1] and "fresh checkpoint" in said[-1], said[-1]
+    return said[-1]
+
+
+def _dead_letters(warehouse: Path) -> int:
+    return int(storage.open_delta(warehouse / DEAD_LETTER).to_pyarrow_table().num_rows)
