@@ -77,6 +77,17 @@ def sockets(pid: int) -> int:
     return count
 
 
+def open_files(pid: int) -> list[Path]:
+    """The files a process holds open (its multiprocess metrics files among them)."""
+    found = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            found.append(Path(os.readlink(fd)))
+        except FileNotFoundError:  # closed between the listing and the read
+            pass
+    return found
+
+
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().split()[2]
@@ -285,6 +296,21 @@ def test_the_lookup_fails_when_the_process_that_forks_its_workers_dies(tmp_path)
         raise
     assert code != 0 and f"worker zygote {zygote} ended" in lookup.log, lookup.log[-2000:]
     wait_until(lambda: not alive(worker))
+
+
+def test_a_killed_lookup_leaves_no_process_and_no_metrics_files(tmp_path):
+    """kill -9 of the primary: its zygote stops the workers and removes the metrics
+    directory that the primary could not."""
+    lookup = start_two_workers(tmp_path)
+    try:
+        processes = descendants(lookup.proc.pid)
+        (worker,) = lookup.workers()
+        (directory,) = {f.parent for f in open_files(worker) if f.suffix == ".db"}
+        assert Path(directory).is_dir()
+    finally:
+        ended(lookup, signal.SIGKILL)
+    wait_until(lambda: not any(alive(p) for p in processes), timeout=20)
+    assert not Path(directory).exists()
 
 
 def test_the_back_off_doubles_from_a_second_to_a_minute():

@@ -24,10 +24,10 @@ and counted (routelake_lookup_worker_exits_total).
 
 Metrics: prometheus_client's multiprocess mode. This serve process makes a fresh
 PROMETHEUS_MULTIPROC_DIR, every process writes its values there, and the primary's /metrics
-reads them all; the directory goes at exit. A dead worker's counters and histograms stay in
-its files, so no counter falls when a worker dies; its live gauges (connections, memory,
-readiness) are dropped with mark_process_dead. /readyz answers 503 until every worker slot
-has a process that serves a snapshot.
+reads them all; the directory goes at exit (the zygote removes it if the primary was killed).
+A dead worker's counters and histograms stay in its files, so no counter falls when a worker
+dies; its live gauges (connections, memory, readiness) are dropped with mark_process_dead.
+/readyz answers 503 until every worker slot has a process that serves a snapshot.
 """
 
 from __future__ import annotations
@@ -183,10 +183,6 @@ class _Stop(Exception):
     """SIGTERM in the zygote."""
 
 
-def _raise_stop(signum: int, frame: object) -> None:
-    raise _Stop
-
-
 class _Zygote:
     """Forks a worker for each `start SLOT` line from the primary, answers `started SLOT PID`;
     reports each worker that ends as `ended PID EXITCODE`. Single-threaded, no event loop."""
@@ -198,12 +194,13 @@ class _Zygote:
         self.start_worker = start_worker
         self.primary = primary
         self.children: set[int] = set()
+        self.stopping = False
 
     def main(self) -> NoReturn:
         code = 0
         try:
             _leave_group_signals_to_the_primary()
-            signal.signal(signal.SIGTERM, _raise_stop)
+            signal.signal(signal.SIGTERM, self._on_terminate)
             _die_with_parent(self.primary)
             self._serve()
         except _Stop:
@@ -211,11 +208,20 @@ class _Zygote:
         except BaseException:  # noqa: BLE001  the zygote must not return into the primary
             log.exception("lookup worker zygote %d failed", os.getpid())
             code = 1
+        self.stopping = True  # a SIGTERM from now on changes nothing
+        try:
+            self._stop_children()
+            if os.getppid() != self.primary:  # killed: it cannot remove its directory
+                shutil.rmtree(os.environ.get(MULTIPROC_ENV, ""), ignore_errors=True)
         finally:
-            with contextlib.suppress(_Stop):
-                self._stop_children()
             sys.stderr.flush()
             os._exit(code)
+
+    def _on_terminate(self, signum: int, frame: object) -> None:
+        """SIGTERM (the primary's death among others): stop, once."""
+        if not self.stopping:
+            self.stopping = True
+            raise _Stop
 
     def _serve(self) -> None:
         """Until the primary closes the channel."""
