@@ -160,6 +160,20 @@ def _parked(checkpoint: Path) -> tuple[Any, ContentSettings, str]:
     return tuple(state.get), settings, ref
 
 
+def test_a_fresh_worker_reads_a_pending_reference_from_the_folder(checkpoint, monkeypatch):
+    """A Python worker that has run nothing yet: no content folder attached, nothing cached.
+    The step must attach its folder before it loads the group (a parked registration's table,
+    the group's stored values), not only when it saves."""
+    saved, settings, ref = _parked(checkpoint)
+    CONTENT.clear()
+    for attachments in ("_backends", "_written", "_ensured_at"):
+        monkeypatch.setattr(CONTENT, attachments, {})
+    state = group_state(saved, T0)
+    run_step([], state, T0 + 10_000, group="broker-f", content=settings)
+    assert state.get[1].startswith("\x1d"), "applied: the group's topics are stored"
+    assert CONTENT.ref_of(CONTENT.get(ref)) == ref
+
+
 def test_a_missing_pending_event_reference_stops_the_step_with_the_fix(checkpoint):
     saved, settings, ref = _parked(checkpoint)
     (checkpoint / "content" / ref[1:3] / ref[1:]).unlink()
