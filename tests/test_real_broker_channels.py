@@ -124,14 +124,9 @@ def routectl(root: Path, name: str, *args: str) -> subprocess.Popen:
 
 
 def stop(proc: subprocess.Popen | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    """SIGTERM, SIGKILL after 30 s (any of the stack's processes, as for a collector)."""
+    if proc is not None:
+        stop_collector(proc)
 
 
 def _missing_jars() -> str | None:
