@@ -15,19 +15,26 @@ from routing_lib.core.group_routes import (
     DataVersion,
     GroupRoutes,
 )
+from routing_lib.core.overlay import GroupTopics, Overlay, PermOp
 from routing_lib.core.topic_table import TopicTable
 from routing_lib.core.wire import loads, unpack_event
 
 STATE_FORMAT = 2
-ClockState = tuple[str, str]  # (clock JSON, topics blob)
+# A group whose overlay is not trivial (core/overlay.py) is saved as format 3: the topics blob
+# is its base and the JSON has an "overlay". A trivial overlay is saved exactly as before, so
+# checkpoints of either version read the same; code without overlays stops on format 3
+# rather than taking a base for the group's topics.
+OVERLAY_STATE_FORMAT = 3
+ClockState = tuple[str, str]  # (clock JSON, topics blob: the base)
 
 
 def encode_clock(clock: GroupClock) -> ClockState:
     r = clock.routes
     data = r.broker_data
+    overlay = r.topic_state.overlay
     return json.dumps(
         {
-            "v": STATE_FORMAT,
+            "v": STATE_FORMAT if overlay.is_trivial() else OVERLAY_STATE_FORMAT,
             "watermark": clock.watermark,
             "name": r.broker_name,
             "broker": None
@@ -66,15 +73,32 @@ def encode_clock(clock: GroupClock) -> ClockState:
                 if r.channels
                 else {}
             ),
+            **({} if overlay.is_trivial() else {"overlay": encode_overlay(overlay)}),
         },
         separators=(",", ":"),
-    ), r.topics.blob()
+    ), r.topic_state.base.blob()
+
+
+def encode_overlay(overlay: Overlay) -> list[object]:
+    covered = None if overlay.covered is None else sorted(overlay.covered)
+    return [overlay.present, overlay.perm_op.value, covered]
+
+
+def decode_overlay(value: list[object] | None) -> Overlay:
+    if value is None:
+        return Overlay()
+    present, op, covered = value
+    return Overlay(
+        bool(present),
+        PermOp(op),
+        None if covered is None else frozenset(covered),  # type: ignore[call-overload]
+    )
 
 
 def decode_clock(state: ClockState) -> GroupClock:
     text, topics_blob = state
     s = loads(text)
-    if s.get("v") != STATE_FORMAT:
+    if s.get("v") not in (STATE_FORMAT, OVERLAY_STATE_FORMAT):
         raise ValueError(f"unknown group state format {s.get('v')!r}")
     broker = s["broker"]
     routes = GroupRoutes(
@@ -83,7 +107,9 @@ def decode_clock(state: ClockState) -> GroupClock:
         if broker is None
         else BrokerData(broker[0], {int(i): a for i, a in broker[1]}, broker[2], broker[3]),
         clusters=set(s["clusters"]),
-        topics=TopicTable.from_blob(topics_blob),
+        topic_state=GroupTopics(
+            TopicTable.from_blob(topics_blob), decode_overlay(s.get("overlay"))
+        ),
         live={
             (c, a): BrokerLive(last, timeout, DataVersion(*dv), ha)
             for c, a, last, timeout, dv, ha in s["live"]

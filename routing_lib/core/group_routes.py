@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
-from typing import NamedTuple, TypeVar
+from typing import ClassVar, NamedTuple, TypeVar
 
+from routing_lib.core.overlay import EMPTY_GROUP_TOPICS, GroupTopics, PermOp
 from routing_lib.core.topic_table import EMPTY_TOPICS, QueueData, TopicTable
 from routing_lib.core.wire import Event, TopicRow, topic_names
 from schemas.route_event import (
@@ -115,8 +116,9 @@ class GroupRoutes:
     broker_name: str
     broker_data: BrokerData | None = None
     clusters: set[str] = field(default_factory=set)
-    # immutable: a change assigns a new table (see topic_table.py)
-    topics: TopicTable = field(default_factory=lambda: EMPTY_TOPICS)
+    # topicQueueTable[*][name] as base + overlay (core/overlay.py); immutable: a change
+    # assigns a new value. `topics` is its effective slice.
+    topic_state: GroupTopics = field(default_factory=lambda: EMPTY_GROUP_TOPICS)
     live: dict[BrokerKey, BrokerLive] = field(default_factory=dict)
     filter_servers: dict[BrokerKey, list[str]] = field(default_factory=dict)
     # KVConfigManager's table: only the KV group (ingest.KV_KEY) has entries
@@ -127,6 +129,19 @@ class GroupRoutes:
     # (whatever removes a broker from `live` removes its entry: `_drop_live`).
     channels: dict[BrokerKey, tuple[str, ...]] = field(default_factory=dict)
 
+    # False: every fault is applied to the topic rows themselves, as before issue 36 (the
+    # reference the group-level state is tested against: tests/test_group_overlay.py)
+    group_level: ClassVar[bool] = True
+
+    @property
+    def topics(self) -> TopicTable:
+        """The group's topicQueueTable slice: present ? perm_op(base ∩ covered) : {}."""
+        return self.topic_state.effective()
+
+    @topics.setter
+    def topics(self, table: TopicTable) -> None:
+        self.topic_state = self.topic_state.with_effective(table)
+
     def is_empty(self) -> bool:
         return not (
             self.broker_data
@@ -136,6 +151,11 @@ class GroupRoutes:
             or self.filter_servers
             or self.kv
         )
+
+    def keeps_nothing(self) -> bool:
+        """Empty, and no base to keep either: the group's state can go. An absent group keeps
+        its base, so its return with the same table is O(1) (core/overlay.py)."""
+        return self.is_empty() and not self.topic_state.base
 
     # -- REGISTER_BROKER ------------------------------------------------------------------
     def register(self, event: RegisterEvent, now: int, flags: RouteFlags) -> bool:
@@ -200,15 +220,19 @@ class GroupRoutes:
         group's routes (isTopicConfigChanged). Each path first tries its shortcuts, which
         decide "nothing changes" without decoding the registration's table."""
         table = event.topicConfigTable
-        if flags.delete_topic_with_broker_registration:
-            self._drop_topics_not_in(table)
         wipe_write = (
             is_prime_slave
             and self.broker_data is not None
             and self.broker_data.enable_acting_master
         )
         previous = self.live.get((event.clusterName, event.brokerAddr))
-        if register_first or previous is None or previous.data_version != version:
+        full = register_first or previous is None or previous.data_version != version
+        drop = flags.delete_topic_with_broker_registration
+        if self._base_returns(table, wipe_write, full, drop):
+            return
+        if drop:
+            self._drop_topics_not_in(table)
+        if full:
             plan = self._every_config(table, wipe_write)
         else:
             plan = self._missing_configs(table)
@@ -306,6 +330,56 @@ class GroupRoutes:
             # a new table, holding every config of the registration (RocketMQ sets them all)
             self.topics.holds = (plan.table_ref, wipe_write)
 
+    def _base_returns(
+        self, table: object, wipe_write: bool, full: bool, drop_unlisted: bool
+    ) -> bool:
+        """O(1), by reference: the registration's configs, applied as RocketMQ applies them,
+        make the group's slice exactly its base under ID or WIPE (a return with the table it
+        left with, a prime slave's acting-master wipe, the master's return after it, a new
+        dataVersion after an admin WIPE). Sets the overlay and says so; False: decide by rows.
+
+        Exact: the base holds every config of the registration as applied with a known wipe
+        flag (`holds`, or the no-op memo, by content) and has as many topics, so its names are
+        the registration's. A full application sets every config, so the slice becomes those
+        rows (wiped for a prime slave) whatever it held before: its names are the base's or
+        fewer. A same-dataVersion registration applies only missing topics: none are missing
+        while the whole base is present."""
+        table_ref = getattr(table, "ref", None)
+        state = self.topic_state
+        if not self.group_level or table_ref is None or not state.base:
+            return False
+        held_wiped = self._base_holds(table_ref)
+        if held_wiped is None:
+            return False
+        same_names = len(state.base) == len(table)  # type: ignore[arg-type]  # a topic table
+        if not full:
+            whole = state.overlay.present and state.overlay.covered is None
+            return whole and (same_names or not drop_unlisted)
+        if not same_names:
+            return False
+        if held_wiped == wipe_write:
+            op = PermOp.ID
+        elif wipe_write:
+            op = PermOp.WIPE  # the base holds the configs unwiped; a prime slave wipes them
+        else:
+            return False  # the base holds them wiped: unwiped rows are no op of it
+        self.topic_state = state.returned(op)
+        return True
+
+    def _base_holds(self, table_ref: str) -> bool | None:
+        """With which wipe flag the base holds every config of that registration (None: not
+        known to)."""
+        base = self.topic_state.base
+        if base.holds is not None:
+            return base.holds[1] if base.holds[0] == table_ref else None
+        held_ref = base.content_ref()
+        if held_ref is None:
+            return None
+        for wiped in (False, True):
+            if (held_ref, table_ref, wiped) in _NO_OP_APPLICATIONS:
+                return wiped
+        return None
+
     # -- BROKER_HEARTBEAT -----------------------------------------------------------------
     def heartbeat(self, cluster: str, addr: str, now: int) -> bool:
         live = self.live.get((cluster, addr))
@@ -353,9 +427,12 @@ class GroupRoutes:
             # The group is gone: its name leaves the cluster and every topic.
             self.broker_data = None
             self.clusters.discard(cluster)
-            self.topics = EMPTY_TOPICS
+            if self.group_level:
+                self.topic_state = self.topic_state.removed()
+            else:
+                self.topics = EMPTY_TOPICS
         elif data.enable_acting_master and min(data.broker_addrs) > MASTER_ID:
-            self.topics = self.topics.mapped(_without_write)
+            self._write_perm(PermOp.WIPE)
 
     # -- scanNotActiveBroker + onChannelDestroy -------------------------------------------
     def expire(self, now: int) -> list[tuple[BrokerKey, int]]:
@@ -387,10 +464,16 @@ class GroupRoutes:
     # -- administrative requests (contract §2) ---------------------------------------------
     def write_perm(self, wipe: bool) -> int:
         """operateWritePermOfBroker: wipe clears PERM_WRITE, add sets RW; returns the count."""
-        if not self.topics:
-            return 0
-        self.topics = self.topics.mapped(_without_write if wipe else _read_write)
-        return len(self.topics)
+        size = self.topic_state.size()
+        if size:
+            self._write_perm(PermOp.WIPE if wipe else PermOp.RW)
+        return size
+
+    def _write_perm(self, op: PermOp) -> None:
+        if self.group_level:
+            self.topic_state = self.topic_state.perm_changed(op)
+        else:
+            self.topics = self.topics.mapped(_without_write if op is PermOp.WIPE else _read_write)
 
     def delete_topic(self, topic: str, cluster: str | None) -> bool:
         """deleteTopic: everywhere, or only if this brokerName is in clusterAddrTable[cluster]."""
@@ -398,7 +481,10 @@ class GroupRoutes:
             cluster is not None and cluster not in self.clusters
         ):
             return False
-        self.topics = self.topics.without([topic])
+        if self.group_level:
+            self.topic_state = self.topic_state.without([topic])
+        else:
+            self.topics = self.topics.without([topic])
         return True
 
     def next_deadline(self) -> int | None:

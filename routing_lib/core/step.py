@@ -243,7 +243,7 @@ def _save(
     clock_json, topics = encode_clock(clock)
     topics_value = stored(topics)
     if topics_value is not topics:  # stored as content: now known by reference
-        remember_held_registration(clock.routes.topics, topics_value)
+        remember_held_registration(clock.routes.topic_state.base, topics_value)
     if not config.history:
         return SavedGroup(clock_json, topics_value, None, None)
     history_json, topic_history = encode_history(tracker)

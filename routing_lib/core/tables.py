@@ -5,7 +5,7 @@ keys) are described in routing_lib/core/catalog.py; the names are re-exported he
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 # the tables' names are re-exported (`as`): the job, readers and tests import them from here
@@ -20,6 +20,7 @@ from routing_lib.core.catalog import PROGRESS as PROGRESS
 from routing_lib.core.catalog import ROUTE_SPECS, names
 from routing_lib.core.catalog import TOPIC_QUEUE as TOPIC_QUEUE
 from routing_lib.core.group_routes import BrokerData, BrokerKey, BrokerLive, GroupRoutes
+from routing_lib.core.overlay import EMPTY_GROUP_TOPICS, GroupTopics
 from routing_lib.core.topic_table import EMPTY_TOPICS, QueueData, TopicTable
 
 Row = dict[str, Any]
@@ -51,6 +52,8 @@ class RoutesSnapshot:
     live: dict[BrokerKey, BrokerLive]
     filter_servers: dict[BrokerKey, tuple[str, ...]]
     kv: dict[tuple[str, str | None], str | None]  # (namespace, key or None) -> value
+    # the topics' base + overlay (immutable and shared): `topics` is its effective slice
+    topic_state: GroupTopics = field(default_factory=lambda: EMPTY_GROUP_TOPICS)
 
     @staticmethod
     def of(routes: GroupRoutes) -> RoutesSnapshot:
@@ -61,6 +64,7 @@ class RoutesSnapshot:
             live=dict(routes.live),
             filter_servers={k: tuple(v) for k, v in routes.filter_servers.items()},
             kv=_kv_entries(routes.kv) if routes.kv else {},
+            topic_state=routes.topic_state,
         )
 
 
