@@ -608,14 +608,21 @@ class HistoryTracker:
         return out
 
     def advance(
-        self, clock: GroupClock, watermark: int, flags: RouteFlags
+        self,
+        clock: GroupClock,
+        watermark: int,
+        flags: RouteFlags,
+        observe: Callable[[Transition], None] | None = None,
     ) -> tuple[Advance, list[HistoryChange]]:
         """clock.advance(watermark, flags), plus the history changes of what it did
-        (compacted: at most one change per row identity, ready for one MERGE)."""
+        (compacted: at most one change per row identity, ready for one MERGE). `observe`
+        sees every transition too (the step's group-level facts: core/group_facts.py)."""
         advance = Advance()
         changes: list[HistoryChange] = []
         for transition in iter_transitions(clock, watermark, flags, advance):
             changes += self.record(transition)
+            if observe is not None:
+                observe(transition)
         return advance, compact_changes(changes)
 
     def is_idle(self) -> bool:

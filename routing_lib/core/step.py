@@ -34,6 +34,7 @@ from routing_lib.core.admin import (
 from routing_lib.core.clock import Advance, Arrival, GroupClock
 from routing_lib.core.codec import decode_clock, encode_clock
 from routing_lib.core.content import CONTENT, CONTENT_FAILURES, ContentBackend
+from routing_lib.core.group_facts import FactRecorder, GroupFact
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags, remember_held_registration
 from routing_lib.core.history import HistoryTracker, decode_history, encode_history, event_date
 from routing_lib.core.rows import WRITES, RowKind, RowOp, StepRow, internal_error_reason
@@ -111,6 +112,10 @@ class StepResult:
     # The smallest watermark at which the group's step must run again (None: at none). The
     # Spark adapter turns it into a state timeout (routing_lib/spark/watermark.py).
     wake_up: int | None
+    # The group-level facts of the step's transitions (core/group_facts.py: one overlay change
+    # per fault, base rows per changed topic), with history on; the rows above stay as
+    # before (today's writer); the facts are what a base + overlay layout stores.
+    facts: tuple[GroupFact, ...] = ()
 
 
 def json_array(rows: list[Row]) -> str:
@@ -141,6 +146,7 @@ class _GroupBatch:
     late: int = 0
     failed: int = 0
     fanned_out: int = 0
+    facts: FactRecorder | None = None
 
     def rows(self, advance: Advance, changes: int) -> list[StepRow]:
         bundled = [
@@ -193,6 +199,7 @@ def step_group(
     for row in rows:
         _take_row(clock, batch, row)
     advance = _advance(clock, tracker, target, config, batch)
+    facts = tuple(batch.facts.facts) if batch.facts is not None else ()
     changes = diff(group, before, RoutesSnapshot.of(clock.routes))
     for change in changes:
         if change.row is not None:
@@ -202,13 +209,13 @@ def step_group(
             batch.bundles[RowKind.CHANGE, change.table, RowOp.DELETE].append(key)
     out = batch.rows(advance, len(changes))
     if clock.is_idle() and tracker.is_idle():
-        return StepResult(out, None, None)
+        return StepResult(out, None, None, facts)
     state = _save(clock, tracker, config, content, backend)
     wake_up = timeout_at(clock, context.watermark, topics_grew(before_topics, clock.routes.topics))
     # A wake-up at or below the watermark is one `as_of` holds back: no later watermark helps.
     if wake_up is not None and wake_up <= context.watermark:
         wake_up = None
-    return StepResult(out, state, wake_up)
+    return StepResult(out, state, wake_up, facts)
 
 
 def _load(group: str, saved: SavedGroup | None) -> tuple[GroupClock, HistoryTracker]:
@@ -292,7 +299,8 @@ def _advance(
     """Move the group's clock to `target`, bundling history rows and dead-lettering the
     events whose application failed."""
     if config.history:
-        advance, history = tracker.advance(clock, target, config.flags)
+        batch.facts = FactRecorder(clock.routes.broker_name)
+        advance, history = tracker.advance(clock, target, config.flags, batch.facts.record)
         for h in history:
             batch.bundles[RowKind.HISTORY, h.table, h.op].append(h.row)
     else:

@@ -1,0 +1,348 @@
+"""Group-level facts of a step, and today's per-topic rows derived from them (issue 36).
+
+A step's transitions (core/history.py `Transition`) change a group's topics as base +
+overlay (core/overlay.py). Each transition that changes them emits:
+
+* one `GroupOverlayChange` when the overlay changed (a fault: an expiry, a return with the
+  same table, an unregister, a role switch, a perm change): O(1) whatever the group's size;
+* one `BaseRowChange` per topic whose base row changed (a topic change: O(changed topics)).
+
+Both carry the transition's time, its rank among the group's transitions at that instant
+(`seq`) and its cause (kind, broker address), which is what the history needs.
+
+Derivations, pure and exact against the per-topic layout:
+
+* `topic_queue_rows(base, overlays)`: topicQueueTable's rows from the base rows and one
+  overlay per group (what a view over the two stored tables computes);
+* `NormalisedHistory`: the facts as intervals, one table of base rows' intervals and one of
+  overlay intervals, each interval keyed by (valid_from, from_seq). Intervals that a later
+  transition of the same instant ends are kept (zero length): an effective row that changes
+  and changes back within one instant is a closed and a new version today, and only the
+  intermediate states say so;
+* `topic_route_history_rows(base, overlay)`: today's `topic_route_history` rows, row for row,
+  from those intervals (tests/test_group_facts.py holds them equal to HistoryTracker's).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from routing_lib.core.history import REGISTER, Transition, event_date
+from routing_lib.core.overlay import Overlay, PermOp
+from routing_lib.core.tables import Row
+from routing_lib.core.topic_table import QueueData, TopicTable
+
+Cause = tuple[str, str | None]  # (transition kind, the broker address it names)
+
+
+class GroupOverlayChange(NamedTuple):
+    group: str
+    present: bool
+    perm_op: PermOp
+    covered: frozenset[str] | None
+    event_time: int
+    seq: int
+    cause: Cause
+
+    @property
+    def overlay(self) -> Overlay:
+        return Overlay(self.present, self.perm_op, self.covered)
+
+
+class BaseRowChange(NamedTuple):
+    group: str
+    topic: str
+    row: QueueData | None  # None: the topic left the base
+    event_time: int
+    seq: int
+    cause: Cause
+
+
+GroupFact = GroupOverlayChange | BaseRowChange
+
+
+def _base_changes(old: TopicTable, new: TopicTable) -> tuple[list[str], list[str]]:
+    """(topics gone from the base, topics added or changed), sorted; C-level set operations
+    on the tables' items, names only when one side is empty."""
+    if old is new:
+        return [], []
+    if not new:
+        return sorted(old.names()), []
+    if not old:
+        return [], sorted(new.names())
+    old_rows, new_rows = old.rows(), new.rows()
+    if old_rows == new_rows:
+        return [], []
+    gone = sorted(old_rows.keys() - new_rows.keys())
+    changed = sorted(topic for topic, _ in new_rows.items() - old_rows.items())
+    return gone, changed
+
+
+def transition_facts(group: str, t: Transition, seq: int) -> list[GroupFact]:
+    """The facts of one transition of `group` (none when its topics did not change)."""
+    before, after = t.before.topic_state, t.after.topic_state
+    if before is after:
+        return []
+    cause = (t.kind, t.broker[1])
+    facts: list[GroupFact] = []
+    if before.base is not after.base:
+        gone, changed = _base_changes(before.base, after.base)
+        facts += [BaseRowChange(group, topic, None, t.time, seq, cause) for topic in gone]
+        if changed:
+            rows = after.base.rows()
+            facts += [
+                BaseRowChange(group, topic, rows[topic], t.time, seq, cause) for topic in changed
+            ]
+    if before.overlay != after.overlay:
+        o = after.overlay
+        facts.append(GroupOverlayChange(group, o.present, o.perm_op, o.covered, t.time, seq, cause))
+    return facts
+
+
+@dataclass
+class FactRecorder:
+    """Numbers a group's transitions within each instant and collects their facts. All
+    transitions of one instant happen in one clock advance (core/history.py), so a recorder
+    per advance numbers them the same way whatever the micro-batches."""
+
+    group: str
+    facts: list[GroupFact] = field(default_factory=list)
+    _instant: int | None = None
+    _seq: int = 0
+
+    def record(self, t: Transition) -> None:
+        if t.time != self._instant:
+            self._instant, self._seq = t.time, 0
+        self.facts += transition_facts(self.group, t, self._seq)
+        self._seq += 1
+
+
+# ---- topicQueueTable from base + overlay ------------------------------------------------------
+
+
+def topic_queue_rows(
+    base: dict[tuple[str, str], QueueData], overlays: dict[str, Overlay]
+) -> dict[tuple[str, str], Row]:
+    """topic_queue_table's rows keyed (topic, broker_name): each group's base rows under its
+    overlay (a group without an overlay row has a trivial one)."""
+    by_group: dict[str, dict[str, QueueData]] = defaultdict(dict)
+    for (group, topic), queue in base.items():
+        by_group[group][topic] = queue
+    out: dict[tuple[str, str], Row] = {}
+    for group, rows in by_group.items():
+        overlay = overlays.get(group, Overlay())
+        if not overlay.present:
+            continue
+        for topic, q in rows.items():
+            if overlay.covered is not None and topic not in overlay.covered:
+                continue
+            out[topic, group] = {
+                "topic": topic,
+                "broker_name": group,
+                "read_queue_nums": q.read_queue_nums,
+                "write_queue_nums": q.write_queue_nums,
+                "perm": overlay.perm_op.apply(q.perm),
+                "topic_sys_flag": q.topic_sys_flag,
+            }
+    return out
+
+
+@dataclass
+class RouteState:
+    """The two stored route tables of a base + overlay layout, kept from the facts: base rows
+    by (group, topic), one overlay per group."""
+
+    base: dict[tuple[str, str], QueueData] = field(default_factory=dict)
+    overlays: dict[str, Overlay] = field(default_factory=dict)
+    rows_written: int = 0  # base rows upserted or deleted + overlay rows written
+
+    def apply(self, facts: Iterable[GroupFact]) -> None:
+        for fact in facts:
+            self.rows_written += 1
+            if isinstance(fact, GroupOverlayChange):
+                self.overlays[fact.group] = fact.overlay
+            elif fact.row is None:
+                self.base.pop((fact.group, fact.topic), None)
+            else:
+                self.base[fact.group, fact.topic] = fact.row
+
+
+# ---- history: intervals of the base rows and of the overlays ------------------------------------
+
+
+Point = tuple[int, int]  # (event_time, seq): a transition's place in the group's order
+
+
+class Interval(NamedTuple):
+    """A version of a base row (value: QueueData) or of an overlay (value: Overlay), from one
+    transition to the next one that changed it (end None: current)."""
+
+    start: Point
+    start_cause: Cause
+    value: object
+    end: Point | None
+    end_cause: Cause | None
+
+
+@dataclass
+class NormalisedHistory:
+    """Base-row intervals keyed (group, topic) and overlay intervals keyed by group, each a
+    list in order; what the next session stores in Delta (one overlay row per fault)."""
+
+    base: dict[tuple[str, str], list[Interval]] = field(default_factory=lambda: defaultdict(list))
+    overlay: dict[str, list[Interval]] = field(default_factory=lambda: defaultdict(list))
+    rows_written: int = 0  # interval rows opened or closed
+
+    def apply(self, facts: Iterable[GroupFact]) -> None:
+        for fact in facts:
+            point = (fact.event_time, fact.seq)
+            if isinstance(fact, GroupOverlayChange):
+                self._change(self.overlay[fact.group], point, fact.cause, fact.overlay)
+            else:
+                self._change(self.base[fact.group, fact.topic], point, fact.cause, fact.row)
+
+    def _change(self, intervals: list[Interval], point: Point, cause: Cause, value: object) -> None:
+        if intervals and intervals[-1].end is None:
+            intervals[-1] = intervals[-1]._replace(end=point, end_cause=cause)
+            self.rows_written += 1
+        if value is not None:
+            intervals.append(Interval(point, cause, value, None, None))
+            self.rows_written += 1
+
+
+_ADMIN_REASONS = {
+    "WIPE_WRITE_PERM": "PERM_WIPED",
+    "ADD_WRITE_PERM": "PERM_ADDED",
+    "DELETE_TOPIC": "TOPIC_DELETED",
+}
+
+
+def _end_reason(kind: str, kept: bool) -> str:
+    admin = _ADMIN_REASONS.get(kind)
+    if admin:
+        return admin
+    if kind == REGISTER:
+        return "CONFIG_CHANGED" if kept else "TOPIC_DELETED"
+    return "PERM_WIPED" if kept else "GROUP_REMOVED"
+
+
+def _start_reason(kind: str, kept: bool) -> str:
+    admin = _ADMIN_REASONS.get(kind)
+    if admin:
+        return admin
+    if not kept:
+        return "TOPIC_ADDED"
+    return "CONFIG_CHANGED" if kind == REGISTER else "PERM_WIPED"
+
+
+def _value_at(intervals: list[Interval], point: Point) -> object:
+    """The value of the interval holding `point` (a start at the point counts), or None."""
+    for interval in reversed(intervals):
+        if interval.start <= point:
+            return interval.value if interval.end is None or point < interval.end else None
+    return None
+
+
+def _effective(queue: object, overlay: object) -> QueueData | None:
+    """A base row under an overlay (covered is by name: the caller filters it)."""
+    if not isinstance(queue, QueueData):
+        return None
+    o = overlay if isinstance(overlay, Overlay) else Overlay()
+    return o.perm_op.queue(queue) if o.present else None
+
+
+def _topic_rows(
+    group: str, topic: str, base: list[Interval], overlays: list[Interval]
+) -> Iterator[Row]:
+    """topic_route_history rows of one (topic, group): walk the points where its base row or
+    the group's overlay changed, in order; a version ends where the effective row changes,
+    and a version that starts and ends at one instant never showed in any State(T)."""
+    causes: dict[Point, Cause] = {}
+    for interval in (*base, *overlays):
+        causes[interval.start] = interval.start_cause
+        if interval.end is not None:
+            assert interval.end_cause is not None
+            causes[interval.end] = interval.end_cause
+    current: QueueData | None = None
+    opened: tuple[Point, Cause, QueueData, bool] | None = None  # start, cause, row, kept
+    for point in sorted(causes):
+        overlay = _value_at(overlays, point)
+        queue = _value_at(base, point)
+        if isinstance(overlay, Overlay) and overlay.covered is not None:
+            queue = queue if topic in overlay.covered else None
+        value = _effective(queue, overlay)
+        if value == current:
+            continue
+        kind, addr = causes[point]
+        if opened is not None:
+            start, start_cause, row, kept = opened
+            if start[0] != point[0]:  # zero length in time: dropped, as the tracker does
+                yield _history_row(
+                    group,
+                    topic,
+                    start,
+                    start_cause,
+                    row,
+                    kept,
+                    point,
+                    causes[point],
+                    value is not None,
+                )
+            opened = None
+        if value is not None:
+            opened = (point, (kind, addr), value, current is not None)
+        current = value
+    if opened is not None:
+        start, start_cause, row, kept = opened
+        yield _history_row(group, topic, start, start_cause, row, kept, None, None, False)
+
+
+def _history_row(
+    group: str,
+    topic: str,
+    start: Point,
+    start_cause: Cause,
+    q: QueueData,
+    kept_at_start: bool,
+    end: Point | None,
+    end_cause: Cause | None,
+    kept_at_end: bool,
+) -> Row:
+    row: Row = {
+        "topic": topic,
+        "broker_name": group,
+        "valid_from": start[0],
+        "read_queue_nums": q.read_queue_nums,
+        "write_queue_nums": q.write_queue_nums,
+        "perm": q.perm,
+        "topic_sys_flag": q.topic_sys_flag,
+        "valid_to": None,
+        "started_by": _start_reason(start_cause[0], kept_at_start),
+        "start_event": start_cause[0],
+        "start_broker_addr": start_cause[1],
+        "event_date": event_date(start[0]),
+        "ended_by": None,
+        "end_event": None,
+        "end_broker_addr": None,
+    }
+    if end is not None and end_cause is not None:
+        row["valid_to"] = end[0]
+        row["ended_by"] = _end_reason(end_cause[0], kept_at_end)
+        row["end_event"] = end_cause[0]
+        row["end_broker_addr"] = end_cause[1]
+    return row
+
+
+def topic_route_history_rows(
+    base: dict[tuple[str, str], list[Interval]], overlay: dict[str, list[Interval]]
+) -> list[Row]:
+    """Today's topic_route_history rows from the normalised intervals: a base row's versions
+    under the overlay valid at each point (an as-of at T joins the overlay interval valid at
+    T, at most one per group, with the base intervals valid at T)."""
+    rows: list[Row] = []
+    for (group, topic), intervals in base.items():
+        rows += _topic_rows(group, topic, intervals, overlay.get(group, []))
+    return rows

@@ -1,0 +1,289 @@
+"""The step's group-level facts (routing_lib/core/group_facts.py, issue 36) against its rows.
+
+Drawn and seeded histories in micro-batches through the shipped step (tests/support/
+stream_model.py): the base rows and overlays kept from the facts give the published
+topic_queue_table after every batch, and the normalised history (base-row intervals, overlay
+intervals) gives topic_route_history row for row, as HistoryTracker's changes leave it. A
+fault of a 10 000-topic group writes a handful of rows in that layout.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable
+
+from hypothesis import given
+
+from routing_lib.core.catalog import TOPIC_ROUTE_HISTORY
+from routing_lib.core.group_facts import (
+    BaseRowChange,
+    GroupOverlayChange,
+    NormalisedHistory,
+    RouteState,
+    topic_queue_rows,
+    topic_route_history_rows,
+)
+from routing_lib.core.group_routes import DEFAULT_FLAGS, RouteFlags
+from routing_lib.core.history import HISTORY_IDENTITY
+from routing_lib.core.overlay import PermOp
+from routing_lib.core.rows import RowKind, RowOp, StepRow
+from routing_lib.core.step import (
+    BatchContext,
+    InputRow,
+    SavedGroup,
+    StepConfig,
+    step_group,
+)
+from routing_lib.core.tables import TOPIC_QUEUE, Row, RowKey
+from routing_lib.core.wire import externalize, pack_event
+from schemas import parse_event
+from tests.support.event_strategies import History, histories, profile
+from tests.support.helpers import random_history, registration_modes, seeds
+from tests.support.stream_model import StreamModel
+
+
+class FactModel(StreamModel):
+    """The stream model, also keeping what the steps' facts and history rows build."""
+
+    def __init__(self, delay_ms: int, content_refs: bool, flags: RouteFlags) -> None:
+        super().__init__(delay_ms, content_refs, flags)
+        self.route_state = RouteState()
+        self.normalised = NormalisedHistory()
+        self.history: dict[RowKey, Row] = {}  # topic_route_history as the writer leaves it
+
+    def _step(self, key: str, rows: list[InputRow], context: BatchContext) -> list[StepRow]:
+        # StreamModel._step, keeping the result's facts
+        deletes = [e for e in self.log if e[1].eventTime > self.published]
+        result = step_group(
+            key,
+            self.states.get(key),
+            rows,
+            context,
+            self.config,
+            deletes,
+            (self.backend, self.min_chars),
+        )
+        if result.state is None:
+            self.states.pop(key, None)
+        else:
+            self.states[key] = result.state
+        if result.wake_up is not None:
+            self.wake_ups[key] = result.wake_up
+        self.route_state.apply(result.facts)
+        self.normalised.apply(result.facts)
+        self._history(result.rows)
+        return result.rows
+
+    def _history(self, out: Iterable[StepRow]) -> None:
+        identity = HISTORY_IDENTITY[TOPIC_ROUTE_HISTORY]
+        for step_row in out:
+            if step_row.kind != RowKind.HISTORY or step_row.table != TOPIC_ROUTE_HISTORY:
+                continue
+            for row in json.loads(step_row.row_json):
+                key = tuple(row[c] for c in identity)
+                if step_row.op == RowOp.DELETE:
+                    self.history.pop(key, None)
+                elif step_row.op == RowOp.CLOSE:
+                    self.history[key] = {**self.history[key], **row}
+                else:
+                    self.history[key] = row
+
+
+def _history_rows(rows: Iterable[Row]) -> dict[RowKey, Row]:
+    identity = HISTORY_IDENTITY[TOPIC_ROUTE_HISTORY]
+    out = {}
+    for row in rows:
+        key = tuple(row[c] for c in identity)
+        assert key not in out, f"two versions of one identity: {key}"
+        out[key] = json.loads(json.dumps(row))
+    return out
+
+
+def _check(model: FactModel, history: bool = True) -> None:
+    derived = topic_queue_rows(model.route_state.base, model.route_state.overlays)
+    assert derived == model.tables[TOPIC_QUEUE], "base + overlay != published topic_queue_table"
+    if not history:
+        return
+    want = _history_rows(model.history.values())
+    got = _history_rows(topic_route_history_rows(model.normalised.base, model.normalised.overlay))
+    assert got.keys() == want.keys()
+    assert got == want
+
+
+def _run(history: History, every_batch: bool = True) -> FactModel:
+    """The model over the history; the derived tables checked after every batch (the history
+    at the end only, unless `every_batch`)."""
+    events = [parse_event(json.dumps(record)) for record in history.records]
+    model = FactModel(history.delay_ms, history.content_refs, history.flags)
+    arrived = 0
+    for batch in history.batches:
+        model.batch([(events[arrived + n], ("file", arrived + n)) for n in range(len(batch))])
+        arrived += len(batch)
+        _check(model, every_batch)
+    model.finish(max(max(e.eventTime for e in events) - history.delay_ms, 0))
+    _check(model)
+    return model
+
+
+@profile()
+@given(histories())
+def test_drawn_histories_facts_give_the_published_tables_and_history(history: History) -> None:
+    _run(history)
+
+
+def test_seeded_fleet_histories_facts_give_the_published_tables_and_history() -> None:
+    from routelake_dev.simulator import with_admin_events
+
+    overlay_facts = 0
+    for seed in seeds(4):
+        rng = random.Random(seed)
+        records = registration_modes(random_history(seed, rng), rng)
+        records = with_admin_events(records, seed, every=rng.randint(4, 12))
+        sizes = [rng.randint(1, 40) for _ in range(len(records))]
+        history = History(records, 10_000, sizes, DEFAULT_FLAGS, content_refs=seed % 2 == 0)
+        model = _run(history, every_batch=False)
+        overlay_facts += sum(len(v) for v in model.normalised.overlay.values())
+    assert overlay_facts > 0
+
+
+# ---- rows written per fault of a 10 000-topic group ---------------------------------------------
+
+
+def _register(at: int, addr: str, broker_id: int, topics: int, perm: int = 6) -> dict:
+    return {
+        "eventType": "REGISTER",
+        "eventTime": at,
+        "clusterName": "C",
+        "brokerAddr": addr,
+        "brokerName": "big",
+        "brokerId": broker_id,
+        "enableActingMaster": True,
+        "heartbeatTimeoutMillis": 30_000,
+        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": at},
+        "topicConfigTable": {
+            f"topic-{i:05d}": {"topicName": f"topic-{i:05d}", "perm": perm} for i in range(topics)
+        },
+    }
+
+
+class FaultCounter:
+    """One group's step, fault by fault (each in its own batch), counting what each writes."""
+
+    def __init__(self) -> None:
+        self.saved: SavedGroup | None = None
+        self.watermark = 0
+        self.position = 0
+        self.route_state = RouteState()
+        self.normalised = NormalisedHistory()
+
+    def fault(self, records: list[dict], until: int) -> dict[str, int]:
+        rows = []
+        for record in records:
+            event = parse_event(json.dumps(record))
+            payload = externalize(pack_event(event), None, 0)
+            rows.append(InputRow(event.eventTime, ("file", self.position), payload))
+            self.position += 1
+        context = BatchContext(until, self.watermark)
+        result = step_group(
+            "big", self.saved, rows, context, StepConfig(DEFAULT_FLAGS), (), (None, 1 << 62)
+        )
+        self.saved, self.watermark = result.state, until
+        route_before = self.route_state.rows_written
+        history_before = self.normalised.rows_written
+        self.route_state.apply(result.facts)
+        self.normalised.apply(result.facts)
+        return {
+            "today route rows": _count(result.rows, RowKind.CHANGE, TOPIC_QUEUE),
+            "today history rows": _count(result.rows, RowKind.HISTORY, TOPIC_ROUTE_HISTORY),
+            "route rows": self.route_state.rows_written - route_before,
+            "history rows": self.normalised.rows_written - history_before,
+            "overlay facts": sum(isinstance(f, GroupOverlayChange) for f in result.facts),
+            "base facts": sum(isinstance(f, BaseRowChange) for f in result.facts),
+        }
+
+
+def _count(rows: list[StepRow], kind: RowKind, table: str) -> int:
+    return sum(len(json.loads(r.row_json)) for r in rows if r.kind == kind and r.table == table)
+
+
+def per_fault_rows(topics: int) -> dict[str, dict[str, int]]:
+    """Rows written per fault kind of one `topics`-topic group (bench/group_fault_rows.py)."""
+    master, slave = "10.0.0.1:10911", "10.0.0.2:10911"
+    counter = FaultCounter()
+    out: dict[str, dict[str, int]] = {}
+    t = 1_000
+    out["first registration"] = counter.fault(
+        [_register(t, master, 0, topics), _register(t, slave, 1, topics)], t
+    )
+    t = 20_000  # heartbeats keep both live until the fault
+    out["expiry"] = counter.fault([], t + 60_000)
+    t += 60_000
+    out["return"] = counter.fault(
+        [_register(t + 1, master, 0, topics), _register(t + 1, slave, 1, topics)], t + 1
+    )
+    t += 1
+    out["role switch (master gone: acting-master wipe)"] = counter.fault(
+        [{**_register(t + 1, master, 0, topics), "eventType": "UNREGISTER"}], t + 1
+    )
+    t += 1
+    out["master back (promotion undone)"] = counter.fault(
+        [_register(t + 1, master, 0, topics)], t + 1
+    )
+    t += 1
+    out["perm change (WIPE_WRITE_PERM)"] = counter.fault(
+        [{"eventType": "WIPE_WRITE_PERM", "eventTime": t + 1, "brokerName": "big"}], t + 1
+    )
+    t += 1
+    out["perm change (ADD_WRITE_PERM)"] = counter.fault(
+        [{"eventType": "ADD_WRITE_PERM", "eventTime": t + 1, "brokerName": "big"}], t + 1
+    )
+    t += 1
+    unregister = {**_register(t + 1, slave, 1, topics), "eventType": "UNREGISTER"}
+    master_gone = {**_register(t + 2, master, 0, topics), "eventType": "UNREGISTER"}
+    out["unregister (the group's last address)"] = counter.fault([unregister, master_gone], t + 2)
+    t += 2
+    out["return (again)"] = counter.fault([_register(t + 1, master, 0, topics)], t + 1)
+    t += 1
+    changed = _register(t + 1, master, 0, topics)
+    changed["topicConfigTable"]["topic-00000"]["perm"] = 4
+    changed["topicConfigTable"]["topic-new"] = {"topicName": "topic-new", "perm": 6}
+    out["topic change (one changed, one added)"] = counter.fault([changed], t + 1)
+    return out
+
+
+FAULTS = (
+    "expiry",
+    "return",
+    "role switch (master gone: acting-master wipe)",
+    "master back (promotion undone)",
+    "perm change (WIPE_WRITE_PERM)",
+    "perm change (ADD_WRITE_PERM)",
+    "unregister (the group's last address)",
+    "return (again)",
+)
+
+
+def test_a_fault_of_a_10000_topic_group_writes_at_most_ten_rows() -> None:
+    counts = per_fault_rows(10_000)
+    for fault in FAULTS:
+        got = counts[fault]
+        assert got["base facts"] == 0, (fault, got)
+        assert got["overlay facts"] == 1, (fault, got)
+        assert got["route rows"] <= 10 and got["history rows"] <= 10, (fault, got)
+        # what the per-topic layout writes for the same fault
+        assert got["today route rows"] >= 10_000 and got["today history rows"] >= 10_000
+    change = counts["topic change (one changed, one added)"]
+    assert change["base facts"] == 2 and change["overlay facts"] == 0, change
+    assert change["route rows"] == 2 and change["history rows"] == 3, change
+    assert counts["first registration"]["base facts"] == 10_000
+
+
+def test_perm_ops_in_facts_follow_the_faults() -> None:
+    counter = FaultCounter()
+    counter.fault([_register(1_000, "h:1", 0, 3)], 1_000)
+    wipe = {"eventType": "WIPE_WRITE_PERM", "eventTime": 1_001, "brokerName": "big"}
+    counter.fault([wipe], 1_001)
+    assert counter.route_state.overlays["big"].perm_op is PermOp.WIPE
+    counter.fault([{**wipe, "eventType": "ADD_WRITE_PERM", "eventTime": 1_002}], 1_002)
+    assert counter.route_state.overlays["big"].perm_op is PermOp.RW
