@@ -150,7 +150,11 @@ class GroupTopics:
             elif self.overlay.is_trivial():
                 self._effective = self.base
             else:
-                self._effective = TopicTable(effective_rows(self.base, self.overlay))
+                base, overlay = self.base, self.overlay
+                names = base.names()
+                if overlay.covered is not None:
+                    names = [name for name in names if name in overlay.covered]
+                self._effective = TopicTable.derived(lambda: effective_rows(base, overlay), names)
         return self._effective
 
     def size(self) -> int:

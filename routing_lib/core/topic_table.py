@@ -37,13 +37,15 @@ class QueueData(NamedTuple):
 
 
 class TopicTable(Mapping[str, QueueData]):
-    __slots__ = ("_rows", "_blob", "_names", "holds")
+    __slots__ = ("_rows", "_blob", "_names", "holds", "_derive")
     decodes: ClassVar[int] = 0  # blobs decoded in this process (tests count them)
 
     def __init__(self, rows: dict[str, QueueData] | None = None, *, blob: str | None = None):
         self._rows = rows if rows is not None or blob is not None else {}
         self._blob = blob
         self._names: list[str] | None = None
+        # rows computed on first use (a group's base under its overlay: core/overlay.py)
+        self._derive: Callable[[], dict[str, QueueData]] | None = None
         # (registration topics reference, write wiped) whose every config this table holds,
         # as applied: applying that registration again changes nothing (an application only
         # sets rows, so applying it twice is applying it once). Set by the state machine on
@@ -54,8 +56,18 @@ class TopicTable(Mapping[str, QueueData]):
     def from_blob(blob: str) -> TopicTable:
         return TopicTable(None, blob=blob)
 
+    @staticmethod
+    def derived(rows: Callable[[], dict[str, QueueData]], names: list[str]) -> TopicTable:
+        """A table whose names are known and whose rows are computed on first use: a step
+        that only refreshes a heartbeat never computes them."""
+        table = TopicTable({})
+        table._rows, table._derive, table._names = None, rows, names
+        return table
+
     # -- reading ---------------------------------------------------------------------------
     def _table(self) -> dict[str, QueueData]:
+        if self._rows is None and self._derive is not None:
+            self._rows, self._derive = self._derive(), None
         if self._rows is None:
             TopicTable.decodes += 1
             rows = json.loads(self._blob.partition(RS)[2]) if self._blob else []
@@ -116,7 +128,7 @@ class TopicTable(Mapping[str, QueueData]):
     def blob(self) -> str:
         """The encoded form: the blob this table was decoded from, if it never changed."""
         if self._blob is None:
-            rows = self._rows or {}
+            rows = self._table()
             # a QueueData is a tuple: JSON writes it as the array
             # [readQueueNums, writeQueueNums, perm, topicSysFlag]
             self._blob = US.join(rows) + RS + json.dumps(list(rows.values()), separators=(",", ":"))
