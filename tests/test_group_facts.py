@@ -15,10 +15,9 @@ from collections.abc import Iterable
 
 from hypothesis import given
 
+from bench.group_fault_rows import FAULTS, FaultCounter, per_fault_rows, register_record
 from routing_lib.core.catalog import TOPIC_ROUTE_HISTORY
 from routing_lib.core.group_facts import (
-    BaseRowChange,
-    GroupOverlayChange,
     NormalisedHistory,
     RouteState,
     topic_queue_rows,
@@ -31,12 +30,9 @@ from routing_lib.core.rows import RowKind, RowOp, StepRow
 from routing_lib.core.step import (
     BatchContext,
     InputRow,
-    SavedGroup,
-    StepConfig,
     step_group,
 )
 from routing_lib.core.tables import TOPIC_QUEUE, Row, RowKey
-from routing_lib.core.wire import externalize, pack_event
 from schemas import parse_event
 from tests.support.event_strategies import History, histories, profile
 from tests.support.helpers import random_history, registration_modes, seeds
@@ -148,120 +144,7 @@ def test_seeded_fleet_histories_facts_give_the_published_tables_and_history() ->
 
 
 # ---- rows written per fault of a 10 000-topic group ---------------------------------------------
-
-
-def _register(at: int, addr: str, broker_id: int, topics: int, perm: int = 6) -> dict:
-    return {
-        "eventType": "REGISTER",
-        "eventTime": at,
-        "clusterName": "C",
-        "brokerAddr": addr,
-        "brokerName": "big",
-        "brokerId": broker_id,
-        "enableActingMaster": True,
-        "heartbeatTimeoutMillis": 30_000,
-        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": at},
-        "topicConfigTable": {
-            f"topic-{i:05d}": {"topicName": f"topic-{i:05d}", "perm": perm} for i in range(topics)
-        },
-    }
-
-
-class FaultCounter:
-    """One group's step, fault by fault (each in its own batch), counting what each writes."""
-
-    def __init__(self) -> None:
-        self.saved: SavedGroup | None = None
-        self.watermark = 0
-        self.position = 0
-        self.route_state = RouteState()
-        self.normalised = NormalisedHistory()
-
-    def fault(self, records: list[dict], until: int) -> dict[str, int]:
-        rows = []
-        for record in records:
-            event = parse_event(json.dumps(record))
-            payload = externalize(pack_event(event), None, 0)
-            rows.append(InputRow(event.eventTime, ("file", self.position), payload))
-            self.position += 1
-        context = BatchContext(until, self.watermark)
-        result = step_group(
-            "big", self.saved, rows, context, StepConfig(DEFAULT_FLAGS), (), (None, 1 << 62)
-        )
-        self.saved, self.watermark = result.state, until
-        route_before = self.route_state.rows_written
-        history_before = self.normalised.rows_written
-        self.route_state.apply(result.facts)
-        self.normalised.apply(result.facts)
-        return {
-            "today route rows": _count(result.rows, RowKind.CHANGE, TOPIC_QUEUE),
-            "today history rows": _count(result.rows, RowKind.HISTORY, TOPIC_ROUTE_HISTORY),
-            "route rows": self.route_state.rows_written - route_before,
-            "history rows": self.normalised.rows_written - history_before,
-            "overlay facts": sum(isinstance(f, GroupOverlayChange) for f in result.facts),
-            "base facts": sum(isinstance(f, BaseRowChange) for f in result.facts),
-        }
-
-
-def _count(rows: list[StepRow], kind: RowKind, table: str) -> int:
-    return sum(len(json.loads(r.row_json)) for r in rows if r.kind == kind and r.table == table)
-
-
-def per_fault_rows(topics: int) -> dict[str, dict[str, int]]:
-    """Rows written per fault kind of one `topics`-topic group (bench/group_fault_rows.py)."""
-    master, slave = "10.0.0.1:10911", "10.0.0.2:10911"
-    counter = FaultCounter()
-    out: dict[str, dict[str, int]] = {}
-    t = 1_000
-    out["first registration"] = counter.fault(
-        [_register(t, master, 0, topics), _register(t, slave, 1, topics)], t
-    )
-    t = 20_000  # heartbeats keep both live until the fault
-    out["expiry"] = counter.fault([], t + 60_000)
-    t += 60_000
-    out["return"] = counter.fault(
-        [_register(t + 1, master, 0, topics), _register(t + 1, slave, 1, topics)], t + 1
-    )
-    t += 1
-    out["role switch (master gone: acting-master wipe)"] = counter.fault(
-        [{**_register(t + 1, master, 0, topics), "eventType": "UNREGISTER"}], t + 1
-    )
-    t += 1
-    out["master back (promotion undone)"] = counter.fault(
-        [_register(t + 1, master, 0, topics)], t + 1
-    )
-    t += 1
-    out["perm change (WIPE_WRITE_PERM)"] = counter.fault(
-        [{"eventType": "WIPE_WRITE_PERM", "eventTime": t + 1, "brokerName": "big"}], t + 1
-    )
-    t += 1
-    out["perm change (ADD_WRITE_PERM)"] = counter.fault(
-        [{"eventType": "ADD_WRITE_PERM", "eventTime": t + 1, "brokerName": "big"}], t + 1
-    )
-    t += 1
-    unregister = {**_register(t + 1, slave, 1, topics), "eventType": "UNREGISTER"}
-    master_gone = {**_register(t + 2, master, 0, topics), "eventType": "UNREGISTER"}
-    out["unregister (the group's last address)"] = counter.fault([unregister, master_gone], t + 2)
-    t += 2
-    out["return (again)"] = counter.fault([_register(t + 1, master, 0, topics)], t + 1)
-    t += 1
-    changed = _register(t + 1, master, 0, topics)
-    changed["topicConfigTable"]["topic-00000"]["perm"] = 4
-    changed["topicConfigTable"]["topic-new"] = {"topicName": "topic-new", "perm": 6}
-    out["topic change (one changed, one added)"] = counter.fault([changed], t + 1)
-    return out
-
-
-FAULTS = (
-    "expiry",
-    "return",
-    "role switch (master gone: acting-master wipe)",
-    "master back (promotion undone)",
-    "perm change (WIPE_WRITE_PERM)",
-    "perm change (ADD_WRITE_PERM)",
-    "unregister (the group's last address)",
-    "return (again)",
-)
+# (bench/group_fault_rows.py prints the same counts)
 
 
 def test_a_fault_of_a_10000_topic_group_writes_at_most_ten_rows() -> None:
@@ -281,7 +164,7 @@ def test_a_fault_of_a_10000_topic_group_writes_at_most_ten_rows() -> None:
 
 def test_perm_ops_in_facts_follow_the_faults() -> None:
     counter = FaultCounter()
-    counter.fault([_register(1_000, "h:1", 0, 3)], 1_000)
+    counter.fault([register_record(1_000, "h:1", 0, 3)], 1_000)
     wipe = {"eventType": "WIPE_WRITE_PERM", "eventTime": 1_001, "brokerName": "big"}
     counter.fault([wipe], 1_001)
     assert counter.route_state.overlays["big"].perm_op is PermOp.WIPE

@@ -1,0 +1,191 @@
+"""Rows a fault of one large broker group writes, per fault kind: today's per-topic layout
+against base + overlay (routing_lib/core/group_facts.py, issue 36), without Spark.
+
+    .venv/bin/python -m bench.group_fault_rows --topics 10000
+
+One group (a master and a slave, acting master enabled) goes through: its first
+registration, an expiry, a return with the same table, the master's unregister (the
+acting-master wipe), the master's return, an admin WIPE_WRITE_PERM and ADD_WRITE_PERM, an
+unregister of both addresses, a return, and a topic change (one topic's perm changed, one
+topic added). Each fault is one micro-batch of the shipped step (`step_group`, topic tables
+as content references, as stage one sends them). Printed per fault:
+
+* today: topic_queue_table rows changed and topic_route_history rows written (upserts,
+  closes, deletes) by the step's rows;
+* base + overlay: route rows written (base rows upserted or deleted + overlay rows) and
+  history rows written (base-row and overlay intervals opened or closed), from the step's
+  group-level facts; and the facts themselves (overlay changes, base-row changes).
+
+Counts do not depend on the machine's load; the wall time per fault is printed for scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from routing_lib.core.catalog import TOPIC_ROUTE_HISTORY
+from routing_lib.core.group_facts import (
+    BaseRowChange,
+    GroupOverlayChange,
+    NormalisedHistory,
+    RouteState,
+)
+from routing_lib.core.group_routes import DEFAULT_FLAGS
+from routing_lib.core.rows import RowKind, StepRow
+from routing_lib.core.step import BatchContext, InputRow, SavedGroup, StepConfig, step_group
+from routing_lib.core.tables import TOPIC_QUEUE
+from routing_lib.core.wire import externalize, pack_event
+from schemas import parse_event
+
+GROUP = "big"
+MASTER, SLAVE = "10.0.0.1:10911", "10.0.0.2:10911"
+INLINE = 1 << 62  # state values stay inline (no content folder): counts are the same
+
+FAULTS = (
+    "expiry",
+    "return",
+    "role switch (master gone: acting-master wipe)",
+    "master back (promotion undone)",
+    "perm change (WIPE_WRITE_PERM)",
+    "perm change (ADD_WRITE_PERM)",
+    "unregister (the group's last address)",
+    "return (again)",
+)
+
+
+def register_record(at: int, addr: str, broker_id: int, topics: int) -> dict[str, Any]:
+    """A REGISTER of the group's `topics` writable topics (30 s heartbeat timeout)."""
+    return {
+        "eventType": "REGISTER",
+        "eventTime": at,
+        "clusterName": "C",
+        "brokerAddr": addr,
+        "brokerName": GROUP,
+        "brokerId": broker_id,
+        "enableActingMaster": True,
+        "heartbeatTimeoutMillis": 30_000,
+        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": at},
+        "topicConfigTable": {
+            f"topic-{i:05d}": {"topicName": f"topic-{i:05d}", "perm": 6} for i in range(topics)
+        },
+    }
+
+
+def _unregister(at: int, addr: str, broker_id: int) -> dict[str, Any]:
+    return {
+        "eventType": "UNREGISTER",
+        "eventTime": at,
+        "clusterName": "C",
+        "brokerAddr": addr,
+        "brokerName": GROUP,
+        "brokerId": broker_id,
+    }
+
+
+def _count(rows: list[StepRow], kind: RowKind, table: str) -> int:
+    return sum(len(json.loads(r.row_json)) for r in rows if r.kind == kind and r.table == table)
+
+
+class FaultCounter:
+    """One group's step, fault by fault (each in its own micro-batch), counting what each
+    writes in both layouts."""
+
+    def __init__(self) -> None:
+        self.saved: SavedGroup | None = None
+        self.watermark = 0
+        self.position = 0
+        self.route_state = RouteState()
+        self.normalised = NormalisedHistory()
+
+    def fault(self, records: list[dict[str, Any]], until: int) -> dict[str, float]:
+        rows = []
+        for record in records:
+            event = parse_event(json.dumps(record))
+            payload = externalize(pack_event(event), None, 0)  # a reference, as stage one
+            rows.append(InputRow(event.eventTime, ("file", self.position), payload))
+            self.position += 1
+        context = BatchContext(until, self.watermark)
+        started = time.perf_counter()
+        result = step_group(
+            GROUP, self.saved, rows, context, StepConfig(DEFAULT_FLAGS), (), (None, INLINE)
+        )
+        elapsed = time.perf_counter() - started
+        self.saved, self.watermark = result.state, until
+        route_before = self.route_state.rows_written
+        history_before = self.normalised.rows_written
+        self.route_state.apply(result.facts)
+        self.normalised.apply(result.facts)
+        return {
+            "today route rows": _count(result.rows, RowKind.CHANGE, TOPIC_QUEUE),
+            "today history rows": _count(result.rows, RowKind.HISTORY, TOPIC_ROUTE_HISTORY),
+            "route rows": self.route_state.rows_written - route_before,
+            "history rows": self.normalised.rows_written - history_before,
+            "overlay facts": sum(isinstance(f, GroupOverlayChange) for f in result.facts),
+            "base facts": sum(isinstance(f, BaseRowChange) for f in result.facts),
+            "step s": elapsed,
+        }
+
+
+def per_fault_rows(topics: int) -> dict[str, dict[str, float]]:
+    """What each fault kind writes for one `topics`-topic group (see the module doc)."""
+    counter = FaultCounter()
+    out: dict[str, dict[str, float]] = {}
+    t = 1_000
+    out["first registration"] = counter.fault(
+        [register_record(t, MASTER, 0, topics), register_record(t, SLAVE, 1, topics)], t
+    )
+    t += 60_000  # no heartbeat: both expire together
+    out["expiry"] = counter.fault([], t)
+    both = [register_record(t + 1, MASTER, 0, topics), register_record(t + 1, SLAVE, 1, topics)]
+    out["return"] = counter.fault(both, t + 1)
+    t += 1
+    fault = "role switch (master gone: acting-master wipe)"
+    out[fault] = counter.fault([_unregister(t + 1, MASTER, 0)], t + 1)
+    t += 1
+    out["master back (promotion undone)"] = counter.fault(
+        [register_record(t + 1, MASTER, 0, topics)], t + 1
+    )
+    t += 1
+    wipe = {"eventType": "WIPE_WRITE_PERM", "eventTime": t + 1, "brokerName": GROUP}
+    out["perm change (WIPE_WRITE_PERM)"] = counter.fault([wipe], t + 1)
+    t += 1
+    add = {**wipe, "eventType": "ADD_WRITE_PERM", "eventTime": t + 1}
+    out["perm change (ADD_WRITE_PERM)"] = counter.fault([add], t + 1)
+    t += 1
+    out["unregister (the group's last address)"] = counter.fault(
+        [_unregister(t + 1, SLAVE, 1), _unregister(t + 2, MASTER, 0)], t + 2
+    )
+    t += 2
+    out["return (again)"] = counter.fault([register_record(t + 1, MASTER, 0, topics)], t + 1)
+    t += 1
+    changed = register_record(t + 1, MASTER, 0, topics)
+    changed["topicConfigTable"]["topic-00000"]["perm"] = 4
+    changed["topicConfigTable"]["topic-new"] = {"topicName": "topic-new", "perm": 6}
+    out["topic change (one changed, one added)"] = counter.fault([changed], t + 1)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--topics", type=int, default=10_000)
+    args = parser.parse_args()
+    columns = [
+        "today route rows",
+        "today history rows",
+        "route rows",
+        "history rows",
+        "overlay facts",
+        "base facts",
+    ]
+    print(f"| fault ({args.topics} topics) | " + " | ".join(columns) + " | step s |")
+    print("|---" * (len(columns) + 2) + "|")
+    for fault, counts in per_fault_rows(args.topics).items():
+        cells = " | ".join(f"{int(counts[c])}" for c in columns)
+        print(f"| {fault} | {cells} | {counts['step s']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
