@@ -38,7 +38,7 @@ from routing_lib.core.rows import RowKind, StepRow
 from routing_lib.core.step import BatchContext, InputRow, SavedGroup, StepConfig, step_group
 from routing_lib.core.tables import TOPIC_QUEUE
 from routing_lib.core.wire import externalize, pack_event
-from schemas import parse_event
+from schemas import TickEvent, parse_event
 
 GROUP = "big"
 MASTER, SLAVE = "10.0.0.1:10911", "10.0.0.2:10911"
@@ -104,6 +104,7 @@ class FaultCounter:
         rows = []
         for record in records:
             event = parse_event(json.dumps(record))
+            assert not isinstance(event, TickEvent)
             payload = externalize(pack_event(event), None, 0)  # a reference, as stage one
             rows.append(InputRow(event.eventTime, ("file", self.position), payload))
             self.position += 1
