@@ -245,3 +245,35 @@ def test_faults_of_a_10000_topic_group_change_the_overlay_only() -> None:
     # expiry is the same removal
     routes.expire(4 + 120_001)
     check(PermOp.ID, present=False)
+
+
+# ---- the state encoding -------------------------------------------------------------------
+
+
+def test_a_trivial_overlay_saves_the_state_as_before_and_others_round_trip() -> None:
+    from routing_lib.core.clock import GroupClock
+    from routing_lib.core.codec import decode_clock, encode_clock
+
+    routes = GroupRoutes("big")
+    routes.register(_big_register(1, "10.0.0.1:10911", 0), 1, DEFAULT_FLAGS)  # type: ignore[arg-type]
+    text, blob = encode_clock(GroupClock(routes))
+    assert json.loads(text)["v"] == 2 and "overlay" not in json.loads(text)  # as before
+    assert blob == routes.topics.blob()
+    for change in (
+        lambda r: r.write_perm(wipe=True),
+        lambda r: r.unregister("C", "10.0.0.1:10911"),
+    ):
+        change(routes)
+        text, blob = encode_clock(GroupClock(routes))
+        assert json.loads(text)["v"] == 3
+        assert blob == routes.topic_state.base.blob()  # the base, not the slice
+        back = decode_clock((text, blob)).routes
+        assert back.topic_state == routes.topic_state
+        assert back.topics == routes.topics
+    covered = GroupRoutes("c", topic_state=GroupTopics(TopicTable({"a": QueueData(1, 1, 6, 0)})))
+    covered.topic_state = GroupTopics(
+        covered.topic_state.base, Overlay(True, PermOp.R, frozenset("a"))
+    )
+    back = decode_clock(encode_clock(GroupClock(covered))).routes
+    assert back.topic_state == covered.topic_state
+    assert back.topics == {"a": QueueData(1, 1, 4, 0)}
