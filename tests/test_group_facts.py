@@ -30,6 +30,7 @@ from routing_lib.core.rows import RowKind, RowOp, StepRow
 from routing_lib.core.step import (
     BatchContext,
     InputRow,
+    StepConfig,
     step_group,
 )
 from routing_lib.core.tables import TOPIC_QUEUE, Row, RowKey
@@ -107,18 +108,21 @@ def _check(model: FactModel, history: bool = True) -> None:
     assert got == want
 
 
-def _run(history: History, every_batch: bool = True) -> FactModel:
+def _run(history: History, every_batch: bool = True, with_history: bool = True) -> FactModel:
     """The model over the history; the derived tables checked after every batch (the history
-    at the end only, unless `every_batch`)."""
+    at the end only, unless `every_batch`; never without `with_history`: the step's facts are
+    then its net change)."""
     events = [parse_event(json.dumps(record)) for record in history.records]
     model = FactModel(history.delay_ms, history.content_refs, history.flags)
+    model.config = StepConfig(history.flags, history=with_history)
+    every_batch = every_batch and with_history
     arrived = 0
     for batch in history.batches:
         model.batch([(events[arrived + n], ("file", arrived + n)) for n in range(len(batch))])
         arrived += len(batch)
         _check(model, every_batch)
     model.finish(max(max(e.eventTime for e in events) - history.delay_ms, 0))
-    _check(model)
+    _check(model, with_history)
     return model
 
 
@@ -126,6 +130,12 @@ def _run(history: History, every_batch: bool = True) -> FactModel:
 @given(histories())
 def test_drawn_histories_facts_give_the_published_tables_and_history(history: History) -> None:
     _run(history)
+
+
+@profile()
+@given(histories())
+def test_without_history_the_net_facts_give_the_published_tables(history: History) -> None:
+    _run(history, with_history=False)
 
 
 def test_seeded_fleet_histories_facts_give_the_published_tables_and_history() -> None:

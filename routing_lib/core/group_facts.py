@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from routing_lib.core.history import REGISTER, Transition, event_date
-from routing_lib.core.overlay import Overlay, PermOp
+from routing_lib.core.overlay import GroupTopics, Overlay, PermOp
 from routing_lib.core.tables import Row
 from routing_lib.core.topic_table import QueueData, TopicTable
 
@@ -83,22 +83,33 @@ def _base_changes(old: TopicTable, new: TopicTable) -> tuple[list[str], list[str
 
 def transition_facts(group: str, t: Transition, seq: int) -> list[GroupFact]:
     """The facts of one transition of `group` (none when its topics did not change)."""
-    before, after = t.before.topic_state, t.after.topic_state
+    return state_facts(
+        group, t.before.topic_state, t.after.topic_state, t.time, seq, (t.kind, t.broker[1])
+    )
+
+
+NET = "NET"  # the cause of a step's net facts (history off: no transitions are seen)
+
+
+def state_facts(
+    group: str, before: GroupTopics, after: GroupTopics, time: int, seq: int, cause: Cause
+) -> list[GroupFact]:
+    """The facts that turn `before` into `after`: base rows per changed topic, then the
+    overlay if it changed."""
     if before is after:
         return []
-    cause = (t.kind, t.broker[1])
     facts: list[GroupFact] = []
     if before.base is not after.base:
         gone, changed = _base_changes(before.base, after.base)
-        facts += [BaseRowChange(group, topic, None, t.time, seq, cause) for topic in gone]
+        facts += [BaseRowChange(group, topic, None, time, seq, cause) for topic in gone]
         if changed:
             rows = after.base.rows()
             facts += [
-                BaseRowChange(group, topic, rows[topic], t.time, seq, cause) for topic in changed
+                BaseRowChange(group, topic, rows[topic], time, seq, cause) for topic in changed
             ]
     if before.overlay != after.overlay:
         o = after.overlay
-        facts.append(GroupOverlayChange(group, o.present, o.perm_op, o.covered, t.time, seq, cause))
+        facts.append(GroupOverlayChange(group, o.present, o.perm_op, o.covered, time, seq, cause))
     return facts
 
 

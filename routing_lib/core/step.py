@@ -34,7 +34,7 @@ from routing_lib.core.admin import (
 from routing_lib.core.clock import Advance, Arrival, GroupClock
 from routing_lib.core.codec import decode_clock, encode_clock
 from routing_lib.core.content import CONTENT, CONTENT_FAILURES, ContentBackend
-from routing_lib.core.group_facts import FactRecorder, GroupFact
+from routing_lib.core.group_facts import NET, FactRecorder, GroupFact, state_facts
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags, remember_held_registration
 from routing_lib.core.history import HistoryTracker, decode_history, encode_history, event_date
 from routing_lib.core.rows import WRITES, RowKind, RowOp, StepRow, internal_error_reason
@@ -113,8 +113,9 @@ class StepResult:
     # Spark adapter turns it into a state timeout (routing_lib/spark/watermark.py).
     wake_up: int | None
     # The group-level facts of the step's transitions (core/group_facts.py: one overlay change
-    # per fault, base rows per changed topic), with history on; the rows above stay as
-    # before (today's writer); the facts are what a base + overlay layout stores.
+    # per fault, base rows per changed topic; with history off, the step's net change); the
+    # rows above stay as before (today's writer); the facts are what a base + overlay layout
+    # stores.
     facts: tuple[GroupFact, ...] = ()
 
 
@@ -189,6 +190,7 @@ def step_group(
     clock, tracker = _load(group, saved)
     before = RoutesSnapshot.of(clock.routes)
     before_topics = clock.routes.topics
+    before_state = clock.routes.topic_state
     published, target = context.published, context.watermark
     if config.as_of is not None:  # the published tables never go past as_of
         published, target = min(published, config.as_of), min(target, config.as_of)
@@ -199,7 +201,11 @@ def step_group(
     for row in rows:
         _take_row(clock, batch, row)
     advance = _advance(clock, tracker, target, config, batch)
-    facts = tuple(batch.facts.facts) if batch.facts is not None else ()
+    if batch.facts is not None:
+        facts = tuple(batch.facts.facts)
+    else:  # history off: the step's net change, stamped at the watermark it reached
+        after_state = clock.routes.topic_state
+        facts = tuple(state_facts(group, before_state, after_state, target, 0, (NET, None)))
     changes = diff(group, before, RoutesSnapshot.of(clock.routes))
     for change in changes:
         if change.row is not None:
