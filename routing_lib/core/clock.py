@@ -191,4 +191,4 @@ class GroupClock:
         return min(candidates, default=None)
 
     def is_idle(self) -> bool:
-        return not self.pending and self.routes.is_empty()
+        return not self.pending and self.routes.keeps_nothing()
