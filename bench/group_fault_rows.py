@@ -35,7 +35,14 @@ from routing_lib.core.group_facts import (
 )
 from routing_lib.core.group_routes import DEFAULT_FLAGS
 from routing_lib.core.rows import RowKind, StepRow
-from routing_lib.core.step import BatchContext, InputRow, SavedGroup, StepConfig, step_group
+from routing_lib.core.step import (
+    BatchContext,
+    HeldContent,
+    InputRow,
+    SavedGroup,
+    StepConfig,
+    step_group,
+)
 from routing_lib.core.tables import TOPIC_QUEUE
 from routing_lib.core.wire import externalize, pack_event
 from schemas import TickEvent, parse_event
@@ -111,7 +118,7 @@ class FaultCounter:
         context = BatchContext(until, self.watermark)
         started = time.perf_counter()
         result = step_group(
-            GROUP, self.saved, rows, context, StepConfig(DEFAULT_FLAGS), (), (None, INLINE)
+            GROUP, self.saved, rows, context, StepConfig(DEFAULT_FLAGS), (), HeldContent(None, INLINE)
         )
         elapsed = time.perf_counter() - started
         self.saved, self.watermark = result.state, until

@@ -30,6 +30,7 @@ from routing_lib.core.rows import RowKind, RowOp, StepRow
 from routing_lib.core.step import (
     BatchContext,
     InputRow,
+    HeldContent,
     StepConfig,
     step_group,
 )
@@ -59,7 +60,7 @@ class FactModel(StreamModel):
             context,
             self.config,
             deletes,
-            (self.backend, self.min_chars),
+            HeldContent(self.backend, self.min_chars),
         )
         if result.state is None:
             self.states.pop(key, None)
