@@ -118,7 +118,13 @@ class FaultCounter:
         context = BatchContext(until, self.watermark)
         started = time.perf_counter()
         result = step_group(
-            GROUP, self.saved, rows, context, StepConfig(DEFAULT_FLAGS), (), HeldContent(None, INLINE)
+            GROUP,
+            self.saved,
+            rows,
+            context,
+            StepConfig(DEFAULT_FLAGS),
+            (),
+            HeldContent(None, INLINE),
         )
         elapsed = time.perf_counter() - started
         self.saved, self.watermark = result.state, until

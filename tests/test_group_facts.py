@@ -29,8 +29,8 @@ from routing_lib.core.overlay import PermOp
 from routing_lib.core.rows import RowKind, RowOp, StepRow
 from routing_lib.core.step import (
     BatchContext,
-    InputRow,
     HeldContent,
+    InputRow,
     StepConfig,
     step_group,
 )
