@@ -4,7 +4,7 @@ keys) are described in routing_lib/core/catalog.py; the names are re-exported he
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -187,6 +187,25 @@ def _diff_topics(name: str, before: TopicTable, after: TopicTable) -> list[Chang
     return changes
 
 
+def _diff_per_broker(
+    table: str,
+    name: str,
+    old: Mapping[BrokerKey, _Value],
+    new: Mapping[BrokerKey, _Value],
+    row_of: Callable[[str, BrokerKey, _Value], Row],
+) -> list[Change]:
+    """A per-broker table's changes: its rows are keyed with the group's name too (catalog),
+    since another group may hold the same (cluster, address)."""
+    if old == new:
+        return []
+    return _diff_maps(
+        table,
+        {(*k, name): v for k, v in old.items()},
+        {(*k, name): v for k, v in new.items()},
+        lambda k, value: row_of(name, (k[0], k[1]), value),
+    )
+
+
 def diff(name: str, before: RoutesSnapshot, after: RoutesSnapshot) -> list[Change]:
     """Row changes that turn the tables of `before` into those of `after` for group `name`."""
     changes: list[Change] = []
@@ -204,21 +223,10 @@ def diff(name: str, before: RoutesSnapshot, after: RoutesSnapshot) -> list[Chang
         {(c, name): True for c in after.clusters},
         lambda k, _: {"cluster_name": k[0], "broker_name": name},
     )
-    # Keyed with the group's name too (catalog): another group may hold the same address.
-    if before.live != after.live:
-        changes += _diff_maps(
-            BROKER_LIVE,
-            {(*k, name): v for k, v in before.live.items()},
-            {(*k, name): v for k, v in after.live.items()},
-            lambda k, live: _live_row(name, (k[0], k[1]), live),
-        )
-    if before.filter_servers != after.filter_servers:
-        changes += _diff_maps(
-            FILTER_SERVER,
-            {(*k, name): v for k, v in before.filter_servers.items()},
-            {(*k, name): v for k, v in after.filter_servers.items()},
-            lambda k, servers: _filter_row(name, (k[0], k[1]), servers),
-        )
+    changes += _diff_per_broker(BROKER_LIVE, name, before.live, after.live, _live_row)
+    changes += _diff_per_broker(
+        FILTER_SERVER, name, before.filter_servers, after.filter_servers, _filter_row
+    )
     if before.kv or after.kv:
         changes += _diff_maps(
             KV_CONFIG,
