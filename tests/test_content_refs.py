@@ -19,6 +19,7 @@ from routing_lib.content_files import ContentSettings
 from routing_lib.core.content import CONTENT, ContentStore, content_ref, is_opens_value, is_ref
 from routing_lib.core.dump import project
 from routing_lib.core.replay import replay_dump
+from routing_lib.core.topic_table import AppliedRegistration, QueueData, TopicTable
 from routing_lib.core.wire import externalize, pack_event
 from schemas import parse_event
 from tests.support.helpers import DELAY_MS, random_history, registration_modes, seeds
@@ -174,3 +175,15 @@ def test_content_folder_writes_once_and_a_fresh_process_reads_it(tmp_path):
     fresh = ContentStore()
     fresh.attach(type(settings.backend())(settings.location))
     assert fresh.get(ref) == "keys\x1e[[1,1,6,0,null]]"
+
+
+def test_a_table_carries_the_registration_that_built_it_from_its_construction():
+    """TopicTable is immutable: which registration built it is given when it is built
+    (`updated`), not set on it afterwards; a table that changed nothing stays itself."""
+    table = TopicTable({"A": QueueData(8, 8, 6, 0)})
+    applied = AppliedRegistration("ref-1", False)
+    built = table.updated({"B": QueueData(4, 4, 6, 0)}, applied)
+    assert built.applied_registration == applied and table.applied_registration is None
+    assert table.updated({"A": QueueData(8, 8, 6, 0)}, applied) is table  # nothing changed
+    with pytest.raises(AttributeError):
+        built.applied_registration = None  # type: ignore[misc]

@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import ClassVar, NamedTuple, TypeVar
 
 from routing_lib.core.overlay import EMPTY_GROUP_TOPICS, GroupTopics, PermOp
-from routing_lib.core.topic_table import EMPTY_TOPICS, QueueData, TopicTable
+from routing_lib.core.topic_table import EMPTY_TOPICS, AppliedRegistration, QueueData, TopicTable
 from routing_lib.core.wire import Event, TopicRow, topic_names
 from schemas.route_event import (
     DEFAULT_HEARTBEAT_TIMEOUT_MILLIS,
@@ -251,7 +251,7 @@ class GroupRoutes:
         the table was built by applying this very content (O(1), no decode), or applying it
         to this table was a no-op before (_NO_OP_APPLICATIONS)."""
         table_ref = getattr(table, "ref", None)
-        if table_ref is not None and self.topics.holds == (table_ref, wipe_write):
+        if table_ref is not None and self.topics.applied_registration == (table_ref, wipe_write):
             return None
         held_ref = self.topics.content_ref()
         memo = (held_ref, table_ref, wipe_write) if held_ref and table_ref else None
@@ -279,9 +279,9 @@ class GroupRoutes:
         every name: _NAMES_HELD), else the names, which usually match the table's in order
         (a list compare). None: nothing is missing."""
         table_ref = getattr(table, "ref", None)
-        if table_ref is not None and self.topics.holds is not None:
-            if self.topics.holds[0] == table_ref:
-                return None  # built by applying this very content: it holds every name
+        applied = self.topics.applied_registration
+        if table_ref is not None and applied is not None and applied.table_ref == table_ref:
+            return None  # built by applying this very content: it holds every name
         held_ref = self.topics.content_ref()
         covered = (held_ref, table_ref) if held_ref and table_ref else None
         if covered is not None and covered in _NAMES_HELD:
@@ -323,12 +323,12 @@ class GroupRoutes:
                     strict=True,
                 )
             )
-        self.topics = self.topics.updated(changes)
+        # a new table holds every config of the registration (RocketMQ sets them all)
+        ref = plan.table_ref
+        applied = None if ref is None else AppliedRegistration(ref, wipe_write)
+        self.topics = before.updated(changes, applied)
         if plan.memo is not None and self.topics is before:  # the whole table changed nothing
             _remember_no_op(plan.memo)
-        elif plan.table_ref is not None and self.topics is not before:
-            # a new table, holding every config of the registration (RocketMQ sets them all)
-            self.topics.holds = (plan.table_ref, wipe_write)
 
     def _base_returns(
         self, table: object, wipe_write: bool, full: bool, drop_unlisted: bool
@@ -339,11 +339,11 @@ class GroupRoutes:
         dataVersion after an admin WIPE). Sets the overlay and says so; False: decide by rows.
 
         Exact: the base holds every config of the registration as applied with a known wipe
-        flag (`holds`, or the no-op memo, by content) and has as many topics, so its names are
-        the registration's. A full application sets every config, so the slice becomes those
-        rows (wiped for a prime slave) whatever it held before: its names are the base's or
-        fewer. A same-dataVersion registration applies only missing topics: none are missing
-        while the whole base is present."""
+        flag (its `applied_registration`, or the no-op memo, by content) and has as many
+        topics, so its names are the registration's. A full application sets every config,
+        so the slice becomes those rows (wiped for a prime slave) whatever it held before: its
+        names are the base's or fewer. A same-dataVersion registration applies only missing
+        topics: none are missing while the whole base is present."""
         table_ref = getattr(table, "ref", None)
         state = self.topic_state
         if not self.group_level or table_ref is None or not state.base:
@@ -370,8 +370,9 @@ class GroupRoutes:
         """With which wipe flag the base holds every config of that registration (None: not
         known to)."""
         base = self.topic_state.base
-        if base.holds is not None:
-            return base.holds[1] if base.holds[0] == table_ref else None
+        applied = base.applied_registration
+        if applied is not None:
+            return applied.write_wiped if applied.table_ref == table_ref else None
         held_ref = base.content_ref()
         if held_ref is None:
             return None
@@ -518,8 +519,8 @@ def remember_held_registration(topics: TopicTable, held_ref: str) -> None:
     by reference that applying that registration to it changes nothing. The group's next
     steps read the table back from state (a new object), and a broker returning with the same
     topics re-sends that content: its application is then O(1)."""
-    if topics.holds is not None:
-        _remember_no_op((held_ref, *topics.holds))
+    if topics.applied_registration is not None:
+        _remember_no_op((held_ref, *topics.applied_registration))
 
 
 def _data_version(event: RegisterEvent) -> DataVersion:

@@ -36,21 +36,40 @@ class QueueData(NamedTuple):
     topic_sys_flag: int
 
 
+class AppliedRegistration(NamedTuple):
+    """A registration a table was built by applying: its topic table's content reference and
+    whether the write permission was wiped as it was applied (an acting master's prime slave).
+    Applying it again to that table changes nothing (an application only sets rows, so
+    applying it twice is applying it once)."""
+
+    table_ref: str
+    write_wiped: bool
+
+
 class TopicTable(Mapping[str, QueueData]):
-    __slots__ = ("_rows", "_blob", "_names", "holds", "_derive")
+    __slots__ = ("_rows", "_blob", "_names", "_applied", "_derive")
     decodes: ClassVar[int] = 0  # blobs decoded in this process (tests count them)
 
-    def __init__(self, rows: dict[str, QueueData] | None = None, *, blob: str | None = None):
+    def __init__(
+        self,
+        rows: dict[str, QueueData] | None = None,
+        *,
+        blob: str | None = None,
+        applied_registration: AppliedRegistration | None = None,
+    ):
         self._rows = rows if rows is not None or blob is not None else {}
         self._blob = blob
         self._names: list[str] | None = None
         # rows computed on first use (a group's base under its overlay: core/overlay.py)
         self._derive: Callable[[], dict[str, QueueData]] | None = None
-        # (registration topics reference, write wiped) whose every config this table holds,
-        # as applied: applying that registration again changes nothing (an application only
-        # sets rows, so applying it twice is applying it once). Set by the state machine on
-        # the table an application built; any other change builds a new table without it.
-        self.holds: tuple[str, bool] | None = None
+        self._applied = applied_registration
+
+    @property
+    def applied_registration(self) -> AppliedRegistration | None:
+        """The registration whose every config this table holds as applied, when an
+        application of it built this table (given at construction: `updated`); any other
+        change builds a new table without it."""
+        return self._applied
 
     @staticmethod
     def from_blob(blob: str) -> TopicTable:
@@ -139,15 +158,20 @@ class TopicTable(Mapping[str, QueueData]):
         return CONTENT.ref_of(self._blob) if self._blob is not None else None
 
     # -- copy on write -----------------------------------------------------------------------
-    def updated(self, changes: Mapping[str, QueueData]) -> TopicTable:
+    def updated(
+        self,
+        changes: Mapping[str, QueueData],
+        applied_registration: AppliedRegistration | None = None,
+    ) -> TopicTable:
         """The table with `changes` applied; itself when they change nothing (a re-sent
-        registration chunk), so an unchanged table keeps its identity and its blob."""
+        registration chunk), so an unchanged table keeps its identity and its blob. A new
+        table built by applying a whole registration carries it (`applied_registration`)."""
         if not changes:
             return self
         table = self._table()
         if changes.items() <= table.items():  # every change already there (compared in C)
             return self
-        return TopicTable({**table, **changes})
+        return TopicTable({**table, **changes}, applied_registration=applied_registration)
 
     def without(self, topics: Iterable[str]) -> TopicTable:
         drop = set(topics)
