@@ -29,10 +29,8 @@ from routing_lib.core.overlay import PermOp
 from routing_lib.core.rows import RowKind, RowOp, StepRow
 from routing_lib.core.step import (
     BatchContext,
-    HeldContent,
     InputRow,
     StepConfig,
-    step_group,
 )
 from routing_lib.core.tables import TOPIC_QUEUE, Row, RowKey
 from schemas import parse_event
@@ -51,23 +49,7 @@ class FactModel(StreamModel):
         self.history: dict[RowKey, Row] = {}  # topic_route_history as the writer leaves it
 
     def _step(self, key: str, rows: list[InputRow], context: BatchContext) -> list[StepRow]:
-        # StreamModel._step, keeping the result's facts
-        deletes = [e for e in self.log if e[1].eventTime > self.published]
-        result = step_group(
-            key,
-            self.states.get(key),
-            rows,
-            context,
-            self.config,
-            deletes,
-            HeldContent(self.backend, self.min_chars),
-        )
-        if result.state is None:
-            self.states.pop(key, None)
-        else:
-            self.states[key] = result.state
-        if result.wake_up is not None:
-            self.wake_ups[key] = result.wake_up
+        result = self._step_result(key, rows, context)
         self.route_state.apply(result.facts)
         self.normalised.apply(result.facts)
         self._history(result.rows)

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from routing_lib.core.history import REGISTER, Transition, event_date
+from routing_lib.core.history import REGISTER, Transition, _topic_route_changes, event_date
 from routing_lib.core.overlay import GroupTopics, Overlay, PermOp
 from routing_lib.core.tables import Row
 from routing_lib.core.topic_table import QueueData, TopicTable
@@ -65,20 +65,14 @@ GroupFact = GroupOverlayChange | BaseRowChange
 
 
 def _base_changes(old: TopicTable, new: TopicTable) -> tuple[list[str], list[str]]:
-    """(topics gone from the base, topics added or changed), sorted; C-level set operations
-    on the tables' items, names only when one side is empty."""
-    if old is new:
-        return [], []
-    if not new:
-        return sorted(old.names()), []
-    if not old:
-        return [], sorted(new.names())
-    old_rows, new_rows = old.rows(), new.rows()
-    if old_rows == new_rows:
-        return [], []
-    gone = sorted(old_rows.keys() - new_rows.keys())
-    changed = sorted(topic for topic, _ in new_rows.items() - old_rows.items())
-    return gone, changed
+    """(topics gone from the base, topics added or changed), sorted: history's interval ends
+    and starts of the two tables (C-level set operations), an end without a start is a
+    topic gone."""
+    ended, started = _topic_route_changes(old, new)
+    if not started:
+        return ended, []
+    starting = set(started)
+    return [topic for topic in ended if topic not in starting], started
 
 
 def transition_facts(group: str, t: Transition, seq: int) -> list[GroupFact]:

@@ -28,6 +28,7 @@ from routing_lib.core.step import (
     InputRow,
     SavedGroup,
     StepConfig,
+    StepResult,
     admin_log_rows,
     step_group,
 )
@@ -128,6 +129,10 @@ class StreamModel:
                     target[key] = row
 
     def _step(self, key: str, rows: list[InputRow], context: BatchContext) -> list:
+        return self._step_result(key, rows, context).rows
+
+    def _step_result(self, key: str, rows: list[InputRow], context: BatchContext) -> StepResult:
+        """One group's step as the Spark adapter runs it, its state and wake-up kept."""
         deletes = [e for e in self.log if e[1].eventTime > self.published]
         result = step_group(
             key,
@@ -144,7 +149,7 @@ class StreamModel:
             self.states[key] = result.state
         if result.wake_up is not None:
             self.wake_ups[key] = result.wake_up
-        return result.rows
+        return result
 
     def finish(self, final: int) -> None:
         """No-data batches until the watermark reaches `final` (Spark's last batches)."""
