@@ -122,7 +122,7 @@ class FaultCounter:
             self.saved,
             rows,
             context,
-            StepConfig(DEFAULT_FLAGS),
+            StepConfig(DEFAULT_FLAGS, group_facts=True),
             (),
             HeldContent(None, INLINE),
         )

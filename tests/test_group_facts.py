@@ -97,7 +97,7 @@ def _run(history: History, every_batch: bool = True, with_history: bool = True) 
     then its net change)."""
     events = [parse_event(json.dumps(record)) for record in history.records]
     model = FactModel(history.delay_ms, history.content_refs, history.flags)
-    model.config = StepConfig(history.flags, history=with_history)
+    model.config = StepConfig(history.flags, history=with_history, group_facts=True)
     every_batch = every_batch and with_history
     arrived = 0
     for batch in history.batches:
@@ -134,6 +134,24 @@ def test_seeded_fleet_histories_facts_give_the_published_tables_and_history() ->
         model = _run(history, every_batch=False)
         overlay_facts += sum(len(v) for v in model.normalised.overlay.values())
     assert overlay_facts > 0
+
+
+def test_the_job_records_no_facts_and_its_rows_are_the_same() -> None:
+    """Facts are opt-in (StepConfig.group_facts): the job's step (the default) records none,
+    and the rows it writes are those of a step that records them."""
+    rng = random.Random(7)
+    records = registration_modes(random_history(7, rng), rng)
+    events = [parse_event(json.dumps(record)) for record in records]
+    models = []
+    for group_facts in (False, True):
+        model = FactModel(10_000, True, DEFAULT_FLAGS)
+        model.config = StepConfig(DEFAULT_FLAGS, group_facts=group_facts)
+        model.batch([(event, ("file", n)) for n, event in enumerate(events)])
+        model.finish(max(e.eventTime for e in events) - 10_000)
+        models.append(model)
+    without, with_facts = models
+    assert not without.normalised.overlay and with_facts.normalised.overlay
+    assert without.history == with_facts.history and without.dump() == with_facts.dump()
 
 
 # ---- rows written per fault of a 10 000-topic group ---------------------------------------------

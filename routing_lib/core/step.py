@@ -55,6 +55,9 @@ class StepConfig:
     flags: RouteFlags
     as_of: int | None = None  # backfill --as-of: never move a group's clock past this
     history: bool = True  # also emit event-time history changes
+    # also return the group-level facts (core/group_facts.py). Off in the job until its writer
+    # stores them: recording them is per-transition work nobody reads there
+    group_facts: bool = False
 
 
 @dataclass(frozen=True)
@@ -201,9 +204,10 @@ def step_group(
     for row in rows:
         _take_row(clock, batch, row)
     advance = _advance(clock, tracker, target, config, batch)
+    facts: tuple[GroupFact, ...] = ()
     if batch.facts is not None:
         facts = tuple(batch.facts.facts)
-    else:  # history off: the step's net change, stamped at the watermark it reached
+    elif config.group_facts:  # history off: the step's net change, stamped at the watermark
         after_state = clock.routes.topic_state
         facts = tuple(state_facts(group, before_state, after_state, target, 0, (NET, None)))
     changes = diff(group, before, RoutesSnapshot.of(clock.routes))
@@ -305,8 +309,10 @@ def _advance(
     """Move the group's clock to `target`, bundling history rows and dead-lettering the
     events whose application failed."""
     if config.history:
-        batch.facts = FactRecorder(clock.routes.broker_name)
-        advance, history = tracker.advance(clock, target, config.flags, batch.facts.record)
+        if config.group_facts:
+            batch.facts = FactRecorder(clock.routes.broker_name)
+        observe = batch.facts.record if batch.facts is not None else None
+        advance, history = tracker.advance(clock, target, config.flags, observe)
         for h in history:
             batch.bundles[RowKind.HISTORY, h.table, h.op].append(h.row)
     else:
