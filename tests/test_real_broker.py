@@ -32,6 +32,7 @@ from routelake_dev import kafka_local, mqadmin
 from routing_lib.history_recipes import load_frames, write_perm_changes
 from routing_lib.remoting.frames import FrameDecoder, RemotingCommand, encode
 from routing_lib.remoting.protocol import NAMESRV_VERSION, RequestCode, ResponseCode
+from tests.support.job_commands import run_args
 from tests.support.rocketmq_support import (
     JavaProcess,
     RecordingProxy,
@@ -140,20 +141,17 @@ class Stack:
 
     def start_job(self) -> None:
         self.job = python(
-            "run",
-            "--kafka",
-            self.bootstrap,
-            "--topic",
-            TOPIC,
-            "--warehouse",
-            str(self.root / "warehouse"),
-            "--checkpoint",
-            str(self.root / "checkpoint"),
-            "--trigger-interval",
-            "2 seconds",
-            "--config",
-            str(self.root / "conf.toml"),
-            "-v",
+            *run_args(
+                self.bootstrap,
+                TOPIC,
+                self.root / "warehouse",
+                self.root / "checkpoint",
+                "--trigger-interval",
+                "2 seconds",
+                "--config",
+                str(self.root / "conf.toml"),
+                "-v",
+            ),
             log=self.root / "job.log",
         )
 

@@ -44,6 +44,7 @@ from tests.support.broker_modes_support import (
 )
 from tests.support.collector_support import start_collector, stop_collector
 from tests.support.cpu_budget import wall_scale
+from tests.support.job_commands import run_args
 from tests.support.rocketmq_support import JavaProcess, events, port_open, wait_for
 
 pytestmark = [pytest.mark.real_broker, pytest.mark.kafka, pytest.mark.spark]
@@ -175,18 +176,15 @@ def stack(kafka_bootstrap, tmp_path_factory) -> Iterator[Stack]:
         s.job = routectl(
             root,
             "job",
-            "run",
-            "--kafka",
-            kafka_bootstrap,
-            "--topic",
-            topic,
-            "--warehouse",
-            warehouse,
-            "--checkpoint",
-            str(root / "checkpoint"),
-            "--trigger-interval",
-            "2 seconds",
-            "-v",
+            *run_args(
+                kafka_bootstrap,
+                topic,
+                warehouse,
+                root / "checkpoint",
+                "--trigger-interval",
+                "2 seconds",
+                "-v",
+            ),
         )
         s.lookup = routectl(
             root,
