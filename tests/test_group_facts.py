@@ -17,7 +17,9 @@ from hypothesis import given
 
 from bench.group_fault_rows import FAULTS, FaultCounter, per_fault_rows, register_record
 from routing_lib.core.catalog import TOPIC_ROUTE_HISTORY
+from routing_lib.core.fact_rows import fact_row, facts_of_rows
 from routing_lib.core.group_facts import (
+    GroupOverlayChange,
     NormalisedHistory,
     RouteState,
     topic_queue_rows,
@@ -47,11 +49,16 @@ class FactModel(StreamModel):
         self.route_state = RouteState()
         self.normalised = NormalisedHistory()
         self.history: dict[RowKey, Row] = {}  # topic_route_history as the writer leaves it
+        # the facts as topic_base_changes / topic_overlay_changes rows, through JSON
+        self.change_rows: tuple[list[Row], list[Row]] = ([], [])
 
     def _step(self, key: str, rows: list[InputRow], context: BatchContext) -> list[StepRow]:
         result = self._step_result(key, rows, context)
         self.route_state.apply(result.facts)
         self.normalised.apply(result.facts)
+        for fact in result.facts:
+            table = self.change_rows[isinstance(fact, GroupOverlayChange)]
+            table.append(json.loads(json.dumps(fact_row(fact))))
         self._history(result.rows)
         return result.rows
 
@@ -89,6 +96,10 @@ def _check(model: FactModel, history: bool = True) -> None:
     got = _history_rows(topic_route_history_rows(model.normalised.base, model.normalised.overlay))
     assert got.keys() == want.keys()
     assert got == want
+    # the same from the stored change rows (in no particular order)
+    stored = NormalisedHistory()
+    stored.apply(facts_of_rows(*(rows[::-1] for rows in model.change_rows)))
+    assert _history_rows(topic_route_history_rows(stored.base, stored.overlay)) == want
 
 
 def _run(history: History, every_batch: bool = True, with_history: bool = True) -> FactModel:

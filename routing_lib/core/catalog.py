@@ -142,6 +142,11 @@ BROKER_MEMBERSHIP_HISTORY = "broker_membership_history"
 CLUSTER_MEMBERSHIP_HISTORY = "cluster_membership_history"
 BROKER_LIVENESS_EVENTS = "broker_liveness_events"
 ADMIN_EVENTS = "admin_events"
+# issue 36: the group-level layout (a group's base topic table + one overlay row; their changes)
+TOPIC_BASE = "topic_base"
+TOPIC_OVERLAY = "topic_overlay"
+TOPIC_BASE_CHANGES = "topic_base_changes"
+TOPIC_OVERLAY_CHANGES = "topic_overlay_changes"
 
 # ---- the tables -----------------------------------------------------------------------------
 
@@ -435,6 +440,95 @@ HISTORY_SPECS = (
         identity=("source", "position"),
         partition_by=_EVENT_DATE,
         doc="administrative events as they arrived: the audit trail and the DELETE_TOPIC log",
+    ),
+)
+
+# ---- issue 36: group-level route truth ----------------------------------------------------------
+# topicQueueTable is base + overlay per group (core/overlay.py): the stored truth is a group's
+# configured topic table (`topic_base`, one partition per group, written only when its topics
+# change) and one overlay row per group (`topic_overlay`: a fault changes this row only); the
+# history stores their changes (one row per fault, one per changed topic), from which
+# topic_route_history is derived (core/group_facts.py). Not in CATALOG until the writer
+# writes them.
+
+_QUEUE_COLUMNS = (
+    ("read_queue_nums", INT),
+    ("write_queue_nums", INT),
+    ("perm", INT),
+    ("topic_sys_flag", INT),
+)
+_OVERLAY_COLUMNS = (
+    ("present", BOOLEAN),  # are the group's topics in topicQueueTable
+    ("perm_op", STRING),  # PermOp name: ID, WIPE, RW, R
+    ("covered", ArrayOf(STRING)),  # NULL: all of the base; else the topics covered (sorted)
+)
+_CAUSE_COLUMNS = (
+    ("cause", STRING),  # the transition's kind (REGISTER, EXPIRED, WIPE_WRITE_PERM, ...)
+    ("cause_broker_addr", STRING),  # the broker address it names, if any
+)
+
+GROUP_ROUTE_SPECS = (
+    TableSpec(
+        TOPIC_BASE,
+        Family.ROUTE,
+        _columns(("topic", STRING), ("broker_name", STRING), *_QUEUE_COLUMNS),
+        WriteMode.MERGE,
+        RowKind.CHANGE,
+        _ROUTE_READERS | {Reader.JOB},  # the job fans DELETE_TOPIC out to the groups holding it
+        keys=("topic", "broker_name"),
+        partition_by=("broker_name",),
+        doc="each broker group's configured topic table (its base), kept while it is absent",
+    ),
+    TableSpec(
+        TOPIC_OVERLAY,
+        Family.ROUTE,
+        _columns(("broker_name", STRING), *_OVERLAY_COLUMNS),
+        WriteMode.MERGE,
+        RowKind.CHANGE,
+        _ROUTE_READERS,
+        keys=("broker_name",),
+        doc="one row per broker group with a base: present, perm_op, covered",
+    ),
+)
+
+GROUP_HISTORY_SPECS = (
+    TableSpec(
+        TOPIC_BASE_CHANGES,
+        Family.HISTORY,
+        _columns(
+            ("broker_name", STRING),
+            ("topic", STRING),
+            ("event_time", BIGINT),
+            ("seq", INT),  # the transition's rank among the group's at event_time
+            ("in_base", BOOLEAN),  # false: the topic left the base (queue columns NULL)
+            *_QUEUE_COLUMNS,
+            *_CAUSE_COLUMNS,
+            ("event_date", STRING),
+        ),
+        WriteMode.MERGE,
+        RowKind.HISTORY,
+        _HISTORY_READERS,
+        identity=("broker_name", "topic", "event_time", "seq"),
+        partition_by=("event_date",),
+        doc="one row per change of a group's base row (topic_route_history derives from these)",
+    ),
+    TableSpec(
+        TOPIC_OVERLAY_CHANGES,
+        Family.HISTORY,
+        _columns(
+            ("broker_name", STRING),
+            ("event_time", BIGINT),
+            ("seq", INT),
+            *_OVERLAY_COLUMNS,
+            *_CAUSE_COLUMNS,
+            ("event_date", STRING),
+        ),
+        WriteMode.MERGE,
+        RowKind.HISTORY,
+        _HISTORY_READERS,
+        identity=("broker_name", "event_time", "seq"),
+        partition_by=("event_date",),
+        doc="one row per change of a group's overlay: one per fault of the whole group",
     ),
 )
 
