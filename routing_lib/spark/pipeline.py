@@ -24,6 +24,7 @@ from routing_lib.core.group_routes import RouteFlags
 from routing_lib.spark.checkpoint import batch_watermark, ensure_watermark_lead
 from routing_lib.spark.delta_writer import BatchReport, DeltaRouteWriter, ensure_tables
 from routing_lib.spark.stateful import OUTPUT_SCHEMA, STATE_SCHEMA, StepSettings, make_step
+from routing_lib.spark.stop_interruption import stop_interruptible
 from routing_lib.spark.watermark import spark_event_time
 from routing_lib.storage import is_remote
 
@@ -135,7 +136,7 @@ def start_query(
         route_changes(classified, settings)
         .writeStream.queryName("routelake")
         .option("checkpointLocation", settings.checkpoint)
-        .foreachBatch(writer)
+        .foreachBatch(stop_interruptible(writer))
     )
     if available_now:
         stream = stream.trigger(availableNow=True)

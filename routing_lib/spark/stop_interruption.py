@@ -1,0 +1,76 @@
+"""A stop that interrupts a micro-batch in its foreachBatch function ends the query cleanly.
+
+`query.stop()` interrupts the stream thread. The foreachBatch function runs its Spark actions
+on that thread (Py4J's client-server mode), so an action in flight fails with
+java.lang.InterruptedException, which reaches Python as a Py4JJavaError and goes back to the
+JVM as a Py4JException whose message is the Python traceback, the Java stack trace included
+(about 7 500 characters). Spark 4.0 tells a stop's interruption from a failure by matching that
+message against `Py4JJavaError: An error occurred while calling((.|\\r\\n|\\r|\\n)*)(...
+InterruptedException|...)` (StreamExecution.PROXY_ERROR), a pattern Java's regex engine matches
+with one level of recursion per character: on such a message it overflows the stream thread's
+stack, and the query ends with "Exception in thread ... java.lang.StackOverflowError" instead
+of "Stopped". So an interrupted action is re-raised with the same text minus the Java stack
+trace, short enough to match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+# The Java exceptions Spark counts as an interruption (StreamExecution.IO_EXCEPTION_NAMES)
+INTERRUPTIONS = frozenset(
+    {
+        "java.lang.InterruptedException",
+        "java.io.InterruptedIOException",
+        "java.nio.channels.ClosedByInterruptException",
+    }
+)
+MAX_CAUSES = 10  # how deep the cause chain is searched
+
+
+class BatchInterruptedError(Exception):
+    """A Spark action of the batch was interrupted (the query is being stopped)."""
+
+
+def interruption_of(error: BaseException) -> str | None:
+    """The class name of the interruption in the Java cause chain of `error` (a
+    py4j.protocol.Py4JJavaError, whose `java_exception` is the Java throwable), None if there
+    is none."""
+    throwable: Any = getattr(error, "java_exception", None)
+    for _ in range(MAX_CAUSES):
+        if throwable is None:
+            return None
+        name = str(throwable.getClass().getName())
+        if name in INTERRUPTIONS:
+            return name
+        throwable = throwable.getCause()
+    return None
+
+
+def interruption_message(java_class: str, errmsg: str) -> str:
+    """What Spark's PROXY_ERROR pattern expects: the Py4JJavaError's first line and the Java
+    exception's class name."""
+    return f"py4j.protocol.Py4JJavaError: {errmsg.strip()}\n: {java_class}"
+
+
+def stop_interruptible(
+    write: Callable[[DataFrame, int], None],
+) -> Callable[[DataFrame, int], None]:
+    """`write` as a foreachBatch function whose interrupted Spark actions fail with a short
+    BatchInterruptedError (no context: its traceback is a few frames) and any other failure
+    as it is."""
+
+    def foreach_batch(batch: DataFrame, batch_id: int) -> None:
+        try:
+            write(batch, batch_id)
+        except Exception as error:
+            java_class = interruption_of(error)
+            if java_class is None:
+                raise
+            message = interruption_message(java_class, str(getattr(error, "errmsg", "")))
+            raise BatchInterruptedError(message) from None
+
+    return foreach_batch
