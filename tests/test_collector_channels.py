@@ -182,9 +182,17 @@ class _RefusingPublisher:
 
 
 def _run_collector_with(
-    publisher: _RefusingPublisher, scenario: Callable[[int], Any], stop_after_s: float
+    publisher: _RefusingPublisher,
+    scenario: Callable[[int], Any],
+    stop_after_s: float,
+    watermark_delay_ms: int | None = None,
 ) -> Collector:
-    collector = Collector(publisher, collector_id="retry-1", tick_interval_ms=3_600_000)
+    collector = Collector(
+        publisher,
+        collector_id="retry-1",
+        tick_interval_ms=3_600_000,
+        watermark_delay_ms=watermark_delay_ms,
+    )
 
     async def main() -> None:
         server = CollectorServer(collector, Limits())
@@ -224,6 +232,44 @@ def test_a_retry_still_waiting_when_the_collector_stops_is_dropped(monkeypatch):
     assert time.monotonic() - began < 10  # not held up by the 30 s back-off
     sent = [e["eventType"] for e in publisher.sent if e["eventType"] != "TICK"]
     assert sent == ["REGISTER", "CHANNEL_CLOSED"]
+
+
+async def _register_unregister_and_close(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for request in (
+        register("broker-a", A),
+        heartbeat("broker-a", A, RequestCode.UNREGISTER_BROKER),
+    ):
+        writer.write(encode(request))
+        assert FrameDecoder().feed(await reader.read(65536))[0].code == ResponseCode.SUCCESS
+    await asyncio.sleep(0.2)
+    writer.close()
+
+
+DUE_DELAY_MS = 400  # a watermark delay for the test; TICKs otherwise come once an hour
+DUE_SLACK_MS = 250  # how late the due TICK may be (a timer on a loaded machine)
+
+
+def test_a_removal_gets_a_tick_once_it_is_under_the_watermark():
+    """UNREGISTER and CHANNEL_CLOSED each get a TICK at eventTime + the watermark delay, not
+    the next regular one (an hour away here): the removal is applied without waiting for it."""
+    publisher = _RefusingPublisher(refusals=0)
+    _run_collector_with(
+        publisher, _register_unregister_and_close, stop_after_s=1.5, watermark_delay_ms=DUE_DELAY_MS
+    )
+    sent = [(e["eventType"], e["eventTime"]) for e in publisher.sent]
+    [(_, unregistered)] = [e for e in sent if e[0] == "UNREGISTER"]
+    [(_, closed)] = [e for e in sent if e[0] == "CHANNEL_CLOSED"]
+    first_tick, *ticks = [t for kind, t in sent if kind == "TICK"]  # the first: at the start
+    assert first_tick <= unregistered and len(ticks) == 2
+    for removal, tick in zip((unregistered, closed), ticks, strict=True):
+        assert removal + DUE_DELAY_MS <= tick <= removal + DUE_DELAY_MS + DUE_SLACK_MS
+
+
+def test_without_a_watermark_delay_there_are_no_due_ticks():
+    publisher = _RefusingPublisher(refusals=0)
+    _run_collector_with(publisher, _register_unregister_and_close, stop_after_s=0.8)
+    assert [e["eventType"] for e in publisher.sent].count("TICK") == 1  # the one at the start
 
 
 @pytest.mark.parametrize("collector_id", ["", "a@b", "has space", "x#1", "c" * 129])

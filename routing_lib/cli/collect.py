@@ -37,6 +37,7 @@ def handle(args: argparse.Namespace, config: Config) -> int:
         collector_id=args.collector_id or config.collector.collector_id or None,
         tick_interval_ms=config.collector.tick_interval_ms,
         publish_timeout_ms=config.collector.publish_timeout_ms,
+        watermark_delay_ms=config.routes.watermark_delay_ms,
         warehouse=resolve(warehouse) if warehouse else None,
         admin_allow=config.collector.admin_allow,
         host=config.serve.host,

@@ -86,5 +86,6 @@ def _collector(args: argparse.Namespace, config: Config, port: int) -> Collector
         publisher,
         collector_id=collector_id,
         tick_interval_ms=config.collector.tick_interval_ms,
+        watermark_delay_ms=config.routes.watermark_delay_ms,
         admin_allow=config.collector.admin_allow,
     )

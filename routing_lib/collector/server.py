@@ -129,6 +129,7 @@ def collect(
     collector_id: str | None,
     tick_interval_ms: int,
     publish_timeout_ms: int,
+    watermark_delay_ms: int | None = None,
     warehouse: str | None = None,
     host: str = LOOPBACK,
     admin_allow: list[str] | None = None,
@@ -142,6 +143,7 @@ def collect(
         publisher,
         collector_id=collector_id or default_collector_id(port),
         tick_interval_ms=tick_interval_ms,
+        watermark_delay_ms=watermark_delay_ms,
         admin_allow=LOOPBACK_ONLY if admin_allow is None else admin_allow,
     )
     asyncio.run(

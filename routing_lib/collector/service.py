@@ -5,7 +5,10 @@ receive order; the broker is answered only after Kafka acknowledged the event (a
 idempotent producer). When Kafka does not acknowledge in time, the broker gets SYSTEM_ERROR
 and retries on its next registration period: an answered request is never lost. What the
 NameServer would refuse (bad crc32, an undecodable body) is refused the same way, and
-nothing is published. A TICK is published every `tick_interval_ms`.
+nothing is published. A TICK is published every `tick_interval_ms`, and one more when a
+removal it published (CHANNEL_CLOSED, UNREGISTER) comes under the job's watermark
+(`watermark_delay_ms` after its eventTime): the removal then reaches the tables without
+waiting up to a tick interval for the TICK that moves the watermark past it.
 
 Operators' requests (collector/admin_events.py: wipe/add write perm, delete topic, put/delete KV
 config) are published the same way, as the contract's administrative events, with
@@ -216,6 +219,7 @@ class Collector:
         *,
         collector_id: str,
         tick_interval_ms: int = 1000,
+        watermark_delay_ms: int | None = None,
         view: BrokerView | None = None,
         memory: MemoryView | None = None,
         clock: Callable[[], int] = wall_clock_ms,
@@ -224,6 +228,8 @@ class Collector:
         self.publisher = publisher
         self.collector_id = collector_id
         self.tick_interval_ms = tick_interval_ms
+        # the job's [routes] watermark_delay_ms: when a removal is due (None: no due TICKs)
+        self.watermark_delay_ms = watermark_delay_ms
         self.memory = memory or MemoryView()
         self.view: BrokerView = view or self.memory
         self.clock = clock
@@ -293,6 +299,8 @@ class Collector:
         if failed is not _ACKED:
             return failed
         cluster, addr, now = event["clusterName"], event["brokerAddr"], event["eventTime"]
+        if event["eventType"] == "UNREGISTER":
+            self.tick_when_due(now)
         known = self.memory.data_version(cluster, addr, now) if version is not None else None
         self.memory.apply(event)
         if request.is_oneway:
@@ -396,6 +404,7 @@ class Collector:
                 continue
             self.metrics.acknowledged(event["eventType"], time.perf_counter() - sent)
             self.memory.apply(event)  # its last connection: the broker is gone (slaves' masters)
+            self.tick_when_due(event["eventTime"])
             return
 
     # -- operators' requests --
@@ -478,6 +487,24 @@ class Collector:
                 await asyncio.wait_for(stop.wait(), timeout=interval)
             except TimeoutError:
                 pass
+
+    def tick_when_due(self, event_time: int) -> None:
+        """Publish a TICK as soon as the clock reads `event_time` + watermark_delay_ms: the
+        first TICK that moves the job's watermark to `event_time`. A TICK still unacknowledged
+        then makes it skip (as every TICK does); the next regular one follows."""
+        if self.watermark_delay_ms is None:
+            return
+        due = event_time + self.watermark_delay_ms
+        loop = asyncio.get_running_loop()
+
+        def at_due() -> None:
+            # the loop's timer runs on the monotonic clock, eventTime on the wall clock
+            if (early_ms := due - self.clock()) > 0:
+                loop.call_later(early_ms / 1000, at_due)
+            else:
+                self.tick()
+
+        at_due()
 
     def tick(self) -> None:
         if self._tick is not None and not self._tick.done():
