@@ -12,8 +12,8 @@ the rules' promtool unit test (deploy/prometheus/tests: pending at 1m, firing at
 expression, labels and annotations are the shipped ones.
 
 Cost: one `routectl run` (Spark local, a JVM; batches every 2 s over a handful of events), two
-small Python services, Prometheus scraping every second; about a minute of wall time on a quiet machine, most of
-it the job's start, at roughly half a core.
+small Python services, Prometheus scraping every second; about a minute of wall time on a quiet
+machine, most of it the job's start, at roughly half a core.
 """
 
 from __future__ import annotations
