@@ -4,7 +4,8 @@ A location is a string: a local path, or `s3a://bucket/prefix` / `s3://bucket/pr
 same objects). Spark (Hadoop) speaks `s3a://`, delta-rs and pyarrow speak `s3://`: each side
 is handed its own spelling here. Credentials, region and endpoint come from the usual AWS_*
 environment variables, read at call time (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-AWS_SESSION_TOKEN, AWS_REGION / AWS_DEFAULT_REGION, AWS_ENDPOINT_URL[_S3]).
+AWS_SESSION_TOKEN, AWS_REGION / AWS_DEFAULT_REGION, AWS_ENDPOINT_URL[_S3]), and pyarrow's
+retries from AWS_RETRY_MODE and AWS_MAX_ATTEMPTS, as every AWS SDK reads them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from routing_lib.config import project_path
 
 _SCHEMES = ("s3a://", "s3://")
 _CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+# pyarrow's own choice when given none: the SDK's standard mode, 3 attempts in all.
+_RETRY_MODES = ("standard", "legacy")
+DEFAULT_MAX_ATTEMPTS = 3
 
 
 def is_remote(location: str | Path) -> bool:
@@ -62,6 +66,27 @@ def region() -> str:
     return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
 
 
+def retry_settings() -> tuple[str, int]:
+    """The S3 client's retry mode and attempts in all (the first included), from AWS_RETRY_MODE
+    (`standard`, the default: exponential backoff of up to 2^n s with jitter, a retry quota;
+    `legacy`: 0, 50, 100, 200 ms... backoff) and AWS_MAX_ATTEMPTS, as the AWS SDKs read them."""
+    mode = os.environ.get("AWS_RETRY_MODE", "").strip().lower() or "standard"
+    if mode not in _RETRY_MODES:
+        raise ValueError(f"AWS_RETRY_MODE={mode!r}: routelake's S3 client knows {_RETRY_MODES}")
+    raw = os.environ.get("AWS_MAX_ATTEMPTS", "").strip() or str(DEFAULT_MAX_ATTEMPTS)
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"AWS_MAX_ATTEMPTS={raw!r}: a whole number of attempts, at least 1")
+    return mode, int(raw)
+
+
+def retry_strategy(mode: str, attempts: int) -> pafs.S3RetryStrategy:
+    """pyarrow's strategy for (mode, attempts in all). pyarrow's "default" strategy is the SDK's
+    legacy one and counts retries after the first attempt; its standard one counts attempts."""
+    if mode == "legacy":
+        return pafs.AwsDefaultS3RetryStrategy(max_attempts=attempts - 1)
+    return pafs.AwsStandardS3RetryStrategy(max_attempts=attempts)
+
+
 def delta_storage_options(location: str | Path) -> dict[str, str] | None:
     """delta-rs storage_options for `location` (None for a local path)."""
     if not is_remote(location):
@@ -92,12 +117,17 @@ def filesystem(location: str | Path) -> tuple[pafs.FileSystem, str]:
     if not is_remote(location):
         return pafs.LocalFileSystem(), str(location)
     settings = (endpoint(), region(), *(os.environ.get(k) for k in _CREDENTIALS))
-    return _s3(*settings), str(location).split("://", 1)[1]
+    return _s3(*settings, retry_settings()), str(location).split("://", 1)[1]
 
 
 @functools.lru_cache(maxsize=4)
 def _s3(
-    url: str | None, region_: str, key: str | None, secret: str | None, token: str | None
+    url: str | None,
+    region_: str,
+    key: str | None,
+    secret: str | None,
+    token: str | None,
+    retries: tuple[str, int] = ("standard", DEFAULT_MAX_ATTEMPTS),
 ) -> pafs.S3FileSystem:
     options: dict[str, str | None] = {"region": region_, "access_key": key, "secret_key": secret}
     if token:
@@ -105,7 +135,7 @@ def _s3(
     if url:
         scheme, _, host = url.partition("://")
         options.update(endpoint_override=host.rstrip("/"), scheme=scheme)
-    return pafs.S3FileSystem(**options)
+    return pafs.S3FileSystem(**options, retry_strategy=retry_strategy(*retries))
 
 
 def is_dir(location: str | Path) -> bool:

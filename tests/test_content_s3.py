@@ -35,7 +35,7 @@ from routing_lib.ingest import classify
 from schemas import parse_event
 from tests.support.fault_proxy import RESET, fault_proxy
 from tests.support.helpers import DELAY_MS, fixture_lines, reference_dump, register_record
-from tests.support.s3_support import S3Endpoint
+from tests.support.s3_support import QUICK_SDK_RETRIES, S3Endpoint
 from tests.support.stream_model import StreamModel
 
 pytestmark = pytest.mark.s3
@@ -182,9 +182,10 @@ def _last_modified(client, bucket: str, key: str) -> object:  # noqa: ANN001 - b
 # Keys of the content folder only: the proxy lets every other request through.
 CONTENT_KEYS = "/checkpoint/content/"
 READS, WRITES = ("GET", "HEAD"), ("PUT",)
-# pyarrow's S3 client tries each request up to 3 times (AwsStandardS3RetryStrategy, while its
-# retry quota lasts): 4 faults in a row fail at least one attempt of the store, which tries 5
-# times, so its own retry is needed and suffices whatever the SDK did.
+# pyarrow's S3 client tries each request up to 3 times (AWS_MAX_ATTEMPTS in QUICK_SDK_RETRIES, the
+# default; the standard mode's while its retry quota lasts): 4 faults in a row fail at least one
+# attempt of the store, which tries 5 times, so its own retry is needed and suffices whatever
+# the SDK did.
 FAULTS_IN_A_ROW = 4
 
 
@@ -203,6 +204,8 @@ def test_s3_faults_in_stage_one_and_the_step_are_retried_and_give_the_replay(
     CONTENT.clear()
     with fault_proxy(s3_endpoint.url) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        for name, value in QUICK_SDK_RETRIES.items():
+            monkeypatch.setenv(name, value)
         location = s3_endpoint.prefix("s3") + "/checkpoint/content"
         model = StreamModel(DELAY_MS, True, backend=ContentFolder(location, 5, 0.0))
         i = batches = 0
@@ -230,6 +233,8 @@ def test_s3_faults_past_the_retries_fail_stage_one_and_the_step(s3_endpoint, mon
     CONTENT.clear()
     with fault_proxy(s3_endpoint.url) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        for name, value in QUICK_SDK_RETRIES.items():
+            monkeypatch.setenv(name, value)
         location = s3_endpoint.prefix("s3") + "/checkpoint/content"
         settings = ContentSettings(location, 0, 2, 0.0)
         register = register_record(1_764_000_000_000, "C1", "10.0.0.1", "broker-s3", "s3-faults")

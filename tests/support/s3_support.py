@@ -18,6 +18,12 @@ import pytest
 
 HOST, PORT = "127.0.0.1", 29500  # object-storage tests own 29500-29509
 BUCKET = "routelake-test"
+# For tests that inject S3 faults (tests/support/fault_proxy.py): pyarrow's S3 client tries each
+# request 3 times, as by default, but with the SDK's legacy backoff (0, 50 ms) instead of the
+# standard mode's jittered 0-2 s, 0-4 s (routing_lib/storage.retry_settings). Faults that outlast
+# the SDK's tries still do, and the store's own retries are still what carries them; the tests
+# only stop sleeping seconds per fault.
+QUICK_SDK_RETRIES = {"AWS_RETRY_MODE": "legacy", "AWS_MAX_ATTEMPTS": "3"}
 
 
 @dataclass(frozen=True)
