@@ -6,11 +6,11 @@ stack for the module, in tap mode:
 
 The broker registers every 10 s and sends no heartbeatTimeoutMillis, so both NameServers would
 keep it 120 s after its last registration: only its connection's end removes it sooner. The
-job runs with the defaults that make up how current routelake is (watermarkDelay 10 s, a 2 s
-trigger, the lookup's 1 s refresh). Tests run in file order: the collector restarted under the
-live broker (it stays), then the broker killed (it leaves through its connection, which the
-restart must have retired the old one for), then started again and stopped cleanly (it leaves
-once).
+job runs with the defaults that make up how current routelake is (watermarkDelay 10 s, the
+collector's TICK when the close is due, a 1 s trigger, the lookup's 1 s refresh). Tests run in
+file order: the collector restarted under the live broker (it stays), then the broker killed
+(it leaves through its connection, which the restart must have retired the old one for), then
+started again and stopped cleanly (it leaves once).
 """
 
 from __future__ import annotations
@@ -54,14 +54,13 @@ CLUSTER, NAME, COLLECTOR_ID = "ChannelCluster", "broker-ch", "rl-channels"
 TOPIC = "SELF_TEST_TOPIC"  # every broker registers it: its route is the broker's
 POLL_S = 0.2  # how often the kill test asks both NameServers
 KILL_TO_JAVA_S = 5.0  # "at once": 0.0-0.5 s measured; slack for a loaded machine
-# issue 34's goal with default settings, printed beside the figure: not met here (16.3 s on a
-# quiet machine = 10.7 s until a TICK puts the close under the 10 s watermark delay + 5.1 s for
-# the batch that reads it and the next, which applies it + 0.6 s refresh; docs/brokers.md)
+# issue 34's goal with default settings: 10 s watermark delay + the collector's TICK at the
+# close + 10 s + the batch that reads it and the next one, which applies it (1 s trigger) + the
+# lookup's refresh (1 s poll); docs/brokers.md has the measured parts. Asserted last, widened by
+# ROUTELAKE_WALL_BUDGET_SCALE on a machine shared with other work.
 KILL_GOAL_S = 15.0
-# what is asserted: the mechanism's bound with default settings (watermark delay 10 s, a TICK a
-# second, two 2 s triggers with their batches, the lookup's refresh), far below the 120 s expiry
-# it replaces; ROUTELAKE_WALL_BUDGET_SCALE widens it on a machine shared with other work
-KILL_TO_ROUTELAKE_S = 25.0 * wall_scale(os.environ)
+KILL_TO_ROUTELAKE_S = KILL_GOAL_S * wall_scale(os.environ)
+KILL_WAIT_S = max(60.0, 2 * KILL_TO_ROUTELAKE_S)  # past the bound too: a failure shows the parts
 WATERMARK_DELAY_MS = 10_000  # [routes] watermark_delay_ms, the default
 FIRST_ROUTE_WAIT_S = 240  # Spark's start on a loaded machine, the broker's, a first batch
 ROUTE_WAIT_S = 60  # an event -> watermark (10 s) -> batch -> refresh, on a loaded machine
@@ -181,8 +180,6 @@ def stack(kafka_bootstrap, tmp_path_factory) -> Iterator[Stack]:
                 topic,
                 warehouse,
                 root / "checkpoint",
-                "--trigger-interval",
-                "2 seconds",
                 "-v",
             ),
         )
@@ -289,13 +286,20 @@ _BATCH_LINE = re.compile(
 )
 
 
-def applied_at_ms(job_log: str, event_time: int) -> int | None:
-    """When the job published the first batch whose watermark reached `event_time` (its log's
-    local clock, in epoch ms)."""
+def _stamp_ms(match: re.Match[str]) -> int:
+    stamp = datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").timestamp()
+    return int(stamp * 1000) + int(match[2])
+
+
+def applied_at_ms(job_log: str, event_time: int) -> tuple[int, int] | None:
+    """When the job published the batch before the first batch whose watermark reached
+    `event_time` (the batch that read the event moving Spark's watermark there), and that
+    first batch (its log's local clock, in epoch ms)."""
+    before = None
     for match in _BATCH_LINE.finditer(job_log):
         if int(match[3]) >= event_time:
-            stamp = datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").timestamp()
-            return int(stamp * 1000) + int(match[2])
+            return (_stamp_ms(before) if before else 0), _stamp_ms(match)
+        before = match
     return None
 
 
@@ -306,27 +310,31 @@ class KillTimeline:
     killed: int
     closed: int  # the CHANNEL_CLOSED's eventTime: the collector saw the connection end
     under_watermark: int  # the first TICK at closed + watermarkDelay: the close is under W
-    applied: int  # the job published the first batch whose watermark reached the close
+    read: int  # the job published the batch that read that TICK (0: not found in its log)
+    applied: int  # the job published the next batch, the first whose watermark reached the close
     lookup_gone: int  # the lookup stopped routing to the broker
 
     @classmethod
-    def read(cls, stack: Stack, killed: int, closed: int, lookup_gone: int) -> KillTimeline:
+    def read_from(cls, stack: Stack, killed: int, closed: int, lookup_gone: int) -> KillTimeline:
         ticks = [e["eventTime"] for e in stack.events("TICK", ticks=True)]
         under = min((t for t in ticks if t - WATERMARK_DELAY_MS >= closed), default=0)
         job_log = (stack.root / "job.log").read_text(errors="replace")
-        return cls(killed, closed, under, applied_at_ms(job_log, closed) or 0, lookup_gone)
+        read, applied = applied_at_ms(job_log, closed) or (0, 0)
+        return cls(killed, closed, under, read, applied, lookup_gone)
 
     def describe(self) -> str:
         def s(since: int, until: int) -> str:
             return f"{(until - since) / 1000:.1f} s"
 
         return (
-            f"routelake's lookup after {s(self.killed, self.lookup_gone)} = the collector's "
-            f"CHANNEL_CLOSED {s(self.killed, self.closed)} + a TICK {WATERMARK_DELAY_MS // 1000} s "
-            f"(watermarkDelay) later {s(self.closed, self.under_watermark)} + the job's batch "
-            f"that read it and the next (2 s trigger; Spark applies a watermark from the batch "
-            f"after the one that saw it), published {s(self.under_watermark, self.applied)} "
-            f"later + the lookup's refresh {s(self.applied, self.lookup_gone)}"
+            f"routelake's lookup after {s(self.killed, self.lookup_gone)} = "
+            f"the collector's CHANNEL_CLOSED {s(self.killed, self.closed)} "
+            f"+ the first TICK {WATERMARK_DELAY_MS // 1000} s (watermarkDelay) later "
+            f"{s(self.closed, self.under_watermark)} "
+            f"+ the job's batch that read it, published {s(self.under_watermark, self.read)} "
+            f"later + the next batch (Spark applies a watermark from the batch after the one "
+            f"that saw it), published {s(self.read, self.applied)} later "
+            f"+ the lookup's refresh {s(self.applied, self.lookup_gone)}"
         )
 
 
@@ -384,14 +392,14 @@ def test_a_killed_broker_leaves_routelake_once_its_close_is_under_the_watermark(
     stack.broker.stop(signal.SIGKILL)
     killed, killed_ms = time.monotonic(), now_ms()
     gone: dict[str, float] = {}
-    while len(gone) < 2 and time.monotonic() - killed < 2 * KILL_TO_ROUTELAKE_S:
+    while len(gone) < 2 and time.monotonic() - killed < KILL_WAIT_S:
         for who, port in (("java", stack.namesrv_port), ("routelake", stack.lookup_port)):
             if who not in gone and not serves_broker(port):
                 gone[who] = time.monotonic() - killed
         time.sleep(POLL_S)
     [closed] = stack.events("CHANNEL_CLOSED")
-    routelake_gone = killed_ms + int(1000 * gone.get("routelake", 2 * KILL_TO_ROUTELAKE_S))
-    timeline = KillTimeline.read(stack, killed_ms, closed["eventTime"], routelake_gone)
+    routelake_gone = killed_ms + int(1000 * gone.get("routelake", KILL_WAIT_S))
+    timeline = KillTimeline.read_from(stack, killed_ms, closed["eventTime"], routelake_gone)
     print(
         f"kill -9: the Java NameServer stopped routing to the broker after "
         f"{gone.get('java', float('nan')):.1f} s; {timeline.describe()} "
