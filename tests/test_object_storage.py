@@ -34,7 +34,7 @@ from tests.support.fault_proxy import RESET, fault_proxy
 from tests.support.helpers import DELAY_MS, GOLDEN, expected_dump, reference_dump, register_record
 from tests.support.job_commands import run_args
 from tests.support.kafka_support import lines_of, produce
-from tests.support.s3_support import S3Endpoint
+from tests.support.s3_support import QUICK_SDK_RETRIES, S3Endpoint
 
 pytestmark = [pytest.mark.s3, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parent.parent
@@ -258,6 +258,7 @@ def test_streaming_job_with_warehouse_and_checkpoint_on_s3a(
             "AWS_ENDPOINT_URL": proxy.url,  # Spark's s3a, pyarrow and delta-rs alike
             "ROUTELAKE_SPARK_CONTENT_MIN_CHARS": "0",
             "ROUTELAKE_SPARK_CONTENT_IO_BACKOFF_S": "0.05",
+            **QUICK_SDK_RETRIES,  # the workers' pyarrow: 3 tries per request, ms apart
         }
         run = run_args(kafka_bootstrap, topic, warehouse, checkpoint, "--available-now")
         writes = proxy.fail(first_key, 503, 4, ("PUT",))
