@@ -162,17 +162,21 @@ def test_a_slave_is_told_no_master_once_the_masters_last_connection_closed(kafka
 class _RefusingPublisher:
     """Refuses the first `refusals` CHANNEL_CLOSED records (Kafka away), acknowledges the rest."""
 
-    def __init__(self, refusals: int) -> None:
+    def __init__(self, refusals: int, tick_ack_s: float = 0.0) -> None:
         self.refusals = refusals
+        self.tick_ack_s = tick_ack_s  # how long a TICK waits for its acknowledgement
         self.sent: list[dict[str, Any]] = []
 
     def send(self, key: bytes | None, value: bytes) -> asyncio.Future[None]:
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         event = json.loads(value)
         self.sent.append(event)
         if event["eventType"] == "CHANNEL_CLOSED" and self.refusals > 0:
             self.refusals -= 1
             future.set_exception(PublishError("Kafka away"))
+        elif event["eventType"] == "TICK" and self.tick_ack_s:
+            loop.call_later(self.tick_ack_s, future.set_result, None)
         else:
             future.set_result(None)
         return future
@@ -264,6 +268,28 @@ def test_a_removal_gets_a_tick_once_it_is_under_the_watermark():
     assert first_tick <= unregistered and len(ticks) == 2
     for removal, tick in zip((unregistered, closed), ticks, strict=True):
         assert removal + DUE_DELAY_MS <= tick <= removal + DUE_DELAY_MS + DUE_SLACK_MS
+
+
+def test_a_due_tick_waits_for_a_slow_tick_in_flight_instead_of_being_skipped():
+    """Kafka takes 700 ms to acknowledge each TICK: the one sent at the start is still in
+    flight when the UNREGISTER's TICK is due; it is sent once that one is answered."""
+    publisher = _RefusingPublisher(refusals=0, tick_ack_s=0.7)
+
+    async def unregister(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for request in (
+            register("broker-a", A),
+            heartbeat("broker-a", A, RequestCode.UNREGISTER_BROKER),
+        ):
+            writer.write(encode(request))
+            assert FrameDecoder().feed(await reader.read(65536))[0].code == ResponseCode.SUCCESS
+
+    _run_collector_with(publisher, unregister, stop_after_s=1.5, watermark_delay_ms=100)
+    [unregistered] = [e["eventTime"] for e in publisher.sent if e["eventType"] == "UNREGISTER"]
+    first_tick, *ticks = [e["eventTime"] for e in publisher.sent if e["eventType"] == "TICK"]
+    assert unregistered + 100 < first_tick + 700  # due while the first was in flight
+    [due] = ticks
+    assert first_tick + 700 <= due <= first_tick + 700 + DUE_SLACK_MS
 
 
 def test_without_a_watermark_delay_there_are_no_due_ticks():

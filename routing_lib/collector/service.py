@@ -490,8 +490,9 @@ class Collector:
 
     def tick_when_due(self, event_time: int) -> None:
         """Publish a TICK as soon as the clock reads `event_time` + watermark_delay_ms: the
-        first TICK that moves the job's watermark to `event_time`. A TICK still unacknowledged
-        then makes it skip (as every TICK does); the next regular one follows."""
+        first TICK that moves the job's watermark to `event_time`. While a TICK is still
+        unacknowledged (a slow Kafka), it is sent once that one is answered instead of being
+        skipped like a regular TICK: the one in flight is older than due."""
         if self.watermark_delay_ms is None:
             return
         due = event_time + self.watermark_delay_ms
@@ -501,6 +502,8 @@ class Collector:
             # the loop's timer runs on the monotonic clock, eventTime on the wall clock
             if (early_ms := due - self.clock()) > 0:
                 loop.call_later(early_ms / 1000, at_due)
+            elif self._tick is not None and not self._tick.done():
+                self._tick.add_done_callback(lambda _: self.tick())
             else:
                 self.tick()
 
