@@ -8,10 +8,9 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from routing_lib.spark.stop_interruption import (
     INTERRUPTIONS,
@@ -41,12 +40,16 @@ def test_other_java_errors_are_not_shortened():
     assert not SPARK_PROXY_ERROR.search(message)
 
 
-BatchFunction = Callable[[DataFrame, int], None]
+# a foreachBatch function (DataFrame, batch id); Any: the message tests above are unit tests,
+# whose module imports no Spark (tests/test_test_tiers.py)
+BatchFunction = Callable[[Any, int], None]
 
 
-def _stop_during_action(spark: SparkSession, wrap: Callable[[BatchFunction], BatchFunction]) -> str:
+def _stop_during_action(spark: Any, wrap: Callable[[BatchFunction], BatchFunction]) -> str:
     """Start a query whose first batch runs a slow Spark action, stop it 1 s into that action;
     the query's status message after the stop."""
+    from pyspark.sql import functions as F
+
     in_action = threading.Event()
 
     @F.udf("long")
@@ -56,7 +59,7 @@ def _stop_during_action(spark: SparkSession, wrap: Callable[[BatchFunction], Bat
         time.sleep(ACTION_S)
         return x
 
-    def write(batch: DataFrame, batch_id: int) -> None:
+    def write(batch: Any, batch_id: int) -> None:
         in_action.set()
         spark.range(1).select(slow("id")).collect()
 

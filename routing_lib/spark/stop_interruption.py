@@ -16,9 +16,10 @@ trace, short enough to match.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame
+if TYPE_CHECKING:  # annotations only: the unit tests of the message import no Spark
+    from pyspark.sql import DataFrame
 
 # The Java exceptions Spark counts as an interruption (StreamExecution.IO_EXCEPTION_NAMES)
 INTERRUPTIONS = frozenset(
