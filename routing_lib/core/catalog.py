@@ -95,6 +95,13 @@ class TableSpec:
     # A warehouse written by an older version of the job may lack it: read as empty.
     optional: bool = False
     doc: str = ""
+    # Not stored: its rows are derived from these stored tables when read (issue 36's
+    # topic_route_history from the group layout's change tables).
+    derived_from: tuple[str, ...] = ()
+
+    @property
+    def stored(self) -> bool:
+        return not self.derived_from
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -164,6 +171,7 @@ def _route(
     doc: str,
     readers: frozenset[Reader] = frozenset(),
     optional: bool = False,
+    partition_by: tuple[str, ...] = (),
 ) -> TableSpec:
     return TableSpec(
         name,
@@ -174,6 +182,7 @@ def _route(
         _ROUTE_READERS | readers,
         keys=keys,
         optional=optional,
+        partition_by=partition_by,
         doc=doc,
     )
 
@@ -191,7 +200,11 @@ ROUTE_SPECS = (
         # the console reads the served snapshot's topics; the job fans DELETE_TOPIC out to
         # the groups holding the topic in the published table
         readers=frozenset({Reader.CONSOLE, Reader.JOB}),
-        doc="topicQueueTable: one row per (topic, brokerName)",
+        # issue 36: a group's rows are its partition, replaced by file-level actions (an
+        # expiry removes its files; nothing else is rewritten)
+        partition_by=("broker_name",),
+        doc="topicQueueTable: one row per (topic, brokerName), derived from topic_base and "
+        "topic_overlay per group",
     ),
     _route(
         BROKER_ADDR,
@@ -334,7 +347,12 @@ def _start_end(end: str) -> tuple[tuple[str, ColumnType], ...]:
 
 
 def _interval(
-    name: str, keys: tuple[str, ...], end: str, *columns: tuple[str, ColumnType], doc: str
+    name: str,
+    keys: tuple[str, ...],
+    end: str,
+    *columns: tuple[str, ColumnType],
+    doc: str,
+    derived_from: tuple[str, ...] = (),
 ) -> TableSpec:
     return TableSpec(
         name,
@@ -348,6 +366,7 @@ def _interval(
         close_columns=("valid_to", end, "end_event", "end_broker_addr"),
         partition_by=_EVENT_DATE,
         doc=doc,
+        derived_from=derived_from,
     )
 
 
@@ -365,7 +384,9 @@ HISTORY_SPECS = (
         ("perm", INT),
         ("topic_sys_flag", INT),
         ("started_by", STRING),
-        doc="one row per version of topicQueueTable[topic][brokerName]",
+        doc="one row per version of topicQueueTable[topic][brokerName]; derived when read from "
+        "topic_base_changes and topic_overlay_changes",
+        derived_from=("topic_base_changes", "topic_overlay_changes"),
     ),
     _interval(
         BROKER_MEMBERSHIP_HISTORY,
@@ -533,7 +554,15 @@ GROUP_HISTORY_SPECS = (
 )
 
 # Every table, in the order the job creates them and housekeeping visits them.
-CATALOG: tuple[TableSpec, ...] = (*ROUTE_SPECS, *SIDE_SPECS, *HISTORY_SPECS)
+CATALOG: tuple[TableSpec, ...] = (
+    *ROUTE_SPECS,
+    *GROUP_ROUTE_SPECS,
+    *SIDE_SPECS,
+    *HISTORY_SPECS,
+    *GROUP_HISTORY_SPECS,
+)
+# The tables a warehouse holds (the job creates, writes and housekeeping compacts).
+STORED: tuple[TableSpec, ...] = tuple(s for s in CATALOG if s.stored)
 TABLES: dict[str, TableSpec] = {spec.name: spec for spec in CATALOG}
 TABLE_NAMES: tuple[str, ...] = tuple(TABLES)
 
