@@ -122,7 +122,7 @@ class FaultCounter:
             self.saved,
             rows,
             context,
-            StepConfig(DEFAULT_FLAGS, group_facts=True),
+            StepConfig(DEFAULT_FLAGS, per_topic_rows=True),
             (),
             HeldContent(None, INLINE),
         )

@@ -172,13 +172,14 @@ def _route(
     readers: frozenset[Reader] = frozenset(),
     optional: bool = False,
     partition_by: tuple[str, ...] = (),
+    row_kind: RowKind | None = RowKind.CHANGE,
 ) -> TableSpec:
     return TableSpec(
         name,
         Family.ROUTE,
         _columns(*columns),
         WriteMode.MERGE,
-        RowKind.CHANGE,
+        row_kind,
         _ROUTE_READERS | readers,
         keys=keys,
         optional=optional,
@@ -203,6 +204,9 @@ ROUTE_SPECS = (
         # issue 36: a group's rows are its partition, replaced by file-level actions (an
         # expiry removes its files; nothing else is rewritten)
         partition_by=("broker_name",),
+        # the step writes none of its rows: the writer derives the touched groups' partitions
+        # from topic_base and topic_overlay after committing them
+        row_kind=None,
         doc="topicQueueTable: one row per (topic, brokerName), derived from topic_base and "
         "topic_overlay per group",
     ),
@@ -469,8 +473,7 @@ HISTORY_SPECS = (
 # configured topic table (`topic_base`, one partition per group, written only when its topics
 # change) and one overlay row per group (`topic_overlay`: a fault changes this row only); the
 # history stores their changes (one row per fault, one per changed topic), from which
-# topic_route_history is derived (core/group_facts.py). Not in CATALOG until the writer
-# writes them.
+# topic_route_history is derived (core/group_facts.py).
 
 _QUEUE_COLUMNS = (
     ("read_queue_nums", INT),
@@ -495,7 +498,9 @@ GROUP_ROUTE_SPECS = (
         _columns(("topic", STRING), ("broker_name", STRING), *_QUEUE_COLUMNS),
         WriteMode.MERGE,
         RowKind.CHANGE,
-        _ROUTE_READERS | {Reader.JOB},  # the job fans DELETE_TOPIC out to the groups holding it
+        # the job fans DELETE_TOPIC out to the groups holding the topic in their base (present
+        # or not), and its writer derives topic_queue_table from it
+        frozenset({Reader.JOB}),
         keys=("topic", "broker_name"),
         partition_by=("broker_name",),
         doc="each broker group's configured topic table (its base), kept while it is absent",
@@ -506,7 +511,7 @@ GROUP_ROUTE_SPECS = (
         _columns(("broker_name", STRING), *_OVERLAY_COLUMNS),
         WriteMode.MERGE,
         RowKind.CHANGE,
-        _ROUTE_READERS,
+        frozenset({Reader.JOB}),  # the writer derives topic_queue_table from it
         keys=("broker_name",),
         doc="one row per broker group with a base: present, perm_op, covered",
     ),
@@ -563,6 +568,7 @@ CATALOG: tuple[TableSpec, ...] = (
 )
 # The tables a warehouse holds (the job creates, writes and housekeeping compacts).
 STORED: tuple[TableSpec, ...] = tuple(s for s in CATALOG if s.stored)
+STORED_NAMES: tuple[str, ...] = tuple(s.name for s in STORED)
 TABLES: dict[str, TableSpec] = {spec.name: spec for spec in CATALOG}
 TABLE_NAMES: tuple[str, ...] = tuple(TABLES)
 
