@@ -37,6 +37,7 @@ from routing_lib.core.catalog import (
 )
 from routing_lib.core.history import EXPIRED
 from routing_lib.core.rows import WRITES, RowKind, RowOp
+from routing_lib.layout import require_group_layout
 
 log = logging.getLogger("routelake.writer")
 # The tables whose rows the step emits (route_progress: the writer makes its row).
@@ -55,6 +56,7 @@ def create_table_sql(spec: TableSpec, path: str) -> str:
 
 def ensure_tables(spark: SparkSession, warehouse: str) -> None:
     """Create every table (Change Data Feed on) that does not exist yet."""
+    require_group_layout(warehouse)  # never the group layout's tables beside per-topic ones
     for spec in CATALOG:
         path = storage.join(warehouse, spec.name)  # a folder or an s3a:// URI
         if storage.is_dir(storage.join(path, "_delta_log")):
