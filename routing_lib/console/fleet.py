@@ -10,8 +10,9 @@ from typing import Any
 from routing_lib.core.group_routes import MASTER_ID, PERM_WRITE
 from routing_lib.core.history import REGISTERED
 from routing_lib.core.tables import Row
+from routing_lib.lookup.route_topics import RouteTopics
 from routing_lib.lookup.routes import RouteIndex
-from routing_lib.lookup.topic_store import Entry, TopicStore
+from routing_lib.lookup.topic_store import Entry
 
 BrokerKey = tuple[str, str]  # (cluster name, broker address), brokerLiveTable's key
 JsonObj = dict[str, Any]
@@ -37,7 +38,7 @@ def alive_since(events: Iterable[Row], at: int) -> dict[BrokerKey, int]:
     return since
 
 
-def write_counts(store: TopicStore) -> dict[str, tuple[int, int]]:
+def write_counts(store: RouteTopics) -> dict[str, tuple[int, int]]:
     """broker group -> (topics it has queues of, of which writable): the lookup's topic store
     holds per topic (broker name, (read, write, perm, sysFlag), ...), as broker_topic_counts
     reads it."""
@@ -61,11 +62,11 @@ class WriteCounts:
     heartbeats costs a pass of identity checks over the topics instead of 3 M steps."""
 
     def __init__(self) -> None:
-        self._store: TopicStore | None = None
+        self._store: RouteTopics | None = None
         self._counts: dict[str, list[int]] = {}
         self._lock = threading.Lock()
 
-    def of(self, store: TopicStore) -> dict[str, tuple[int, int]]:
+    def of(self, store: RouteTopics) -> dict[str, tuple[int, int]]:
         with self._lock:
             if store is not self._store:
                 counts = self._carried(store) if self._store is not None else None
@@ -75,7 +76,7 @@ class WriteCounts:
                 self._store, self._counts = store, counts
             return {name: (n, w) for name, (n, w) in self._counts.items() if n}
 
-    def _carried(self, store: TopicStore) -> dict[str, list[int]] | None:
+    def _carried(self, store: RouteTopics) -> dict[str, list[int]] | None:
         """The counts updated by the topics whose entries differ (None: most of them do, as
         after a full reload of the tables: counting afresh is cheaper)."""
         old = self._store
