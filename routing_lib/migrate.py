@@ -96,7 +96,7 @@ def check_stopped(warehouse: str, checkpoint: str | None, quiet_s: float = DEFAU
     here can see a job that is starting up: stop it first."""
     if checkpoint is not None:
         offsets = _batch_ids(checkpoint, "offsets")
-        commits = _batch_ids(checkpoint, "commits")
+        commits = committed_batches(checkpoint)
         if offsets and (not commits or max(offsets) > max(commits)):
             raise JobMayBeRunning(
                 f"checkpoint {checkpoint}: batch {max(offsets)} was started and not committed "
@@ -111,6 +111,11 @@ def check_stopped(warehouse: str, checkpoint: str | None, quiet_s: float = DEFAU
             f"the job published a batch {age:.0f} s ago (route_progress): stop it first; "
             f"migrate refuses within {quiet_s:g} s of the last batch (--quiet-s)"
         )
+
+
+def committed_batches(checkpoint: str) -> list[int]:
+    """The batch ids of the checkpoint's commit log."""
+    return _batch_ids(checkpoint, "commits")
 
 
 def _batch_ids(checkpoint: str, log_name: str) -> list[int]:

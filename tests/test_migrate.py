@@ -24,6 +24,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from routelake_dev.simulator import with_admin_events
+from routing_lib.cli import main as routectl
 from routing_lib.core.catalog import (
     PROGRESS,
     TOPIC_BASE,
@@ -52,6 +53,7 @@ from routing_lib.layout import OldLayoutError, old_layout_reason, require_group_
 from routing_lib.migrate import JobMayBeRunning, check_stopped, migrate
 from routing_lib.migrate_facts import NotReproducible
 from routing_lib.read.arrow_schema import arrow_schema
+from routing_lib.read.warehouse import open_table
 from schemas import parse_event
 from tests.support.helpers import random_history, registration_modes, seeds
 from tests.support.stream_model import StreamModel
@@ -288,3 +290,55 @@ def test_a_recent_batch_or_one_in_flight_refuses(tmp_path: Path) -> None:
         check_stopped(str(tmp_path), str(checkpoint), quiet_s=0)
     (checkpoint / "commits" / "2").write_text("v1\n{}")
     check_stopped(str(tmp_path), str(checkpoint), quiet_s=0)
+
+
+# ---- the command, and the stop of the readers on an unmigrated warehouse -----------------------
+
+
+def _old(tmp_path: Path, seed: int) -> tuple[Path, Path, Model]:
+    events, sizes = _batches(seed)
+    model = Model(False)
+    model.config = PER_TOPIC
+    _run(model, events, sizes, 0, len(sizes))
+    warehouse, checkpoint = tmp_path / "warehouse", tmp_path / "checkpoint"
+    old_warehouse(warehouse, model)
+    checkpoint.mkdir()  # a job that never saved a state: bases from topic_queue_table
+    return warehouse, checkpoint, model
+
+
+def test_the_readers_stop_on_an_unmigrated_warehouse_naming_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    warehouse, checkpoint, _ = _old(tmp_path, 15)
+    assert routectl(["dump", "--warehouse", str(warehouse)]) == 1
+    err = capsys.readouterr().err
+    assert f"routectl migrate --warehouse {warehouse}" in err and "per-topic layout" in err
+    with pytest.raises(OldLayoutError):
+        open_table(warehouse, TOPIC_BASE)
+
+
+def test_routectl_migrate_then_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    warehouse, checkpoint, model = _old(tmp_path, 16)
+    args = ["migrate", "--warehouse", str(warehouse), "--checkpoint", str(checkpoint)]
+    assert routectl([*args, "--dry-run"]) == 0
+    assert "would write topic_base" in capsys.readouterr().out
+    assert not (warehouse / TOPIC_BASE).exists()
+    assert routectl(args) == 0
+    out = capsys.readouterr().out
+    assert f"{len(model.history)} topic_route_history rows" in out and "wrote topic_base" in out
+    assert _keyed(_read(warehouse, TOPIC_QUEUE), TOPIC_QUEUE) == model.tables[TOPIC_QUEUE]
+    assert routectl(args) == 0
+    assert "already of the group layout, nothing to do" in capsys.readouterr().out
+
+
+def test_routectl_migrate_names_the_backfill_when_history_cannot_be_derived(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    warehouse, checkpoint, model = _old(tmp_path, 17)
+    shutil.rmtree(warehouse / TOPIC_ROUTE_HISTORY)
+    _write(warehouse, TOPIC_ROUTE_HISTORY, [])  # a job that ran without history
+    args = ["migrate", "--warehouse", str(warehouse), "--checkpoint", str(checkpoint)]
+    assert routectl(args) == 1
+    err = capsys.readouterr().err
+    assert "nothing was written" in err and "routectl backfill" in err
+    assert not (warehouse / TOPIC_BASE).exists()
