@@ -1,0 +1,159 @@
+"""The job's Delta writer over the group layout (issue 36): what a fault of a 10 000-topic
+group commits, read from the Delta log, and replays.
+
+Three groups (one of 10 000 topics, two of 50) go through the shipped step and the real
+writer (bench/fault_writer.py: `DeltaRouteWriter.merge_rows` per table, then
+`derive_topic_queue`, then the progress row, as the job's foreachBatch runs them), next to
+the same batches in the per-topic layout of before issue 36: topic_queue_table must hold the
+same rows after every batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from bench.fault_writer import Commit, FaultWarehouse, step_changes
+from routing_lib.core.catalog import (
+    TOPIC_BASE,
+    TOPIC_BASE_CHANGES,
+    TOPIC_OVERLAY,
+    TOPIC_OVERLAY_CHANGES,
+    TOPIC_QUEUE,
+)
+
+BIG, SMALL_A, SMALL_B = "big", "small-a", "small-b"
+TIMEOUT_MS = 30_000
+
+
+def register(at: int, group: str, topics: int, perm: dict[str, int] | None = None) -> dict:
+    table = {f"topic-{i:05d}": {"topicName": f"topic-{i:05d}", "perm": 6} for i in range(topics)}
+    for name, value in (perm or {}).items():
+        table.setdefault(name, {"topicName": name})["perm"] = value
+    return {
+        "eventType": "REGISTER",
+        "eventTime": at,
+        "clusterName": "C",
+        "brokerAddr": f"{group}:10911",
+        "brokerName": group,
+        "brokerId": 0,
+        "heartbeatTimeoutMillis": TIMEOUT_MS,
+        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1 + len(perm or {})},
+        "topicConfigTable": table,
+    }
+
+
+def _rows(table: pa.Table) -> list[dict[str, Any]]:
+    return sorted(table.to_pylist(), key=lambda r: (r["broker_name"], r["topic"]))
+
+
+class Both:
+    """The same batches in the group layout and in the per-topic layout."""
+
+    def __init__(self, root: Path) -> None:
+        self.group = FaultWarehouse(root / "group")
+        self.per_topic = FaultWarehouse(root / "per-topic", per_topic=True)
+
+    def batch(self, records: list[dict[str, Any]], until: int) -> dict[str, list[Commit]]:
+        self.per_topic.batch(records, until)
+        commits = self.group.batch(records, until)
+        assert _rows(self.group.table(TOPIC_QUEUE)) == _rows(self.per_topic.table(TOPIC_QUEUE))
+        return commits
+
+    def rows_written(self, table: str) -> int:
+        """The source rows the group layout's last batch handed the writer for `table`."""
+        return len(self.group.last_changes.get(table, []))
+
+
+def _under(commit: Commit, group: str) -> bool:
+    """Every file the commit added or removed is in the group's partition."""
+    paths = [*commit.added, *commit.removed]
+    return bool(paths) and all(p.startswith(f"broker_name={group}/") for p in paths)
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Both:
+    both = Both(tmp_path)
+    both.batch(
+        [register(1_000, g, n) for g, n in ((BIG, 10_000), (SMALL_A, 50), (SMALL_B, 50))], 1_000
+    )
+    return both
+
+
+def _heartbeats(at: int) -> list[dict]:
+    """The small groups' re-sent registrations: nothing but broker_live_table changes."""
+    return [register(at, SMALL_A, 50), register(at, SMALL_B, 50)]
+
+
+def test_an_expiry_removes_the_groups_files_only_and_a_return_adds_its_partition(fleet: Both):
+    # the big group sends nothing for 39 s: expired at 31 001; the small ones stay
+    fleet.batch(_heartbeats(20_000), 20_000)
+    commits = fleet.batch(_heartbeats(40_000), 40_000)
+    assert commits[TOPIC_BASE] == [] and fleet.rows_written(TOPIC_BASE) == 0
+    assert fleet.rows_written(TOPIC_OVERLAY) == 1 and len(commits[TOPIC_OVERLAY]) == 1
+    assert fleet.rows_written(TOPIC_BASE_CHANGES) == 0 and commits[TOPIC_BASE_CHANGES] == []
+    assert fleet.rows_written(TOPIC_OVERLAY_CHANGES) == 1
+    (expiry,) = commits[TOPIC_QUEUE]
+    assert _under(expiry, BIG) and not expiry.added  # the group's files removed, none added
+    assert expiry.rows_removed == 10_000  # whole files: no row of it or another group copied
+    assert not any(r["broker_name"] == BIG for r in fleet.group.table(TOPIC_QUEUE).to_pylist())
+
+    # back with the same table: no base row written, its partition added back
+    commits = fleet.batch([register(40_001, BIG, 10_000), *_heartbeats(40_001)], 40_001)
+    assert commits[TOPIC_BASE] == [] and fleet.rows_written(TOPIC_BASE) == 0
+    assert fleet.rows_written(TOPIC_OVERLAY) == 1 and fleet.rows_written(TOPIC_OVERLAY_CHANGES) == 1
+    (back,) = commits[TOPIC_QUEUE]
+    assert _under(back, BIG) and not back.removed and back.rows_added == 10_000
+
+
+def test_a_perm_change_rewrites_one_partition_and_a_topic_change_one_base_partition(fleet: Both):
+    wipe = {"eventType": "WIPE_WRITE_PERM", "eventTime": 2_000, "brokerName": BIG}
+    commits = fleet.batch([wipe], 2_000)
+    assert commits[TOPIC_BASE] == [] and fleet.rows_written(TOPIC_OVERLAY) == 1
+    (wiped,) = commits[TOPIC_QUEUE]
+    assert _under(wiped, BIG) and wiped.rows_removed == wiped.rows_added == 10_000
+    perms = {
+        r["perm"] for r in fleet.group.table(TOPIC_QUEUE).to_pylist() if r["broker_name"] == BIG
+    }
+    assert perms == {4}
+
+    # one topic of a small group changed, one added: its base partition only
+    changed = register(3_000, SMALL_A, 50, {"topic-00007": 4, "topic-new": 6})
+    commits = fleet.batch([changed], 3_000)
+    assert fleet.rows_written(TOPIC_BASE) == 2 and fleet.rows_written(TOPIC_BASE_CHANGES) == 2
+    assert fleet.rows_written(TOPIC_OVERLAY) == 0
+    (base,) = commits[TOPIC_BASE]
+    assert _under(base, SMALL_A)
+    (derived,) = commits[TOPIC_QUEUE]
+    assert _under(derived, SMALL_A) and derived.rows_added == 51
+
+
+def test_a_replayed_batch_writes_nothing_twice(fleet: Both):
+    group = fleet.group
+    group.batch(_heartbeats(20_000), 20_000)
+    stepped = group.step(_heartbeats(40_000), 40_000)  # the big group expires
+    rows = [r for out in stepped.values() for r in out]
+    # a crash after the overlay's commit, before topic_queue_table's and the progress row
+    batch_id = group.batch_id + 1
+
+    overlay = step_changes(rows)[TOPIC_OVERLAY]
+    assert len(overlay) == 1
+    source = pa.Table.from_pylist([{**row, "op": op} for op, row in overlay])
+    group.writer.merge_rows(batch_id, group.specs[TOPIC_OVERLAY], lambda: source)
+    first = group.read_commits()
+    assert len(first[TOPIC_OVERLAY]) == 1 and first[TOPIC_QUEUE] == []
+    # the replay: every table's commit, the overlay's skipped, topic_queue_table derived
+    # from what topic_base and topic_overlay hold
+    group.commit(rows, 40_000)
+    replayed = group.read_commits()
+    assert replayed[TOPIC_OVERLAY] == [] and len(replayed[TOPIC_QUEUE]) == 1
+    assert _under(replayed[TOPIC_QUEUE][0], BIG)
+    # and once more, whole: no table gets a commit
+    group.commit(rows, 40_000, batch_id=batch_id)
+    assert all(commits == [] for commits in group.read_commits().values())
+    fleet.per_topic.batch(_heartbeats(20_000), 20_000)
+    fleet.per_topic.batch(_heartbeats(40_000), 40_000)
+    assert _rows(group.table(TOPIC_QUEUE)) == _rows(fleet.per_topic.table(TOPIC_QUEUE))
