@@ -35,8 +35,6 @@ from routing_lib.core.catalog import (
     TOPIC_ROUTE_HISTORY,
     spec,
 )
-from routing_lib.core.codec import decode_clock
-from routing_lib.core.content import CONTENT
 from routing_lib.core.fact_rows import fact_row, facts_of_rows
 from routing_lib.core.group_facts import (
     GroupOverlayChange,
@@ -52,6 +50,7 @@ from routing_lib.core.tables import Row, RowKey
 from routing_lib.layout import OldLayoutError, old_layout_reason, require_group_layout
 from routing_lib.migrate import JobMayBeRunning, check_stopped, migrate
 from routing_lib.migrate_facts import NotReproducible
+from routing_lib.migrate_state import group_states
 from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.read.warehouse import open_table
 from schemas import parse_event
@@ -95,12 +94,8 @@ class Model(StreamModel):
         return result.rows
 
     def group_states(self) -> dict[str, GroupTopics]:
-        """The checkpoint's bases and overlays."""
-        return {
-            group: decode_clock((s.clock, CONTENT.resolve(s.topics))).routes.topic_state
-            for group, s in self.states.items()
-            if s.clock
-        }
+        """The checkpoint's bases and overlays, as routectl migrate reads them."""
+        return group_states(self.states)
 
 
 def _batches(seed: int) -> tuple[list, list[int]]:
