@@ -37,6 +37,7 @@ from routing_lib.core.overlay import PermOp
 from routing_lib.core.step import StepConfig
 from routing_lib.core.tables import Row
 from routing_lib.core.topic_table import QueueData
+from routing_lib.layout import OldLayoutError
 from routing_lib.read import route_history as rh
 from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.read.warehouse import WarehouseError
@@ -159,7 +160,7 @@ def test_an_old_warehouse_is_told_to_migrate(tmp_path: Path) -> None:
     root = tmp_path / "old"
     write_deltalake(root / PROGRESS, arrow_schema(PROGRESS).empty_table())
     write_deltalake(root / TOPIC_ROUTE_HISTORY, arrow_schema(TOPIC_ROUTE_HISTORY).empty_table())
-    with pytest.raises(rh.LegacyHistoryError, match="routectl migrate"):
+    with pytest.raises(OldLayoutError, match="routectl migrate"):
         rh.read_changes(root)
     (tmp_path / "bare").mkdir()
     write_deltalake(tmp_path / "bare" / PROGRESS, arrow_schema(PROGRESS).empty_table())

@@ -35,6 +35,7 @@ from routing_lib.core.fact_rows import facts_of_rows
 from routing_lib.core.group_facts import NormalisedHistory, topic_route_history_rows
 from routing_lib.core.overlay import PERM_READ, PERM_READ_WRITE, PERM_WRITE, PermOp
 from routing_lib.core.tables import Row
+from routing_lib.layout import require_group_layout
 from routing_lib.read.arrow_filters import Filter, expression, read_table
 from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.read.warehouse import WarehouseError, open_optional
@@ -55,20 +56,11 @@ class ChangeTables(NamedTuple):
         return cls(*(arrow_schema(t).empty_table() for t in CHANGE_TABLES))
 
 
-class LegacyHistoryError(WarehouseError):
-    """The warehouse stores topic_route_history (written before issue 36) and no change
-    tables: it must be migrated before this version reads its history."""
-
-
 def _open_changes(warehouse: str | Path, table: str) -> DeltaTable:
     delta = open_optional(warehouse, table)
     if delta is not None:
         return delta
-    if open_optional(warehouse, TOPIC_ROUTE_HISTORY) is not None:
-        raise LegacyHistoryError(
-            f"{warehouse} stores topic_route_history and no {table}: it was written before "
-            "the group layout (issue 36); run `routectl migrate` on it first"
-        )
+    require_group_layout(warehouse)  # a per-topic warehouse: a stop naming routectl migrate
     raise WarehouseError(
         f"{warehouse} has no {table}: run `routectl backfill` or `routectl run` first"
     )
