@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from routing_lib.core.catalog import TOPIC_BASE
+from routing_lib.core.catalog import TOPIC_BASE, spec
 from routing_lib.core.tables import (
     BROKER_ADDR,
     BROKER_LIVE,
     CLUSTER_ADDR,
     ROUTE_TABLES,
-    TABLE_KEYS,
     TOPIC_QUEUE,
     Row,
 )
@@ -21,7 +20,7 @@ from tests.support.writer_support import Change
 
 
 def key_of(table: str, row: Row) -> tuple:
-    return tuple(row[k] for k in TABLE_KEYS[table])
+    return tuple(row[k] for k in spec(table).keys)
 
 
 def one_per_key(table: str, changes: Iterable[Change]) -> list[Change]:
