@@ -20,6 +20,7 @@ from routing_lib.core.overlay import Overlay, PermOp
 from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, CLUSTER_ADDR, TOPIC_QUEUE, Row
 from routing_lib.core.topic_table import QueueData
 from routing_lib.lookup.consistency import settled_versions
+from routing_lib.lookup.route_risk import RouteRisks
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.shared_index import SharedIndexes
 from routing_lib.lookup.snapshots import load_index, next_index
@@ -128,6 +129,9 @@ def test_overlays_applied_at_read_time_equal_the_derived_table(tmp_path, seed):
         pinned = settled_versions(tmp_path)[0]
         current = next_index(tmp_path, None, pinned, shared=shared, **flags).index
         flips = 0
+        risks, reference_risks = RouteRisks(), RouteRisks()
+        risks.of(current)
+        reference_risks.of(RouteIndex(WarehouseSnapshot(model.tables(), pinned, 1_000), **flags))
         for step in range(1, 16):
             wh.publish(step, 1_000 + step, random_batch(rng, model, step))
             pinned, latest = settled_versions(tmp_path)
@@ -138,6 +142,10 @@ def test_overlays_applied_at_read_time_equal_the_derived_table(tmp_path, seed):
             reference = RouteIndex(WarehouseSnapshot(model.tables(), pinned, 1_000 + step), **flags)
             same_answers(built.index, reference)
             same_answers(built.index, load_index(tmp_path, pinned, **flags))
+            # the route risks, vectorised over the base's holders, as over the derived rows
+            risk, want = risks.of(built.index), reference_risks.of(reference)
+            assert dict(risk.without_writable) == dict(want.without_writable)
+            assert dict(risk.single_group) == dict(want.single_group)
             current = built.index
         assert flips > 5  # the faults were applied as overlay flips
     finally:

@@ -212,9 +212,10 @@ class BaseIndex:
         return self.group_holders[self.group_start[g] : self.group_start[g + 1]]
 
     def topic_ids(self, names: Sequence[str]) -> npt.NDArray[Any]:
-        """The ids of those of `names` in the index (vectorised: a covered list)."""
-        found = pc.index_in(pa.array(list(names), pa.large_string()), value_set=self._topics)
-        return np.asarray(found.drop_null().to_numpy(), dtype=np.int64)
+        """The ids of those of `names` in the index (a binary search each: a covered list or
+        the system topics, never the whole table)."""
+        found = [i for i in map(self.find, names) if i >= 0]
+        return np.array(found, np.int64)
 
 
 def _queue_ids(table: pa.Table) -> tuple[npt.NDArray[Any], dict[str, pa.Array]]:

@@ -24,7 +24,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from routing_lib.core.overlay import TRIVIAL, Overlay, PermOp
+from routing_lib.core.overlay import PERM_WRITE, TRIVIAL, Overlay, PermOp
 from routing_lib.lookup.base_index import BaseIndex
 from routing_lib.lookup.topic_store import Entry, Queue, TopicStore, queue_of
 from routing_lib.lookup.topics import SYSTEM_TOPIC_PREFIX, SYSTEM_TOPIC_SET
@@ -203,7 +203,8 @@ class RouteTopics:
             self._visible = (self.counts > 0) & ~self.shadow
         return self._visible
 
-    def _delta_items(self) -> Iterator[tuple[str, Entry]]:
+    def delta_items(self) -> Iterator[tuple[str, Entry]]:
+        """The delta's topics in topicQueueTable, with their entries as served."""
         for topic, entry in self.delta.items():
             if entry:
                 effective = self._effective(topic, entry) if self.special else entry
@@ -212,13 +213,13 @@ class RouteTopics:
 
     def __len__(self) -> int:
         if self._len is None:
-            self._len = int(np.count_nonzero(self.visible())) + sum(1 for _ in self._delta_items())
+            self._len = int(np.count_nonzero(self.visible())) + sum(1 for _ in self.delta_items())
         return self._len
 
     def names(self) -> list[str]:
         """Every topic of topicQueueTable, sorted."""
         names = self.base.topic_names(np.flatnonzero(self.visible()))
-        extra = [topic for topic, _ in self._delta_items()]
+        extra = [topic for topic, _ in self.delta_items()]
         if extra:
             names = sorted(names + extra)
         return names
@@ -238,7 +239,7 @@ class RouteTopics:
                     continue
                 found = effective
             yield topic, found
-        yield from self._delta_items()
+        yield from self.delta_items()
 
     def values(self) -> Iterator[Entry]:
         for _, entry in self.items():
@@ -247,10 +248,10 @@ class RouteTopics:
     @property
     def row_count(self) -> int:
         """(topic, broker) rows of topicQueueTable."""
-        holders = self._base_holders()
-        return int(np.count_nonzero(holders)) + sum(len(e) // 2 for _, e in self._delta_items())
+        holders = self.base_holders()
+        return int(np.count_nonzero(holders)) + sum(len(e) // 2 for _, e in self.delta_items())
 
-    def _base_holders(self) -> npt.NDArray[Any]:
+    def base_holders(self) -> npt.NDArray[Any]:
         """Per base holder: present, and its topic not replaced by the delta."""
         holders: npt.NDArray[np.bool_] = self.present.astype(bool)
         kept: npt.NDArray[np.bool_] = holders & ~self.shadow[self.base.holder_topic]
@@ -258,14 +259,30 @@ class RouteTopics:
 
     # -- vectorised views (what RouteIndex lists and counts) --
 
+    def holder_perms(self) -> npt.NDArray[np.int64]:
+        """Per base holder: its perm as served (its group's perm_op applied)."""
+        base = self.base
+        perms = np.array([q[2] for q in base.queues], np.int64)
+        perm: npt.NDArray[np.int64] = perms[base.holder_queue]
+        for group, overlay in self.special.items():
+            g = base.group_ids.get(group)
+            if g is None or overlay.perm_op is PermOp.ID:
+                continue
+            holders = base.holders_of_group(g)
+            if overlay.perm_op is PermOp.WIPE:
+                perm[holders] &= ~PERM_WRITE
+            else:
+                perm[holders] = overlay.perm_op.apply(0)  # RW and R set the perm
+        return perm
+
     def group_topic_counts(self) -> dict[str, int]:
         """Per group name: the topics it has queue datas of."""
         base = self.base
         counts = np.bincount(
-            base.holder_group[self._base_holders()], minlength=len(base.groups)
+            base.holder_group[self.base_holders()], minlength=len(base.groups)
         ).tolist()
         out = {name: n for name, n in zip(base.groups, counts, strict=True) if n}
-        for _, entry in self._delta_items():
+        for _, entry in self.delta_items():
             for name in entry[0::2]:
                 out[name] = out.get(name, 0) + 1
         return out
@@ -275,10 +292,10 @@ class RouteTopics:
         base, wanted = self.base, frozenset(groups)
         mask = np.zeros(len(base.groups), bool)
         mask[[g for name, g in base.group_ids.items() if name in wanted]] = True
-        holders = self._base_holders() & mask[base.holder_group]
+        holders = self.base_holders() & mask[base.holder_group]
         topics = np.zeros(base.topic_count, bool)
         topics[base.holder_topic[holders]] = True
-        extra = [t for t, e in self._delta_items() if not wanted.isdisjoint(e[0::2])]
+        extra = [t for t, e in self.delta_items() if not wanted.isdisjoint(e[0::2])]
         return topics, extra
 
     def count_with_group_in(self, groups: Iterable[str]) -> int:
@@ -301,7 +318,7 @@ class RouteTopics:
         names = self.base.topic_names(np.flatnonzero(mask))
         extra = [
             t
-            for t, _ in self._delta_items()
+            for t, _ in self.delta_items()
             if t in SYSTEM_TOPIC_SET or t.startswith(SYSTEM_TOPIC_PREFIX)
         ]
         return sorted(names + extra)
