@@ -52,7 +52,8 @@ from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.spark.delta_writer import DeltaRouteWriter
 from schemas import TickEvent, parse_event
 
-INLINE = 1 << 62  # state values stay inline (no content folder): the rows are the same
+# large state values as content references (in this process's memory), as the job keeps them
+MIN_CHARS = 4096
 Change = tuple[str, Row]  # (op, row)
 
 
@@ -179,7 +180,7 @@ class FaultWarehouse:
                 BatchContext(until, self.published),
                 self.config,
                 (),
-                HeldContent(None, INLINE),
+                HeldContent(None, MIN_CHARS),
             )
             self.saved[group] = result.state
             if result.wake_up is not None:

@@ -157,3 +157,28 @@ def test_a_replayed_batch_writes_nothing_twice(fleet: Both):
     fleet.per_topic.batch(_heartbeats(20_000), 20_000)
     fleet.per_topic.batch(_heartbeats(40_000), 40_000)
     assert _rows(group.table(TOPIC_QUEUE)) == _rows(fleet.per_topic.table(TOPIC_QUEUE))
+
+
+def test_no_fault_decodes_or_derives_the_groups_topics(tmp_path: Path, monkeypatch):
+    """The step's side: every fault of bench/group_fault_rows.py's script (expiry, return,
+    role switch, master back, WIPE, ADD, unregister, return) on a 10 000-topic group neither
+    decodes its topic table nor computes its effective slice (no loop per topic), and hands
+    the writer no topic_base row and one topic_overlay row."""
+    import routing_lib.core.overlay as overlay_module
+    from bench.group_fault_rows import FAULTS, fault_script
+    from routing_lib.core.topic_table import TopicTable
+
+    derived = []
+    effective = overlay_module.effective_rows
+    monkeypatch.setattr(
+        overlay_module, "effective_rows", lambda *a: derived.append(1) or effective(*a)
+    )
+    warehouse = FaultWarehouse(tmp_path)
+    for fault, records, until in fault_script(10_000):
+        decodes, computed = TopicTable.decodes, len(derived)
+        stepped = warehouse.step(records, until)
+        changes = step_changes(r for rows in stepped.values() for r in rows)
+        if fault in FAULTS:
+            assert TopicTable.decodes == decodes and len(derived) == computed, fault
+            assert TOPIC_BASE not in changes and len(changes[TOPIC_OVERLAY]) == 1, fault
+            assert TOPIC_QUEUE not in changes and "topic_route_history" not in changes
