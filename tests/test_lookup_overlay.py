@@ -146,6 +146,8 @@ def test_overlays_applied_at_read_time_equal_the_derived_table(tmp_path, seed):
             risk, want = risks.of(built.index), reference_risks.of(reference)
             assert dict(risk.without_writable) == dict(want.without_writable)
             assert dict(risk.single_group) == dict(want.single_group)
+            # the console's per-group counts, vectorised likewise
+            assert built.index.store.group_write_counts() == reference.store.group_write_counts()
             current = built.index
         assert flips > 5  # the faults were applied as overlay flips
     finally:

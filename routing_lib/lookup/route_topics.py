@@ -287,6 +287,21 @@ class RouteTopics:
                 out[name] = out.get(name, 0) + 1
         return out
 
+    def group_write_counts(self) -> dict[str, tuple[int, int]]:
+        """Per group name: (topics it has queue datas of, of which writable as served)."""
+        base = self.base
+        holders = self.base_holders()
+        writable = holders & (self.holder_perms() & PERM_WRITE != 0)
+        n = np.bincount(base.holder_group[holders], minlength=len(base.groups)).tolist()
+        w = np.bincount(base.holder_group[writable], minlength=len(base.groups)).tolist()
+        counts = {g: [a, b] for g, a, b in zip(base.groups, n, w, strict=True) if a}
+        for _, entry in self.delta_items():
+            for name, queue in zip(entry[0::2], entry[1::2], strict=True):
+                slot = counts.setdefault(name, [0, 0])
+                slot[0] += 1
+                slot[1] += bool(queue[2] & PERM_WRITE)
+        return {g: (a, b) for g, (a, b) in counts.items()}
+
     def _topics_of(self, groups: Iterable[str]) -> tuple[npt.NDArray[Any], list[str]]:
         """Base topic ids (a mask) and delta topics with a present holder in `groups`."""
         base, wanted = self.base, frozenset(groups)
