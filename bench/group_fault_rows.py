@@ -257,10 +257,12 @@ class TableWrites:
 
 
 def writer_rows(
-    topics: int, others: int, root: Path
+    topics: int, others: int, root: Path, steps: dict[str, dict[str, float]] | None = None
 ) -> dict[str, dict[str, dict[str, TableWrites]]]:
-    """fault -> layout ("per-topic", "group") -> table -> what the batch wrote."""
+    """fault -> layout ("per-topic", "group") -> table -> what the batch wrote; `steps`
+    gets fault -> layout -> the batch's step CPU seconds."""
     script = with_other_groups(fault_script(topics), others, topics)
+    steps = {} if steps is None else steps
     out: dict[str, dict[str, dict[str, TableWrites]]] = {}
     for layout, tables in (("per-topic", PER_TOPIC_TABLES), ("group", GROUP_LAYOUT_TABLES)):
         warehouse = FaultWarehouse(root / layout, per_topic=layout == "per-topic")
@@ -275,25 +277,27 @@ def writer_rows(
                     writes.rows_added += commit.rows_added
                 per_table[table] = writes
             out.setdefault(fault, {})[layout] = per_table
+            steps.setdefault(fault, {})[layout] = warehouse.step_seconds
     return out
 
 
 def _print_writer_rows(topics: int, others: int) -> None:
+    steps: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as folder:
-        rows = writer_rows(topics, others, Path(folder))
+        rows = writer_rows(topics, others, Path(folder), steps)
     print(
         f"\nThrough the job's Delta writer ({topics} topics, {others} other groups of as many): "
         "per table, rows handed to the writer / files removed x -> rows they held removed, "
         "rows added (read from the Delta log)\n"
     )
     for layout, tables in (("per-topic", PER_TOPIC_TABLES), ("group", GROUP_LAYOUT_TABLES)):
-        print(f"| fault ({layout} layout) | " + " | ".join(tables) + " |")
-        print("|---" * (len(tables) + 1) + "|")
+        print(f"| fault ({layout} layout) | " + " | ".join(tables) + " | step s |")
+        print("|---" * (len(tables) + 2) + "|")
         for fault, by_layout in rows.items():
             if fault.startswith("("):
                 continue
             cells = " | ".join(by_layout[layout][t].cell() for t in tables)
-            print(f"| {fault} | {cells} |")
+            print(f"| {fault} | {cells} | {steps[fault][layout]:.2f} |")
         print()
 
 
