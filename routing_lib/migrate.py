@@ -26,12 +26,13 @@ row committed recently).
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from deltalake import write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
@@ -123,110 +124,133 @@ def _batch_ids(checkpoint: str, log_name: str) -> list[int]:
     if not storage.is_dir(folder):
         return []
     fs, root = storage.filesystem(folder)
-    import pyarrow.fs as pafs
-
     names = (Path(info.path).name for info in fs.get_file_info(pafs.FileSelector(root)))
     return [int(name) for name in names if name.isdigit()]
 
 
 def _last_progress_commit_ms(warehouse: str) -> int | None:
-    rows = _read(warehouse, PROGRESS)
-    stamps = [r["committed_at_ms"] for r in rows if r.get("committed_at_ms") is not None]
-    return max(stamps) if stamps else None
+    committed = pc.max(_arrow(warehouse, PROGRESS).column("committed_at_ms")).as_py()
+    return None if committed is None else int(committed)
 
 
 def _published_watermark(warehouse: str) -> int:
-    return max((int(r["watermark"]) for r in _read(warehouse, PROGRESS)), default=0)
+    watermark = pc.max(_arrow(warehouse, PROGRESS).column("watermark")).as_py()
+    return 0 if watermark is None else int(watermark)
 
 
-def _read(warehouse: str, table: str) -> list[Row]:
+def _arrow(warehouse: str, table: str) -> pa.Table:
+    """The table's current rows as Arrow (empty, with the catalog's schema, when absent)."""
     try:
         delta = storage.open_delta(storage.join(warehouse, table))
     except TableNotFoundError:
-        return []
-    rows: list[Row] = delta.to_pyarrow_table().to_pylist()
-    return rows
+        return arrow_schema(table).empty_table()
+    data: pa.Table = delta.to_pyarrow_table()
+    return data
 
 
-def _history_points(rows: list[Row]) -> int:
-    points = [int(r["valid_from"]) for r in rows]
-    points += [int(r["valid_to"]) for r in rows if r["valid_to"] is not None]
-    return max(points, default=0)
+def _by_group(data: pa.Table) -> dict[str, pa.Table]:
+    """The rows of each broker_name, as zero-copy slices of the sorted table: the rows of one
+    group at a time become Python objects, whatever the warehouse's size."""
+    if data.num_rows == 0:
+        return {}
+    data = data.sort_by("broker_name")
+    runs = pc.run_end_encode(data.column("broker_name").combine_chunks())
+    out: dict[str, pa.Table] = {}
+    start = 0
+    for name, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+        out[name] = data.slice(start, end - start)
+        start = end
+    return out
+
+
+def _last_point(history: pa.Table) -> int:
+    points = [pc.max(history.column(c)).as_py() for c in ("valid_from", "valid_to")]
+    return max((int(p) for p in points if p is not None), default=0)
+
+
+def _rows(table: str, rows: list[Row]) -> pa.Table:
+    schema = arrow_schema(table)
+    return pa.Table.from_pylist([{c: r.get(c) for c in schema.names} for r in rows], schema)
 
 
 def plan(
     warehouse: str, states: Mapping[str, GroupTopics] | None
-) -> tuple[MigrationReport, dict[str, list[Row]]]:
-    """Every table's rows of the group layout, checked (NotReproducible when the stored
-    history cannot be derived back exactly, or the state disagrees with the tables)."""
-    history = _read(warehouse, TOPIC_ROUTE_HISTORY)
-    queue = _read(warehouse, TOPIC_QUEUE)
-    if not history and queue:
+) -> tuple[MigrationReport, dict[str, pa.Table]]:
+    """Every table of the group layout, checked (NotReproducible when the stored history
+    cannot be derived back exactly, or the state disagrees with the tables)."""
+    history = _arrow(warehouse, TOPIC_ROUTE_HISTORY)
+    queue = _arrow(warehouse, TOPIC_QUEUE)
+    if history.num_rows == 0 and queue.num_rows:
         raise NotReproducible(
             [
-                f"topic_route_history is empty while topic_queue_table holds {len(queue)} rows "
-                "(a job run without history?): the history cannot be derived"
+                f"topic_route_history is empty while topic_queue_table holds {queue.num_rows} "
+                "rows (a job run without history?): the history cannot be derived"
             ],
             1,
         )
-    at = max(_published_watermark(warehouse), _history_points(history))
-    history_of: dict[str, list[Row]] = defaultdict(list)
-    for row in history:
-        history_of[row["broker_name"]].append(row)
-    effective_of: dict[str, dict[str, QueueData]] = defaultdict(dict)
-    for row in queue:
-        effective_of[row["broker_name"]][row["topic"]] = queue_of_row(row)
-    groups = sorted(history_of.keys() | effective_of.keys() | (states or {}).keys())
+    at = max(_published_watermark(warehouse), _last_point(history))
+    history_of, queue_of = _by_group(history), _by_group(queue)
+    groups = sorted(history_of.keys() | queue_of.keys() | (states or {}).keys())
     columns = spec(TOPIC_ROUTE_HISTORY).column_names
-    facts: list[GroupFact] = []
+    out: dict[str, list[pa.Table]] = {name: [] for name in GROUP_TABLES}
     problems: list[str] = []
     for group in groups:
+        effective = {
+            row["topic"]: queue_of_row(row)
+            for row in (queue_of[group].to_pylist() if group in queue_of else [])
+        }
         state = None if states is None else states.get(group)
-        if states is not None and state is None and effective_of.get(group):
+        if states is not None and state is None and effective:
             problems.append(f"group {group}: in topic_queue_table, not in the checkpoint state")
             continue
-        done = migrate_group(
-            group, history_of.get(group, []), effective_of.get(group, {}), state, at, columns
-        )
-        facts += done.facts
+        rows = history_of[group].to_pylist() if group in history_of else []
+        done = migrate_group(group, rows, effective, state, at, columns)
         problems += done.problems
+        if problems:
+            continue  # go on checking; nothing will be written
+        for name, table_rows in _group_rows(group, done.facts, effective, state).items():
+            out[name].append(_rows(name, table_rows))
     if problems:
         raise NotReproducible(problems, len(problems))
-    tables = _group_tables(facts, effective_of, states)
+    tables = {
+        name: pa.concat_tables(parts) if parts else arrow_schema(name).empty_table()
+        for name, parts in out.items()
+    }
     tables[TOPIC_QUEUE] = queue
     report = MigrationReport(
         warehouse,
         from_state=states is not None,
         anchored_at=at,
         groups=len(groups),
-        history_rows=len(history),
-        counts={name: len(rows) for name, rows in tables.items()},
+        history_rows=history.num_rows,
+        counts={name: tables[name].num_rows for name in WRITE_ORDER},
     )
     return report, tables
 
 
-def _group_tables(
+# The order of the writes: topic_base last marks the warehouse migrated.
+WRITE_ORDER = (TOPIC_BASE_CHANGES, TOPIC_OVERLAY_CHANGES, TOPIC_OVERLAY, TOPIC_QUEUE, TOPIC_BASE)
+GROUP_TABLES = (TOPIC_BASE_CHANGES, TOPIC_OVERLAY_CHANGES, TOPIC_OVERLAY, TOPIC_BASE)
+
+
+def _group_rows(
+    group: str,
     facts: list[GroupFact],
-    effective_of: Mapping[str, Mapping[str, QueueData]],
-    states: Mapping[str, GroupTopics] | None,
+    effective: Mapping[str, QueueData],
+    state: GroupTopics | None,
 ) -> dict[str, list[Row]]:
-    base: list[Row] = []
-    overlays: list[Row] = []
-    if states is None:
-        for group, rows in effective_of.items():
-            base += [base_row(group, topic, q) for topic, q in rows.items()]
-            overlays.append(overlay_row(group, TRIVIAL))
+    """One group's rows of the group layout's tables: its facts as change rows; its base and
+    overlay (the state's, else the effective rows under a trivial overlay); no overlay row
+    without a base, as the job keeps them."""
+    if state is None:
+        base, overlay = dict(effective), TRIVIAL
     else:
-        for group, state in states.items():
-            if len(state.base) == 0:
-                continue  # no base: no overlay row either (as the job keeps them)
-            base += [base_row(group, topic, q) for topic, q in state.base.rows().items()]
-            overlays.append(overlay_row(group, state.overlay))
+        base, overlay = dict(state.base.rows()), state.overlay
     return {
         TOPIC_BASE_CHANGES: [fact_row(f) for f in facts if not _is_overlay(f)],
         TOPIC_OVERLAY_CHANGES: [fact_row(f) for f in facts if _is_overlay(f)],
-        TOPIC_OVERLAY: overlays,
-        TOPIC_BASE: base,
+        TOPIC_OVERLAY: [overlay_row(group, overlay)] if base else [],
+        TOPIC_BASE: [base_row(group, topic, q) for topic, q in base.items()],
     }
 
 
@@ -234,28 +258,18 @@ def _is_overlay(fact: GroupFact) -> bool:
     return isinstance(fact, GroupOverlayChange)
 
 
-# The order of the writes: topic_base last marks the warehouse migrated.
-WRITE_ORDER = (TOPIC_BASE_CHANGES, TOPIC_OVERLAY_CHANGES, TOPIC_OVERLAY, TOPIC_QUEUE, TOPIC_BASE)
-
-
-def write_tables(warehouse: str, tables: Mapping[str, list[Row]]) -> None:
+def write_tables(warehouse: str, tables: Mapping[str, pa.Table]) -> None:
     for name in WRITE_ORDER:
         path = storage.join(warehouse, name)
-        schema = arrow_schema(name)
-        data = pa.Table.from_pylist([_cast(r, schema) for r in tables[name]], schema=schema)
         write_deltalake(
             storage.delta_uri(path),
-            data,
+            tables[name].select(arrow_schema(name).names).cast(arrow_schema(name)),
             mode="overwrite",
             schema_mode="overwrite",
-            partition_by=list(spec(name).partition_by) or None,
+            partition_by=list(spec(name).partition_by),
             configuration=_CDF,
             storage_options=storage.delta_storage_options(path),
         )
-
-
-def _cast(row: Row, schema: pa.Schema) -> Row:
-    return {name: row.get(name) for name in schema.names}
 
 
 def migrate(

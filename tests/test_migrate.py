@@ -52,6 +52,7 @@ from routing_lib.migrate import JobMayBeRunning, check_stopped, migrate
 from routing_lib.migrate_facts import NotReproducible
 from routing_lib.migrate_state import group_states
 from routing_lib.read.arrow_schema import arrow_schema
+from routing_lib.read.route_history import read_history
 from routing_lib.read.warehouse import open_table
 from schemas import parse_event
 from tests.support.helpers import random_history, registration_modes, seeds
@@ -305,11 +306,12 @@ def test_the_readers_stop_on_an_unmigrated_warehouse_naming_the_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     warehouse, checkpoint, _ = _old(tmp_path, 15)
-    assert routectl(["dump", "--warehouse", str(warehouse)]) == 1
-    err = capsys.readouterr().err
-    assert f"routectl migrate --warehouse {warehouse}" in err and "per-topic layout" in err
-    with pytest.raises(OldLayoutError):
+    with pytest.raises(OldLayoutError, match=f"routectl migrate --warehouse {warehouse}"):
+        read_history(warehouse)  # topic_route_history: derived from tables it lacks
+    with pytest.raises(OldLayoutError, match="per-topic layout"):
         open_table(warehouse, TOPIC_BASE)
+    assert routectl(["history", "topic", "t0", "--warehouse", str(warehouse)]) == 1
+    assert f"routectl migrate --warehouse {warehouse}" in capsys.readouterr().err
 
 
 def test_routectl_migrate_then_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
