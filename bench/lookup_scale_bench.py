@@ -246,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
             for line in metrics.decode().splitlines():
                 if line.startswith("routelake_lookup_snapshot_last_build_duration_seconds "):
                     build_s.append(float(line.split()[1]))
+            if step % 10 == 0:  # memory as it goes: growth per batch, or a plateau
+                print(
+                    f"  after batch {step}: RSS {tree_rss_mb(server.pid):,.0f} MB, "
+                    f"PSS {tree_pss_mb(server.pid):,.0f} MB",
+                    flush=True,
+                )
             time.sleep(max(0.0, due - time.monotonic()))
         time.sleep(1.0)
         stop_client.set()

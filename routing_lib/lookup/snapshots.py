@@ -279,6 +279,7 @@ def next_index(
         changed_topics=None if groups else changed,
         **flags,
     )
+    _give_back_memory()  # the batch's Arrow reads: freed, but kept by the pools otherwise
     return Built(
         index,
         "incremental",

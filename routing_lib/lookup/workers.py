@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import gc
 import logging
 import os
 import select
@@ -343,6 +344,10 @@ class Workers:
         """Fork the zygote (only before this process starts an event loop or a thread)."""
         ours, theirs = socket.socketpair()
         primary = os.getpid()
+        # the objects made so far (the imported modules: ~60 MB) move out of the cyclic
+        # GC's reach: its passes would write to every one of them, copying each page the
+        # zygote and the workers share with this process into each of them
+        gc.freeze()
         pid = os.fork()
         if pid == 0:  # the zygote: not the primary's sockets
             for sock in [ours, *listening]:
