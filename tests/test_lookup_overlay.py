@@ -200,3 +200,38 @@ def test_an_expiry_is_one_overlay_row_and_touches_no_other_group(tmp_path):
     assert back.index.route_body("T1_1") is not None
     assert len(back.index.topics) == len(first.topics)
     same_answers(back.index, load_index(tmp_path, settled_versions(tmp_path)[0]))
+
+
+def test_processes_share_the_newest_base_index_file(tmp_path):
+    """Two processes of a service (two chains of snapshots over one SharedIndexes): one
+    base index file, written by the first; a process that loads later maps it and applies
+    the change feed; a new file (one process's delta grew large) is taken up by the other
+    at its next build, and old files are unlinked but the newest two."""
+    rng = random.Random(3)
+    model = Model(rng)
+    wh = WriterWarehouse(tmp_path)
+    wh.publish(0, 1_000, model.first_batch())
+    shared = SharedIndexes.create()
+    try:
+        one = next_index(tmp_path, None, settled_versions(tmp_path)[0], shared=shared).index
+        table_id = one.store.base.table_id
+        assert shared.versions(table_id) == [one.store.base.version]
+        wh.publish(1, 2_000, random_batch(rng, model, 1))
+        pinned = settled_versions(tmp_path)[0]
+        two = next_index(tmp_path, None, pinned, shared=shared).index  # a worker starting now
+        assert two.store.base.version == one.store.base.version < pinned[TOPIC_BASE]
+        assert shared.versions(table_id) == [one.store.base.version]  # no second file
+        same_answers(two, load_index(tmp_path, pinned))
+        for step in range(2, 6):
+            wh.publish(step, 1_000 * step, random_batch(rng, model, step))
+            pinned = settled_versions(tmp_path)[0]
+            # the first process rebuilds at every change (a tiny limit), the second follows
+            one = next_index(
+                tmp_path, one, pinned, shared=shared, max_change_fraction=0, min_full_rows=0
+            ).index
+            two = next_index(tmp_path, two, pinned, shared=shared).index
+            assert two.store.base.version == one.store.base.version
+            same_answers(two, load_index(tmp_path, pinned))
+        assert len(shared.versions(table_id)) <= 2
+    finally:
+        shared.remove()

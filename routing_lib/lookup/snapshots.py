@@ -118,10 +118,14 @@ def load_index(
     order_message_enable: bool = False,
     shared: SharedIndexes | None = None,
 ) -> RouteIndex:
-    """Every table read whole at `versions`."""
+    """Every table read whole at `versions` (topic_base: the newest shared base index at or
+    before its version brought up to it by the change feed, when another process wrote one
+    and the feed can)."""
     _require_group_layout(versions)
-    base = base_index(warehouse, versions[TOPIC_BASE], shared)
-    topics = RouteTopics.of(base, overlays_at(warehouse, versions))
+    version, overlays = versions[TOPIC_BASE], overlays_at(warehouse, versions)
+    topics = _from_shared(warehouse, version, overlays, shared)
+    if topics is None:
+        topics = RouteTopics.of(base_index(warehouse, version, shared), overlays)
     return RouteIndex.assemble(
         topics,
         {t: _small_rows(warehouse, t, versions) for t in SMALL_TABLES},
@@ -130,6 +134,29 @@ def load_index(
         support_acting_master=support_acting_master,
         order_message_enable=order_message_enable,
     )
+
+
+def _from_shared(
+    warehouse: str | Path,
+    version: int,
+    overlays: Mapping[str, Overlay],
+    shared: SharedIndexes | None,
+    max_change_fraction: float = 0.25,
+) -> RouteTopics | None:
+    """topic_base at `version` over the newest base index another process of the service
+    wrote (a worker started later maps the primary's file instead of writing its own), or
+    None: none, or the change feed cannot cover the gap, or it changed too much."""
+    if shared is None:
+        return None
+    table_id = str(open_version(warehouse, TOPIC_BASE, version).metadata().id)
+    base = shared.newest(table_id, version)
+    if base is None:
+        return None
+    try:
+        topics = _rebased(warehouse, RouteTopics.of(base, overlays), base, version)
+    except ChangesUnavailableError:
+        return None
+    return topics if topics.delta_topics <= max_change_fraction * base.topic_count else None
 
 
 def _in_commit_order(changes: pa.Table, columns: tuple[str, ...]) -> list[dict[str, object]]:
