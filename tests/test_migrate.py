@@ -339,3 +339,19 @@ def test_routectl_migrate_names_the_backfill_when_history_cannot_be_derived(
     err = capsys.readouterr().err
     assert "nothing was written" in err and "routectl backfill" in err
     assert not (warehouse / TOPIC_BASE).exists()
+
+
+def test_routectl_migrate_wants_the_checkpoint_or_without_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    warehouse, checkpoint, model = _old(tmp_path, 18)
+    checkpoint.rmdir()
+    args = ["migrate", "--warehouse", str(warehouse), "--checkpoint", str(checkpoint)]
+    assert routectl(args) == 2
+    assert "--without-state" in capsys.readouterr().err
+    assert not (warehouse / TOPIC_BASE).exists()
+    assert routectl([*args, "--without-state"]) == 0
+    assert "from topic_queue_table (trivial)" in capsys.readouterr().out
+    assert _keyed(_read(warehouse, TOPIC_BASE), TOPIC_BASE) == _keyed(
+        model.tables[TOPIC_QUEUE].values(), TOPIC_BASE
+    )

@@ -24,6 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "tables must hold (default: [paths] checkpoint of the config)",
     )
     parser.add_argument(
+        "--without-state",
+        action="store_true",
+        help="no checkpoint will be used with this warehouse again: bases from "
+        "topic_queue_table under trivial overlays (needed when --checkpoint does not exist)",
+    )
+    parser.add_argument(
         "--dry-run", action="store_true", help="check and count everything, write nothing"
     )
     parser.add_argument(
@@ -47,8 +53,20 @@ def handle(args: argparse.Namespace, config: Config) -> int:
     if old_layout_reason(warehouse) is None:
         print(f"{warehouse}: already of the group layout, nothing to do")
         return 0
-    check_stopped(warehouse, checkpoint, DEFAULT_QUIET_S if args.quiet_s is None else args.quiet_s)
-    states = _states(checkpoint, config)
+    if not args.without_state and not storage.is_dir(checkpoint):
+        # Bases from topic_queue_table would be wrong for the job's absent and wiped groups
+        # if the job then ran on with a checkpoint migrate did not read.
+        print(
+            f"routectl migrate: checkpoint {checkpoint} does not exist. Pass the checkpoint "
+            "the job writes this warehouse with (--checkpoint; a backfill's is "
+            f"{storage.join(warehouse, '_checkpoints', 'backfill')}), or --without-state "
+            "if no checkpoint will be used with this warehouse again",
+            file=sys.stderr,
+        )
+        return 2
+    quiet_s = DEFAULT_QUIET_S if args.quiet_s is None else args.quiet_s
+    check_stopped(warehouse, None if args.without_state else checkpoint, quiet_s)
+    states = None if args.without_state else _states(checkpoint, config)
     try:
         report = migrate(warehouse, states, dry_run=args.dry_run)
     except NotReproducible as exc:
