@@ -233,7 +233,7 @@ def _topic_risks(
     if system:
         is_system = np.zeros(base.topic_count, bool)
         is_system[base.topic_ids(sorted(system))] = True
-        holders &= ~is_system[base.holder_topic]
+        holders = holders & ~is_system[base.holder_topic]
     perm = topics.holder_perms()
     write = np.array([q[1] for q in base.queues], np.int64)[base.holder_queue]
     can_write = holders & (perm & PERM_WRITE != 0) & (write > 0) & is_master[base.holder_group]

@@ -56,6 +56,7 @@ class RouteTopics:
         "counts",
         "shadow",
         "_visible",
+        "_holders",
         "_len",
     )
 
@@ -77,6 +78,7 @@ class RouteTopics:
         self.counts = counts  # per base topic: its present holders
         self.shadow = shadow  # per base topic: True when the delta holds it instead
         self._visible: npt.NDArray[Any] | None = None
+        self._holders: npt.NDArray[np.bool_] | None = None
         self._len: int | None = None
 
     @staticmethod
@@ -251,11 +253,15 @@ class RouteTopics:
         holders = self.base_holders()
         return int(np.count_nonzero(holders)) + sum(len(e) // 2 for _, e in self.delta_items())
 
-    def base_holders(self) -> npt.NDArray[Any]:
-        """Per base holder: present, and its topic not replaced by the delta."""
-        holders: npt.NDArray[np.bool_] = self.present.astype(bool)
-        kept: npt.NDArray[np.bool_] = holders & ~self.shadow[self.base.holder_topic]
-        return kept
+    def base_holders(self) -> npt.NDArray[np.bool_]:
+        """Per base holder: present, and its topic not replaced by the delta (computed once
+        per snapshot; read-only)."""
+        if self._holders is None:
+            holders: npt.NDArray[np.bool_] = self.present.astype(bool)
+            holders &= ~self.shadow[self.base.holder_topic]
+            holders.flags.writeable = False
+            self._holders = holders
+        return self._holders
 
     # -- vectorised views (what RouteIndex lists and counts) --
 
