@@ -24,6 +24,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from routelake_dev.simulator import with_admin_events
+from routing_lib import storage
 from routing_lib.cli import main as routectl
 from routing_lib.core.catalog import (
     PROGRESS,
@@ -120,18 +121,21 @@ def _run(model: Model, events: list, sizes: list[int], start: int, stop: int) ->
         arrived += size
 
 
-def _write(warehouse: Path, table: str, rows: Iterable[Row], partition: bool = True) -> None:
+def _write(warehouse: Path | str, table: str, rows: Iterable[Row], partition: bool = True) -> None:
+    """A table of the warehouse (a folder, or an s3:// prefix) written with delta-rs."""
     schema = arrow_schema(table)
     data = pa.Table.from_pylist([{c: r.get(c) for c in schema.names} for r in rows], schema=schema)
+    location = storage.join(str(warehouse), table)
     write_deltalake(
-        str(warehouse / table),
+        storage.delta_uri(location),
         data,
         partition_by=list(spec(table).partition_by) if partition else None,
         configuration=CDF,
+        storage_options=storage.delta_storage_options(location),
     )
 
 
-def old_warehouse(warehouse: Path, model: Model, committed_at_ms: int = 1) -> None:
+def old_warehouse(warehouse: Path | str, model: Model, committed_at_ms: int = 1) -> None:
     """The per-topic layout as main wrote it before issue 36: topic_queue_table unpartitioned,
     topic_route_history stored, a progress row at the model's published watermark."""
     _write(warehouse, TOPIC_QUEUE, model.tables[TOPIC_QUEUE].values(), partition=False)
@@ -143,8 +147,9 @@ def old_warehouse(warehouse: Path, model: Model, committed_at_ms: int = 1) -> No
     )
 
 
-def _read(warehouse: Path, table: str) -> list[Row]:
-    rows: list[Row] = DeltaTable(str(warehouse / table)).to_pyarrow_table().to_pylist()
+def _read(warehouse: Path | str, table: str) -> list[Row]:
+    delta = storage.open_delta(storage.join(str(warehouse), table))
+    rows: list[Row] = delta.to_pyarrow_table().to_pylist()
     return rows
 
 
