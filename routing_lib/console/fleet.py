@@ -127,6 +127,6 @@ def fleet(
             "brokers": broker_total,
             "liveBrokers": live_total,
             "liveTable": len(live),
-            "topics": len(index.topics) if topic_count is None else topic_count,
+            "topics": index.topic_count if topic_count is None else topic_count,
         },
     }
