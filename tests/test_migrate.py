@@ -22,6 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from hypothesis import given
 
 from routelake_dev.simulator import with_admin_events
 from routing_lib import storage
@@ -36,26 +37,27 @@ from routing_lib.core.catalog import (
     TOPIC_ROUTE_HISTORY,
     spec,
 )
-from routing_lib.core.fact_rows import fact_row, facts_of_rows
+from routing_lib.core.fact_rows import fact_row, facts_of_rows, queue_of_row
 from routing_lib.core.group_facts import (
     GroupOverlayChange,
     NormalisedHistory,
     topic_route_history_rows,
 )
 from routing_lib.core.group_routes import DEFAULT_FLAGS
-from routing_lib.core.history import HISTORY_IDENTITY
+from routing_lib.core.history import HISTORY_IDENTITY, event_date
 from routing_lib.core.overlay import GroupTopics
 from routing_lib.core.rows import RowKind, RowOp, StepRow
 from routing_lib.core.step import BatchContext, InputRow, StepConfig
 from routing_lib.core.tables import Row, RowKey
 from routing_lib.layout import OldLayoutError, old_layout_reason, require_group_layout
 from routing_lib.migrate import JobMayBeRunning, check_stopped, migrate
-from routing_lib.migrate_facts import NotReproducible
+from routing_lib.migrate_facts import NotReproducible, migrate_group
 from routing_lib.migrate_state import group_states
 from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.read.route_history import read_history
 from routing_lib.read.warehouse import open_table
 from schemas import parse_event
+from tests.support.event_strategies import History, histories, profile
 from tests.support.helpers import random_history, registration_modes, seeds
 from tests.support.stream_model import StreamModel
 
@@ -360,3 +362,110 @@ def test_routectl_migrate_wants_the_checkpoint_or_without_state(
     assert _keyed(_read(warehouse, TOPIC_BASE), TOPIC_BASE) == _keyed(
         model.tables[TOPIC_QUEUE].values(), TOPIC_BASE
     )
+
+
+@profile()
+@given(histories())
+def test_drawn_histories_derive_back_and_go_on(history: History) -> None:
+    """Drawn histories (every event type, same-instant flips, split registrations): each
+    group's stored versions as facts derive back row for row with its state's anchor, and
+    the derivation of those facts plus the group layout's next facts is the per-topic job's
+    history."""
+    events = [parse_event(json.dumps(record)) for record in history.records]
+    batches = history.batches
+    cut = len(batches) // 2
+    model, reference = Model(history.content_refs), Model(history.content_refs)
+    model.config = reference.config = StepConfig(history.flags, group_facts=False)
+    arrived = 0
+    for n, batch in enumerate(batches):
+        items = [(events[arrived + i], ("file", arrived + i)) for i in range(len(batch))]
+        reference.batch(items)
+        if n == cut:
+            migrated = _migrate_in_memory(model)
+            model.config = StepConfig(history.flags)
+        model.batch(items)
+        arrived += len(batch)
+    if cut >= len(batches):
+        return
+    got = _derived_history(
+        migrated[TOPIC_BASE_CHANGES] + model.change_rows[TOPIC_BASE_CHANGES],
+        migrated[TOPIC_OVERLAY_CHANGES] + model.change_rows[TOPIC_OVERLAY_CHANGES],
+    )
+    assert got == _by_identity(reference.history.values())
+
+
+def _migrate_in_memory(model: Model) -> dict[str, list[Row]]:
+    """migrate's per-group work without Delta: the change rows, each group checked."""
+    states = model.group_states()
+    columns = spec(TOPIC_ROUTE_HISTORY).column_names
+    at = max([model.published, *(r["valid_to"] or r["valid_from"] for r in model.history.values())])
+    out: dict[str, list[Row]] = {TOPIC_BASE_CHANGES: [], TOPIC_OVERLAY_CHANGES: []}
+    queue = model.tables[TOPIC_QUEUE].values()
+    for group in sorted({r["broker_name"] for r in model.history.values()} | states.keys()):
+        rows = [r for r in model.history.values() if r["broker_name"] == group]
+        effective = {r["topic"]: queue_of_row(r) for r in queue if r["broker_name"] == group}
+        done = migrate_group(group, rows, effective, states.get(group), at, columns)
+        assert not done.problems, done.problems
+        for fact in done.facts:
+            table = (
+                TOPIC_OVERLAY_CHANGES
+                if isinstance(fact, GroupOverlayChange)
+                else TOPIC_BASE_CHANGES
+            )
+            out[table].append(fact_row(fact))
+    return out
+
+
+# ---- boundaries the shipped tracker does not write, but a pruned or hand-made history may ------
+
+
+def _version(start: int, end: int | None, perm: int, started: tuple, ended: tuple | None) -> Row:
+    """A topic_route_history row of topic t / group g; `started`, `ended`: (reason, kind,
+    address)."""
+    return {
+        "topic": "t",
+        "broker_name": "g",
+        "valid_from": start,
+        "valid_to": end,
+        "read_queue_nums": 4,
+        "write_queue_nums": 4,
+        "perm": perm,
+        "topic_sys_flag": 0,
+        "started_by": started[0],
+        "start_event": started[1],
+        "start_broker_addr": started[2],
+        "ended_by": ended[0] if ended else None,
+        "end_event": ended[1] if ended else None,
+        "end_broker_addr": ended[2] if ended else None,
+        "event_date": event_date(start),
+    }
+
+
+ADDED = ("TOPIC_ADDED", "REGISTER", "a:1")
+CHANGED_A = ("CONFIG_CHANGED", "REGISTER", "a:1")
+CHANGED_B = ("CONFIG_CHANGED", "REGISTER", "b:1")
+REMOVED = ("GROUP_REMOVED", "EXPIRE", "a:1")
+WIPED = ("PERM_WIPED", "ACTING_MASTER", "b:1")
+
+
+@pytest.mark.parametrize(
+    "versions",
+    [
+        # ends and starts at one instant by different causes, neither side kept
+        [_version(1, 5, 6, ADDED, REMOVED), _version(5, None, 6, ADDED, None)],
+        # both sides kept, by different causes: through a placeholder row
+        [_version(1, 5, 6, ADDED, CHANGED_A), _version(5, None, 4, CHANGED_B, None)],
+        # the same row on both sides of a kept boundary
+        [_version(1, 5, 6, ADDED, CHANGED_A), _version(5, None, 6, CHANGED_A, None)],
+        # removed, then back with a kept reason at the same instant
+        [_version(1, 5, 6, ADDED, REMOVED), _version(5, None, 4, WIPED, None)],
+        # a kept end with nothing after it, a kept start with nothing before it (pruned)
+        [_version(1, 5, 6, CHANGED_A, CHANGED_A), _version(9, None, 6, WIPED, None)],
+    ],
+)
+def test_boundaries_the_tracker_does_not_write_derive_back(versions: list[Row]) -> None:
+    columns = spec(TOPIC_ROUTE_HISTORY).column_names
+    effective = {"t": queue_of_row(versions[-1])}
+    done = migrate_group("g", versions, effective, None, 10, columns)
+    assert not done.problems, done.problems
+    assert len({(f.event_time, f.seq) for f in done.facts}) == len(done.facts)
