@@ -235,3 +235,22 @@ def test_the_served_snapshot_s_fleet_is_made_before_a_page_asks(tmp_path):
         answer = httpx.get(f"http://127.0.0.1:{server.service.http_port}/console/api/fleet")
         assert answer.json()["snapshot"]["watermark"] == 2_000
         assert "fleet" not in _server_timing(answer.headers["Server-Timing"])
+
+
+def test_prepared_tables_are_made_once_per_version(tmp_path):
+    """The change tables' next-change column (State(T) at any T is then a mask) is computed
+    once per table version, like the read itself."""
+    root = tmp_path / "warehouse"
+    write_deltalake(root / TOPIC_BASE_CHANGES, arrow_schema(TOPIC_BASE_CHANGES).empty_table())
+    cache = TableCache(root)
+    made = []
+
+    def prepare(table: pa.Table) -> pa.Table:
+        made.append(table.num_rows)
+        return table.append_column("n", pa.array([], pa.int64()))
+
+    first = cache.prepared(TOPIC_BASE_CHANGES, 0, prepare)
+    assert first is not None and "n" in first.column_names
+    assert cache.prepared(TOPIC_BASE_CHANGES, 0, prepare) is first
+    assert made == [0] and cache.reads == 1
+    assert cache.prepared(TOPIC_BASE_CHANGES, None, prepare) is None

@@ -122,10 +122,13 @@ def check_reads(model: FactModel, root: Path) -> None:
         assert _keyed(got) == {k: v for k, v in want.items() if v["broker_name"] == groups[0]}
     history = {TOPIC_ROUTE_HISTORY: list(want.values())}
     instants = _instants(want.values(), model)
+    prepared = rh.base_intervals(changes)
     from_disk = set(random.Random(len(instants)).sample(instants, min(8, len(instants))))
     for t in instants:
         expected = _queue_key(route_rows_as_of(history, t)[TOPIC_QUEUE])
         assert _queue_key(rh.routes_at(changes, t).to_pylist()) == expected, t
+        # prepared once for every T (the console's path)
+        assert _queue_key(rh.routes_at(prepared, t).to_pylist()) == expected, t
         if t in from_disk:  # the read pushes event_time <= t down
             assert _queue_key(rh.route_rows_at(root, t)) == expected, t
 
@@ -194,6 +197,9 @@ def test_a_covered_overlay_under_a_perm_op_at_t(tmp_path: Path) -> None:
         expected = route_rows_as_of(history, t)[TOPIC_QUEUE]
         got = rh.routes_at(changes, t).to_pylist()
         assert _queue_key(got) == _queue_key(expected), t
+        assert _queue_key(rh.routes_at(rh.base_intervals(changes), t).to_pylist()) == _queue_key(
+            got
+        )
         shown[t] = sorted((r["broker_name"], r["topic"], r["perm"]) for r in got)
     assert shown[9] == [("g", "A", 4), ("g", "C", 4), ("other", "A", 6)]
     assert shown[12] == [("g", "A", 4), ("g", "B", 4), ("g", "C", 4), ("other", "A", 6)]

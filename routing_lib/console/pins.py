@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -95,7 +96,31 @@ class TableCache:
                 columns = None if wanted is None else [c for c in wanted if c in present]
                 data = delta.to_pyarrow_table(columns=columns)
             self.reads += 1
-            self._tables[key] = data
-            while len(self._tables) > self.capacity:
-                self._tables.popitem(last=False)
+            self._keep(key, data)
             return data
+
+    def prepared(
+        self, table: str, version: int | None, prepare: Callable[[pa.Table], pa.Table]
+    ) -> pa.Table | None:
+        """`prepare(table at version)`, kept like the table: work done once per version
+        (the change tables' next-change column, read/route_history.base_intervals)."""
+        if version is None:
+            return None
+        key = (f"{table}+{prepare.__name__}", version)
+        with self._lock:
+            cached = self._tables.get(key)
+            if cached is not None:
+                self._tables.move_to_end(key)
+                return cached
+        data = self.get(table, version)
+        assert data is not None
+        with timing.part("prepare"):
+            done = prepare(data)
+        with self._lock:
+            self._keep(key, done)
+        return done
+
+    def _keep(self, key: tuple[str, int], data: pa.Table) -> None:
+        self._tables[key] = data
+        while len(self._tables) > self.capacity:
+            self._tables.popitem(last=False)

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from routing_lib.core.tables import PROGRESS, Row
 from routing_lib.lookup.refresher import Served, SnapshotHolder
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.read import route_history
+from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.read.warehouse import WarehouseSnapshot
 
 log = logging.getLogger("routelake.console")
@@ -71,7 +73,7 @@ class AtState:
         # State(T)'s topic_queue_table rows (the last base row and overlay at or before T per
         # group and topic: no history derived); the fleet and the search index need three
         # columns of them
-        self._routes = route_history.routes_at(snapshot.changes(), at)
+        self._routes = route_history.routes_at(snapshot.changes(at_any_t=True), at)
         self.topics = self._routes.select(["topic", "broker_name", "perm"])
         events = snapshot.rows(BROKER_LIVENESS_EVENTS, lambda d: pc.less_equal(d["event_time"], at))
         live: dict[tuple[str, str], JsonObj] = {
@@ -92,6 +94,13 @@ class AtState:
         queues = self._routes.filter(pc.equal(self._routes["topic"], topic)).to_pylist()
         tables = {**self._groups, TOPIC_QUEUE: queues}
         return RouteIndex(WarehouseSnapshot(tables, {}, self.at)).route(topic)
+
+
+def _with_next_change(keys: list[str]) -> Callable[[pa.Table], pa.Table]:
+    def with_next_change(table: pa.Table) -> pa.Table:
+        return route_history.with_next_change(table, keys)
+
+    return with_next_change
 
 
 def _write_counts(topics: pa.Table | None) -> dict[str, tuple[int, int]]:
@@ -160,13 +169,22 @@ class Snapshot:
     def table(self, name: str) -> pa.Table | None:
         return self.cache.get(name, self.pins()[name])
 
-    def changes(self) -> route_history.ChangeTables:
-        """The pinned change tables topic_route_history derives from (empty when absent)."""
-        empty = route_history.ChangeTables.empty()
-        base, overlay = (self.table(TOPIC_BASE_CHANGES), self.table(TOPIC_OVERLAY_CHANGES))
-        return route_history.ChangeTables(
-            empty.base if base is None else base, empty.overlay if overlay is None else overlay
-        )
+    def changes(self, at_any_t: bool = False) -> route_history.ChangeTables:
+        """The pinned change tables topic_route_history derives from (empty when absent);
+        `at_any_t`: with their next-change column (computed once per table version: every
+        State(T) is then a mask)."""
+        pins = self.pins()
+        tables = []
+        for name, keys in (
+            (TOPIC_BASE_CHANGES, route_history.BASE_KEYS),
+            (TOPIC_OVERLAY_CHANGES, route_history.OVERLAY_KEYS),
+        ):
+            if at_any_t:
+                data = self.cache.prepared(name, pins[name], _with_next_change(keys))
+            else:
+                data = self.table(name)
+            tables.append(arrow_schema(name).empty_table() if data is None else data)
+        return route_history.ChangeTables(*tables)
 
     def rows(self, name: str, mask: Any = None) -> list[Row]:
         """A pinned table's rows (where `mask(table)` is true); [] for an absent table."""

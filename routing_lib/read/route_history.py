@@ -21,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
@@ -152,14 +154,55 @@ def topic_history_rows(warehouse: str | Path, topic: str) -> list[Row]:
 # ---- topicQueueTable at T ------------------------------------------------------------------------
 
 
-def _last_per_key(table: pa.Table, keys: list[str]) -> pa.Table:
-    """The last row per `keys` by (event_time, seq)."""
-    if not table.num_rows:
+NEXT_TIME = "next_time"  # base_intervals: the event_time of the key's next change (null: none)
+BASE_KEYS = ["broker_name", "topic"]
+OVERLAY_KEYS = ["broker_name"]
+
+
+def _key_codes(table: pa.Table, keys: list[str]) -> npt.NDArray[np.int64]:
+    """One int64 per row, equal for rows of equal `keys` (dictionary codes combined)."""
+    code = np.zeros(table.num_rows, np.int64)
+    for name in keys:
+        encoded = pc.dictionary_encode(table[name].combine_chunks())
+        values = len(encoded.dictionary)
+        code = code * max(values, 1) + encoded.indices.to_numpy(zero_copy_only=False)
+    return code
+
+
+def with_next_change(table: pa.Table, keys: list[str]) -> pa.Table:
+    """The change rows with `next_time`: when the same key changes next (null: never), so
+    that a row is the key's value at T iff event_time <= T < next_time (a row followed by
+    another at the same instant has next_time == event_time: never a value). One sort of
+    integer codes; then every State(T) is a mask, as over the stored history before."""
+    if NEXT_TIME in table.column_names:
         return table
-    ordered = table.sort_by([("event_time", "ascending"), ("seq", "ascending")])
-    ordered = ordered.append_column("_row", pa.array(range(ordered.num_rows), pa.int64()))
-    last = ordered.group_by(keys, use_threads=False).aggregate([("_row", "max")])
-    return ordered.take(last["_row_max"]).drop_columns(["_row"])
+    if not table.num_rows:
+        return table.append_column(NEXT_TIME, pa.array([], pa.int64()))
+    key = _key_codes(table, keys)
+    times = table["event_time"].to_numpy()
+    order = np.lexsort((table["seq"].to_numpy(), times, key))
+    same_next = key[order[1:]] == key[order[:-1]]
+    following = np.zeros(len(order), np.int64)
+    following[order[:-1]] = np.where(same_next, times[order[1:]], 0)
+    last = np.ones(len(order), bool)
+    last[order[:-1]] = ~same_next
+    return table.append_column(NEXT_TIME, pa.array(following, pa.int64(), mask=last))
+
+
+def _valid_at(table: pa.Table, at: int) -> pa.Array:
+    started = pc.less_equal(table["event_time"], at)
+    return pc.and_(
+        started, pc.or_kleene(pc.is_null(table[NEXT_TIME]), pc.greater(table[NEXT_TIME], at))
+    )
+
+
+def base_intervals(changes: ChangeTables) -> ChangeTables:
+    """`changes` with NEXT_TIME on both tables: what routes_at needs for any T (the console
+    computes it once per table version and asks many T)."""
+    return ChangeTables(
+        with_next_change(changes.base, BASE_KEYS),
+        with_next_change(changes.overlay, OVERLAY_KEYS),
+    )
 
 
 def _apply_perm_op(perm: pa.ChunkedArray, ops: pa.Array) -> pa.Array:
@@ -183,14 +226,14 @@ def routes_at(changes: ChangeTables, at: int) -> pa.Table:
     overlay valid at `at` (a group with no overlay change yet has a trivial one). Equal to
     the derived topic_route_history rows valid at `at`, without deriving them."""
     schema = arrow_schema(TOPIC_QUEUE)
-    base = changes.base.filter(pc.less_equal(changes.base["event_time"], at))
-    base = _last_per_key(base, ["broker_name", "topic"])
-    base = base.filter(pc.equal(base["in_base"], True))
-    base = base.select(["topic", "broker_name", *QUEUE_COLUMNS]).cast(schema)
-    overlay = changes.overlay.filter(pc.less_equal(changes.overlay["event_time"], at))
+    changes = base_intervals(changes)  # a no-op when the caller prepared them
+    valid = pc.and_(_valid_at(changes.base, at), changes.base["in_base"])
+    base = changes.base.select(["topic", "broker_name", *QUEUE_COLUMNS]).filter(valid)
+    base = base.cast(schema)
+    overlay = changes.overlay.filter(_valid_at(changes.overlay, at))
     overlays = {  # at most one per group: a few hundred rows
         r["broker_name"]: r
-        for r in _last_per_key(overlay, ["broker_name"]).to_pylist()
+        for r in overlay.to_pylist()
         if (r["present"], r["perm_op"], r["covered"]) != (True, PermOp.ID.value, None)
     }
     if not base.num_rows or not overlays:
