@@ -12,7 +12,11 @@ through this module:
   `facts_of_rows` -> `NormalisedHistory` -> `topic_route_history_rows` (core/group_facts.py);
 * `routes_at`: topicQueueTable at T without deriving any history: per group the overlay
   valid at T, per (group, topic) the base row valid at T (the last change at or before T, by
-  (event_time, seq)), joined and `perm_op` applied in Arrow.
+  (event_time, seq): a mask over the rows once `base_intervals` gave each the time its key
+  changes next), joined and `perm_op` applied in Arrow.
+
+A filter on `topic` or `broker_name` is exact on the change tables too: a (topic, group)'s
+versions come from its own base rows and its group's overlay only.
 """
 
 from __future__ import annotations
@@ -42,20 +46,12 @@ from routing_lib.read.arrow_filters import Filter, expression, read_table
 from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.read.warehouse import WarehouseError, open_optional
 
-CHANGE_TABLES = (TOPIC_BASE_CHANGES, TOPIC_OVERLAY_CHANGES)
 QUEUE_COLUMNS = ("read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag")
-# Filters on these columns of topic_route_history are exact on the change tables too (a
-# (topic, group)'s versions come from its own base rows and its group's overlay only).
-_PUSHED = ("topic", "broker_name")
 
 
 class ChangeTables(NamedTuple):
     base: pa.Table  # topic_base_changes rows
     overlay: pa.Table  # topic_overlay_changes rows
-
-    @classmethod
-    def empty(cls) -> ChangeTables:
-        return cls(*(arrow_schema(t).empty_table() for t in CHANGE_TABLES))
 
 
 def _open_changes(warehouse: str | Path, table: str) -> DeltaTable:
