@@ -19,6 +19,7 @@ from routing_lib.core.group_facts import topic_queue_rows
 from routing_lib.core.overlay import Overlay, PermOp
 from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, CLUSTER_ADDR, TOPIC_QUEUE, Row
 from routing_lib.core.topic_table import QueueData
+from routing_lib.lookup import base_build
 from routing_lib.lookup.consistency import settled_versions
 from routing_lib.lookup.route_risk import RouteRisks
 from routing_lib.lookup.routes import RouteIndex
@@ -233,5 +234,23 @@ def test_processes_share_the_newest_base_index_file(tmp_path):
             assert two.store.base.version == one.store.base.version
             same_answers(two, load_index(tmp_path, pinned))
         assert len(shared.versions(table_id)) <= 2
+    finally:
+        shared.remove()
+
+
+def test_a_large_base_index_is_built_by_a_process_of_its_own(tmp_path, monkeypatch):
+    """Past SUBPROCESS_ROWS the file is written by `python -m routing_lib.lookup.base_build`
+    (its transient memory leaves with that process); the index is the same."""
+    model = big_fleet(2, 300)
+    wh = WriterWarehouse(tmp_path)
+    wh.publish(0, 1_000, model.first_batch())
+    pinned = settled_versions(tmp_path)[0]
+    shared = SharedIndexes.create()
+    try:
+        monkeypatch.setattr(base_build, "SUBPROCESS_ROWS", 100)
+        monkeypatch.setattr(base_build, "write", None)  # not in this process
+        index = next_index(tmp_path, None, pinned, shared=shared).index
+        assert shared.versions(index.store.base.table_id) == [pinned[TOPIC_BASE]]
+        same_answers(index, load_index(tmp_path, pinned))
     finally:
         shared.remove()

@@ -27,8 +27,6 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pyarrow as pa
-
 from routing_lib.lookup.base_index import BaseIndex
 
 DIR_ENV = "ROUTELAKE_LOOKUP_INDEX_DIR"  # set by the primary for the processes it forks
@@ -77,17 +75,18 @@ class SharedIndexes:
                     return BaseIndex.mapped(self.path(table_id, version), version, table_id)
         return None
 
-    def publish(
-        self, table_id: str, version: int, build: Callable[[], pa.RecordBatch]
-    ) -> BaseIndex:
-        """The index of `version`: mapped if a process wrote it, else built and written."""
+    def publish(self, table_id: str, version: int, write: Callable[[Path], None]) -> BaseIndex:
+        """The index of `version`: mapped if a process wrote it, else written by `write` (to
+        a temporary name, renamed into place) and mapped."""
         with self._locked():
             path = self.path(table_id, version)
             if not path.exists():
-                index = BaseIndex(build(), version, table_id)
                 partial = path.with_suffix(f".{os.getpid()}.partial")
-                index.save(partial)
-                os.replace(partial, path)
+                try:
+                    write(partial)
+                    os.replace(partial, path)
+                finally:
+                    partial.unlink(missing_ok=True)
                 self._prune(table_id)
             return BaseIndex.mapped(path, version, table_id)
 

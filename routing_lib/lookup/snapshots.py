@@ -29,11 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
 
 from routing_lib.core.catalog import TOPIC_BASE, TOPIC_OVERLAY
 from routing_lib.core.fact_rows import overlay_of_row
 from routing_lib.core.overlay import Overlay
 from routing_lib.core.tables import PROGRESS, Row
+from routing_lib.lookup import base_build
 from routing_lib.lookup.base_index import QUEUE_COLUMNS, BaseIndex
 from routing_lib.lookup.route_topics import RouteTopics
 from routing_lib.lookup.routes import SMALL_TABLES, RouteIndex
@@ -89,20 +92,34 @@ def base_index(
     warehouse: str | Path, version: int, shared: SharedIndexes | None = None
 ) -> BaseIndex:
     """topic_base at `version` as a BaseIndex: a shared file when `shared` (mapped if a
-    process wrote it already), else in this process's memory."""
+    process wrote it already; a large one written by a process of its own, base_build.py),
+    else in this process's memory."""
     table = open_version(warehouse, TOPIC_BASE, version)
     table_id = str(table.metadata().id)
-
-    def build() -> pa.RecordBatch:
-        rows = table.to_pyarrow_table(columns=["topic", "broker_name", *QUEUE_COLUMNS])
-        return BaseIndex.record_batch(rows)
-
     try:
-        if shared is not None:
-            return shared.publish(table_id, version, build)
-        return BaseIndex(build(), version, table_id)
+        if shared is None:
+            return BaseIndex(base_build.record_batch(warehouse, version), version, table_id)
+        rows = _row_count(table)
+        if rows is not None and rows >= base_build.SUBPROCESS_ROWS:
+            return shared.publish(
+                table_id,
+                version,
+                lambda out: base_build.write_in_subprocess(warehouse, version, out),
+            )
+        return shared.publish(
+            table_id, version, lambda out: base_build.write(warehouse, version, out)
+        )
     finally:
         _give_back_memory()
+
+
+def _row_count(table: DeltaTable) -> int | None:
+    """The rows of the table's files by their statistics (None: not recorded)."""
+    actions = table.get_add_actions(flatten=True)
+    if "num_records" not in actions.schema.names:
+        return None
+    counts = pa.table(actions).column("num_records")
+    return None if counts.null_count else int(pc.sum(counts).as_py() or 0)
 
 
 def overlays_at(warehouse: str | Path, versions: Mapping[str, int]) -> dict[str, Overlay]:
