@@ -24,8 +24,12 @@ from routing_lib.core.catalog import (
     TOPIC_OVERLAY_CHANGES,
     TOPIC_QUEUE,
 )
+from routing_lib.spark.group_files import group_folder
 
-BIG, SMALL_A, SMALL_B = "big", "small-a", "small-b"
+# a brokerName may be 255 characters of anything: no Hive partition folder could hold it
+LONG_NAME = "small-b/'ü " + "n" * 244
+BIG, SMALL_A, SMALL_B = "big", "small-a", LONG_NAME
+ADDRESSES = {BIG: "10.0.0.1:10911", SMALL_A: "10.0.0.2:10911", SMALL_B: "10.0.0.3:10911"}
 TIMEOUT_MS = 30_000
 
 
@@ -37,7 +41,7 @@ def register(at: int, group: str, topics: int, perm: dict[str, int] | None = Non
         "eventType": "REGISTER",
         "eventTime": at,
         "clusterName": "C",
-        "brokerAddr": f"{group}:10911",
+        "brokerAddr": ADDRESSES[group],
         "brokerName": group,
         "brokerId": 0,
         "heartbeatTimeoutMillis": TIMEOUT_MS,
@@ -69,9 +73,9 @@ class Both:
 
 
 def _under(commit: Commit, group: str) -> bool:
-    """Every file the commit added or removed is in the group's partition."""
+    """Every file the commit added or removed is in the group's partition (its folder)."""
     paths = [*commit.added, *commit.removed]
-    return bool(paths) and all(p.startswith(f"broker_name={group}/") for p in paths)
+    return bool(paths) and all(p.startswith(f"{group_folder(group)}/") for p in paths)
 
 
 @pytest.fixture

@@ -1,17 +1,18 @@
 """topic_queue_table derived per broker group from topic_base and topic_overlay (issue 36).
 
-The writer (routing_lib/spark/delta_writer.py) commits a batch's topic_base and topic_overlay
-rows first; then every group whose base or overlay rows changed gets its topic_queue_table
-partition replaced by
+The writer (routing_lib/spark/delta_writer.py) commits a batch's topic_base rows
+(`apply_base_changes`: each touched group's partition replaced) and topic_overlay rows first;
+then every group whose base or overlay rows changed gets its topic_queue_table partition
+replaced by
 
     effective(B, overlay) = present ? perm_op(B ∩ covered) : {}
 
 read back from what the two tables hold after the batch (so a replayed batch derives the same
-partitions). One `write_deltalake(mode="overwrite", predicate="broker_name IN (...)")` commit:
-delta-rs removes the touched partitions' files whole (the predicate is on the partition
-column: no row of another group is read or rewritten) and adds one file per present group.
-An expiry is a remove of that group's files and nothing added; a return with the same table
-adds its partition back; a perm change rewrites its partition, Arrow-computed.
+partitions). One commit (routing_lib/spark/group_files.py `replace_groups`) removes the
+touched groups' files whole (no row of another group is read or rewritten) and adds one file
+per present group. An expiry is a remove of that group's files and nothing added; a return
+with the same table adds its partition back; a perm change rewrites its partition,
+Arrow-computed.
 
 Vectorised: the per-row work (which group's overlay applies, the perm op) is Arrow compute;
 Python loops run over the touched groups, never over topics.
@@ -23,23 +24,14 @@ from collections.abc import Collection
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable
 
 from routing_lib.core.overlay import PERM_READ, PERM_READ_WRITE, PERM_WRITE, PermOp
 from routing_lib.read.arrow_filters import read_table
+from routing_lib.spark.group_files import read_groups, replace_groups
 
 # PermOp -> a small code, so the op applies per row by Arrow compute
 _OP_CODES = {PermOp.ID: 0, PermOp.WIPE: 1, PermOp.RW: 2, PermOp.R: 3}
-
-
-def sql_string(value: str) -> str:
-    """A SQL string literal (a quote in a group's name doubled)."""
-    return "'" + value.replace("'", "''") + "'"
-
-
-def groups_predicate(groups: Collection[str]) -> str:
-    """The delta-rs predicate selecting the groups' partitions."""
-    return "broker_name IN ({})".format(", ".join(sql_string(g) for g in sorted(groups)))
 
 
 def effective_rows(base: pa.Table, overlays: list[dict[str, object]]) -> pa.Table:
@@ -86,19 +78,41 @@ def derive_partitions(
     base: DeltaTable,
     overlay: DeltaTable,
     target: DeltaTable,
+    location: str,
     groups: Collection[str],
     commit: CommitProperties,
 ) -> None:
-    """Replace the groups' topic_queue_table partitions with their effective rows, in one
-    commit (`commit`: the batch's txn action)."""
+    """Replace the groups' topic_queue_table partitions (`target`, at `location`) with their
+    effective rows, in one commit (`commit`: the batch's txn action)."""
     if not groups:
         return
     wanted = sorted(groups)
-    pruned = base.to_pyarrow_dataset(file_pruning_predicate=groups_predicate(wanted))
-    base_rows = pruned.to_table()  # the touched groups' partitions only
+    base_rows = read_groups(base, wanted)  # the touched groups' files only
     overlay_rows = read_table(overlay, [("broker_name", "in", wanted)]).to_pylist()
-    schema = pa.schema(target.schema().to_arrow())
-    rows = effective_rows(base_rows, overlay_rows).select(schema.names).cast(schema)
-    write_deltalake(
-        target, rows, mode="overwrite", predicate=groups_predicate(wanted), commit_properties=commit
+    replace_groups(target, location, wanted, effective_rows(base_rows, overlay_rows), commit)
+
+
+def _keys(rows: pa.Table) -> pa.ChunkedArray:
+    """(broker_name, topic) as one string per row."""
+    return pc.binary_join_element_wise(
+        pc.cast(rows.column("broker_name"), pa.string()),
+        pc.cast(rows.column("topic"), pa.string()),
+        "\x00",
     )
+
+
+def apply_base_changes(
+    base: DeltaTable, location: str, changes: pa.Table, commit: CommitProperties
+) -> None:
+    """A batch's topic_base upserts and deletes (`op` + the columns; a delete the key only):
+    each touched group's partition replaced by its rows without the changed keys, plus the
+    upserts, in one commit (a group's partition is one file: a MERGE would copy it too)."""
+    groups = {str(g) for g in pc.unique(changes.column("broker_name")).to_pylist()}
+    current = read_groups(base, groups)
+    schema = pa.schema(base.schema().to_arrow())
+    kept = current.filter(
+        pc.invert(pc.is_in(_keys(current), value_set=_keys(changes).combine_chunks()))
+    )
+    upserts = changes.filter(pc.equal(changes.column("op"), "upsert")).select(schema.names)
+    rows = pa.concat_tables([kept.select(schema.names).cast(schema), upserts.cast(schema)])
+    replace_groups(base, location, groups, rows, commit)
