@@ -172,11 +172,14 @@ def test_no_fault_decodes_or_derives_the_groups_topics(tmp_path: Path, monkeypat
     from bench.group_fault_rows import FAULTS, fault_script
     from routing_lib.core.topic_table import TopicTable
 
-    derived = []
+    derived: list[int] = []
     effective = overlay_module.effective_rows
-    monkeypatch.setattr(
-        overlay_module, "effective_rows", lambda *a: derived.append(1) or effective(*a)
-    )
+
+    def counted(*args: Any) -> Any:
+        derived.append(1)
+        return effective(*args)
+
+    monkeypatch.setattr(overlay_module, "effective_rows", counted)
     warehouse = FaultWarehouse(tmp_path)
     for fault, records, until in fault_script(10_000):
         decodes, computed = TopicTable.decodes, len(derived)
