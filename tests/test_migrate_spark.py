@@ -30,13 +30,17 @@ from routing_lib.core.catalog import (
 from routing_lib.core.content import CONTENT, is_ref
 from routing_lib.jobs.backfill import default_checkpoint, run_backfill
 from routing_lib.layout import OldLayoutError
+from routing_lib.lookup.consistency import settled_versions
+from routing_lib.lookup.routes import RouteIndex
+from routing_lib.lookup.snapshots import load_index
 from routing_lib.migrate import migrate
 from routing_lib.migrate_state import checkpoint_states, has_state
 from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.read.route_history import read_history
-from routing_lib.read.warehouse import load_snapshot
+from routing_lib.read.warehouse import WarehouseSnapshot, load_snapshot
 from routing_lib.spark.stateful import STATE_SCHEMA
 from tests.support.helpers import random_history, registration_modes, write_files
+from tests.test_lookup_snapshots import same_answers
 from tests.test_migrate import PER_TOPIC, Model, _batches, _run
 
 pytestmark = pytest.mark.spark
@@ -147,7 +151,18 @@ def test_a_migrated_warehouse_goes_on_with_the_job(spark, config, tmp_path: Path
 
     assert report.from_state and report.history_rows == len(before)
     assert _history(migrated) == before
+    _lookup_serves_the_snapshot(migrated)
     write_files(growing, [lines[cut:]], prefix="later")  # the second file arrives
     run_backfill(config, [str(growing)], str(migrated), max_files_per_trigger=1, spark=spark)
     assert load_snapshot(migrated).dump() == load_snapshot(straight).dump()
     assert _history(migrated) == _history(straight)
+    _lookup_serves_the_snapshot(migrated)
+
+
+def _lookup_serves_the_snapshot(warehouse: Path) -> None:
+    """The lookup, serving topicQueueTable from topic_base + topic_overlay, answers as the
+    per-topic snapshot (topic_queue_table) says."""
+    pinned = settled_versions(warehouse)[0]
+    snapshot = load_snapshot(warehouse)
+    reference = RouteIndex(WarehouseSnapshot(snapshot.tables, pinned, snapshot.watermark))
+    same_answers(load_index(warehouse, pinned), reference)
