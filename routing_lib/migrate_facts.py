@@ -51,7 +51,7 @@ _CHAIN_FIRST_SEQ = -4  # a boundary's chain: at most three points, -4..-2
 # Rows a boundary's chain may pass through (no stored version shows them): the first that
 # differs from both sides.
 _PLACEHOLDERS = (QueueData(0, 0, 0, 0), QueueData(0, 0, 0, 1), QueueData(0, 0, 1, 0))
-# The columns a derived row is compared on (every column of topic_route_history).
+# A version's identity in topic_route_history (its rows are compared on every column).
 HISTORY_KEY = ("topic", "broker_name", "valid_from")
 
 Step = tuple[QueueData | None, Cause]  # a point of a chain: the base row after it, its cause
