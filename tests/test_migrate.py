@@ -321,6 +321,16 @@ def test_the_readers_stop_on_an_unmigrated_warehouse_naming_the_command(
     assert f"routectl migrate --warehouse {warehouse}" in capsys.readouterr().err
 
 
+def test_the_job_stops_on_an_unmigrated_warehouse_before_creating_a_table(tmp_path: Path) -> None:
+    from routing_lib.spark.delta_writer import ensure_tables
+
+    warehouse, _, _ = _old(tmp_path, 20)
+    before = sorted(p.name for p in warehouse.iterdir())
+    with pytest.raises(OldLayoutError, match="routectl migrate"):
+        ensure_tables(None, str(warehouse))  # type: ignore[arg-type] # stops before Spark
+    assert sorted(p.name for p in warehouse.iterdir()) == before
+
+
 def test_routectl_migrate_then_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     warehouse, checkpoint, model = _old(tmp_path, 16)
     args = ["migrate", "--warehouse", str(warehouse), "--checkpoint", str(checkpoint)]
