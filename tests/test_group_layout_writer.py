@@ -73,9 +73,11 @@ class Both:
 
 
 def _under(commit: Commit, group: str) -> bool:
-    """Every file the commit added or removed is in the group's partition (its folder)."""
+    """Every file the commit added or removed is in the group's partition: its folder, the
+    writer's (spark/group_files.py) or delta-rs's Hive one (a MERGE of a plain name)."""
     paths = [*commit.added, *commit.removed]
-    return bool(paths) and all(p.startswith(f"{group_folder(group)}/") for p in paths)
+    folders = (f"{group_folder(group)}/", f"broker_name={group}/")
+    return bool(paths) and all(p.startswith(folders) for p in paths)
 
 
 @pytest.fixture

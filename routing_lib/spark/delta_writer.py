@@ -1,14 +1,16 @@
 """foreachBatch sink: one idempotent Delta commit per table per micro-batch.
 
-Route tables get a MERGE of the batch's row changes (topic_base: the touched groups'
-partitions replaced, routing_lib/spark/group_files.py); history tables an insert by
-identity; dead letters and late events are appended. Then topic_queue_table is derived for
-the groups whose topic_base or topic_overlay rows changed (routing_lib/spark/
-derived_topic_queue.py: their partitions replaced from what the two tables hold now), and the
-progress row is committed last. Spark computes the batch (the stateful plan, persisted) and
-explodes each table's rows; delta-rs commits them from the driver: a Spark MERGE of a small
-micro-batch took ~0.4 s of job scheduling and log work on 2 cores, a delta-rs one tens of ms,
-and every batch's fixed cost delays when its routes are visible. Every commit carries a txn
+Route tables get a MERGE of the batch's row changes (topic_base restricted to the touched
+groups' partitions; a name no Hive folder can hold: those partitions replaced by
+routing_lib/spark/group_files.py); history tables an insert by identity; dead letters and
+late events are appended. Then topic_queue_table is derived for the groups whose topic_base
+or topic_overlay rows changed (routing_lib/spark/derived_topic_queue.py: their partitions
+replaced from what the two tables hold now), and the progress row is committed last.
+
+Spark computes the batch (the stateful plan, persisted) and explodes each table's rows;
+delta-rs commits them from the driver: a Spark MERGE of a small micro-batch took ~0.4 s of
+job scheduling and log work on 2 cores, a delta-rs one tens of ms, and every batch's fixed
+cost delays when its routes are visible. Every commit carries a txn
 action (appId, version = batch id), and a table that has the batch's version already is
 skipped: a batch replayed after a crash writes nothing twice.
 """
@@ -47,6 +49,7 @@ from routing_lib.core.history import EXPIRED
 from routing_lib.core.rows import WRITES, RowKind, RowOp
 from routing_lib.layout import require_group_layout
 from routing_lib.spark.derived_topic_queue import apply_base_changes, derive_partitions
+from routing_lib.spark.group_files import groups_predicate, hive_safe
 
 log = logging.getLogger("routelake.writer")
 # The tables whose rows the step emits (route_progress and topic_queue_table: the writer
@@ -207,7 +210,10 @@ class DeltaRouteWriter:
         target = self._unless_written(spec.name, batch_id)
         if target is None:
             return touched
-        if spec.name == TOPIC_BASE:  # its files placed by the writer (spark/group_files.py)
+        if spec.name == TOPIC_BASE and not all(map(hive_safe, touched)):
+            # a name no Hive folder can hold: its files placed by the writer
+            # (spark/group_files.py; the change feed then comes from the files added and
+            # removed, the whole partition, instead of a MERGE's change data)
             apply_base_changes(target, self.path(TOPIC_BASE), rows(), self._commit(batch_id))
             return touched
         schema = pa.schema(target.schema().to_arrow())
@@ -218,7 +224,7 @@ class DeltaRouteWriter:
             self._count_expiries(source)
         merge = target.merge(
             source,
-            _merge_condition(spec),
+            _merge_condition(spec, touched),
             source_alias="s",
             target_alias="t",
             # the source is in memory already: let delta-rs use its min/max to skip target
@@ -314,11 +320,15 @@ class DeltaRouteWriter:
         )
 
 
-def _merge_condition(spec: TableSpec) -> str:
+def _merge_condition(spec: TableSpec, groups: set[str] | None = None) -> str:
     """A route table's rows match by key (null-safe, as a key column may be null), a history
-    table's by identity, event_date first (partition pruning)."""
+    table's by identity, event_date first (partition pruning). A table partitioned by group
+    (topic_base) is restricted to the touched groups' partitions: no other file is read."""
     if not spec.identity:
-        return " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in spec.keys)
+        by_key = " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in spec.keys)
+        if spec.partition_by == ("broker_name",) and groups:
+            return f"t.{groups_predicate(groups)} AND {by_key}"
+        return by_key
     identity = (*spec.partition_by, *spec.identity)
     return " AND ".join(f't."{c}" = s."{c}"' for c in identity)
 

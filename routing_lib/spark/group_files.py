@@ -1,5 +1,6 @@
 """Tables partitioned by broker_name whose files the writer places itself (issue 36):
-topic_base and topic_queue_table.
+topic_queue_table always, topic_base when a batch touches a group whose name no Hive folder
+can hold (otherwise its MERGE, whose change data is O(changed rows)).
 
 A group's rows are its partition: the add actions carry `partitionValues = {broker_name:
 name}`, which is what Delta readers (delta-rs, Spark) take the column from. The files,
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import uuid
 from collections.abc import Collection
@@ -43,6 +45,15 @@ def sql_string(value: str) -> str:
 def groups_predicate(groups: Collection[str]) -> str:
     """The predicate selecting the groups' partitions."""
     return "broker_name IN ({})".format(", ".join(sql_string(g) for g in sorted(groups)))
+
+
+_HIVE_SAFE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def hive_safe(group: str) -> bool:
+    """delta-rs's own writers (MERGE) can place the group's files at broker_name=<name>/:
+    plain characters, no percent-encoding, well under a file name's 255 bytes."""
+    return _HIVE_SAFE.fullmatch(group) is not None
 
 
 def group_folder(group: str) -> str:
