@@ -1,4 +1,6 @@
-"""topicQueueTable held compactly and replaced copy-on-write, a few shards at a time.
+"""Topic entries held compactly and replaced copy-on-write, a few shards at a time: the
+lookup's per-process delta over the shared base index (route_topics.py: the topics topic_base
+changed since that index was built), and the entry format the whole lookup uses.
 
 A topic's entry is one flat tuple `(broker_name, queue, broker_name, queue, ...)` sorted by
 broker name, where `queue` is an interned `(read, write, perm, sys_flag)` tuple: 1 M rows of a
