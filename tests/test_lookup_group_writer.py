@@ -13,10 +13,28 @@ from routing_lib.lookup.consistency import settled_versions
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.snapshots import next_index
 from routing_lib.read.warehouse import WarehouseSnapshot, load_snapshot
-from tests.test_group_layout_writer import register
 from tests.test_lookup_snapshots import same_answers
 
 BIG, SMALL = "big", "small"
+ADDRESSES = {BIG: "10.0.0.1:10911", SMALL: "10.0.0.2:10911"}
+
+
+def register(at: int, group: str, topics: int, perm: dict[str, int] | None = None) -> dict:
+    """A master's registration of `topics` topics (some with another perm)."""
+    table = {f"topic-{i:05d}": {"topicName": f"topic-{i:05d}", "perm": 6} for i in range(topics)}
+    for name, value in (perm or {}).items():
+        table.setdefault(name, {"topicName": name})["perm"] = value
+    return {
+        "eventType": "REGISTER",
+        "eventTime": at,
+        "clusterName": "C",
+        "brokerAddr": ADDRESSES[group],
+        "brokerName": group,
+        "brokerId": 0,
+        "heartbeatTimeoutMillis": 30_000,
+        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1 + len(perm or {})},
+        "topicConfigTable": table,
+    }
 
 
 def test_the_lookup_over_the_writers_group_layout_equals_the_derived_table(tmp_path: Path):
@@ -45,7 +63,7 @@ def test_the_lookup_over_the_writers_group_layout_equals_the_derived_table(tmp_p
                     "eventType": "UNREGISTER",
                     "eventTime": 44_000,
                     "clusterName": "C",
-                    "brokerAddr": f"{BIG}:10911",
+                    "brokerAddr": ADDRESSES[BIG],
                     "brokerName": BIG,
                     "brokerId": 0,
                 }
