@@ -60,7 +60,7 @@ class Built:
     how: str  # "full" or "incremental"
     reason: str = ""  # why a full load where an incremental one was possible
     changed_rows: int = 0  # topic_base rows the change feed gave
-    changed_topics: int = 0
+    changed_topics: int = 0  # -1: not known (moved to another process's base index)
     changed_groups: int = 0  # groups whose overlay changed
 
 
@@ -280,14 +280,16 @@ def next_index(
     old, new = served.get(TOPIC_BASE), versions[TOPIC_BASE]
     if old is None or new < old or TOPIC_OVERLAY not in served:
         return full(f"{TOPIC_BASE} version {old} -> {new}")
-    topics, changed, rows = current.store, frozenset[str](), 0
+    # the topics whose entries may differ from the served index's (None: any may)
+    changed: frozenset[str] | None = frozenset()
+    topics, rows = current.store, 0
     newer = shared.newest(topics.base.table_id, new) if shared is not None else None
     if newer is not None and newer.version > topics.base.version:
         # another process wrote a newer base: use it (its delta is shorter, and the older
-        # file's pages go once no process maps it)
+        # file's pages go once no process maps it); which topics changed is not known
         with contextlib.suppress(ChangesUnavailableError):
             topics = _rebased(warehouse, topics, newer, new)
-            old = new
+            old, changed = new, None
     if new != old:
         try:
             changes = read_changes(warehouse, TOPIC_BASE, old + 1, new)
@@ -328,6 +330,6 @@ def next_index(
         index,
         "incremental",
         changed_rows=rows,
-        changed_topics=len(changed),
+        changed_topics=len(changed) if changed is not None else -1,
         changed_groups=len(groups),
     )
