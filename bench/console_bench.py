@@ -90,7 +90,8 @@ def warehouse_size(warehouse: Path) -> dict[str, int]:
         "topic_queue_table",
         "broker_addr_table",
         "broker_live_table",
-        "topic_route_history",
+        "topic_base_changes",  # topic_route_history is derived from these two (issue 36)
+        "topic_overlay_changes",
         "broker_liveness_events",
         "broker_membership_history",
     ):
@@ -287,7 +288,8 @@ def main() -> None:
         f"\nWarehouse {args.warehouse}: {size['broker_addr_table']} brokers "
         f"({size['broker_live_table']} live), {len(topics):,} topics, "
         f"{size['topic_queue_table']:,} topic routes; history: "
-        f"{size['topic_route_history']:,} topic-route rows, "
+        f"{size['topic_base_changes']:,} base change rows, "
+        f"{size['topic_overlay_changes']:,} overlay change rows, "
         f"{size['broker_liveness_events']:,} liveness events, "
         f"{size['broker_membership_history']:,} membership rows; "
         f"event time {minutes:.0f} min. `routectl serve` served it after {start_s:.0f} s. "

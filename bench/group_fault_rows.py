@@ -23,10 +23,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from routing_lib.core.catalog import TOPIC_ROUTE_HISTORY
+from bench.fault_writer import FaultWarehouse
+from routing_lib.core.catalog import (
+    TOPIC_BASE,
+    TOPIC_BASE_CHANGES,
+    TOPIC_OVERLAY,
+    TOPIC_OVERLAY_CHANGES,
+    TOPIC_ROUTE_HISTORY,
+)
 from routing_lib.core.group_facts import (
     BaseRowChange,
     GroupOverlayChange,
@@ -122,7 +132,7 @@ class FaultCounter:
             self.saved,
             rows,
             context,
-            StepConfig(DEFAULT_FLAGS, group_facts=True),
+            StepConfig(DEFAULT_FLAGS, per_topic_rows=True),
             (),
             HeldContent(None, INLINE),
         )
@@ -143,48 +153,159 @@ class FaultCounter:
         }
 
 
-def per_fault_rows(topics: int) -> dict[str, dict[str, float]]:
-    """What each fault kind writes for one `topics`-topic group (see the module doc)."""
-    counter = FaultCounter()
-    out: dict[str, dict[str, float]] = {}
+Script = list[tuple[str, list[dict[str, Any]], int]]  # (fault, records, watermark)
+
+
+def fault_script(topics: int) -> Script:
+    """The faults of the module doc, in order: each one micro-batch's records and the
+    watermark it ends at."""
+    script: Script = []
     t = 1_000
-    out["first registration"] = counter.fault(
-        [register_record(t, MASTER, 0, topics), register_record(t, SLAVE, 1, topics)], t
-    )
+    first = [register_record(t, MASTER, 0, topics), register_record(t, SLAVE, 1, topics)]
+    script.append(("first registration", first, t))
     t += 60_000  # no heartbeat: both expire together
-    out["expiry"] = counter.fault([], t)
+    script.append(("expiry", [], t))
     both = [register_record(t + 1, MASTER, 0, topics), register_record(t + 1, SLAVE, 1, topics)]
-    out["return"] = counter.fault(both, t + 1)
+    script.append(("return", both, t + 1))
     t += 1
-    fault = "role switch (master gone: acting-master wipe)"
-    out[fault] = counter.fault([_unregister(t + 1, MASTER, 0)], t + 1)
+    role_switch = "role switch (master gone: acting-master wipe)"
+    script.append((role_switch, [_unregister(t + 1, MASTER, 0)], t + 1))
     t += 1
-    out["master back (promotion undone)"] = counter.fault(
-        [register_record(t + 1, MASTER, 0, topics)], t + 1
+    script.append(
+        ("master back (promotion undone)", [register_record(t + 1, MASTER, 0, topics)], t + 1)
     )
     t += 1
     wipe = {"eventType": "WIPE_WRITE_PERM", "eventTime": t + 1, "brokerName": GROUP}
-    out["perm change (WIPE_WRITE_PERM)"] = counter.fault([wipe], t + 1)
+    script.append(("perm change (WIPE_WRITE_PERM)", [wipe], t + 1))
     t += 1
     add = {**wipe, "eventType": "ADD_WRITE_PERM", "eventTime": t + 1}
-    out["perm change (ADD_WRITE_PERM)"] = counter.fault([add], t + 1)
+    script.append(("perm change (ADD_WRITE_PERM)", [add], t + 1))
     t += 1
-    out["unregister (the group's last address)"] = counter.fault(
-        [_unregister(t + 1, SLAVE, 1), _unregister(t + 2, MASTER, 0)], t + 2
-    )
+    both_gone = [_unregister(t + 1, SLAVE, 1), _unregister(t + 2, MASTER, 0)]
+    script.append(("unregister (the group's last address)", both_gone, t + 2))
     t += 2
-    out["return (again)"] = counter.fault([register_record(t + 1, MASTER, 0, topics)], t + 1)
+    script.append(("return (again)", [register_record(t + 1, MASTER, 0, topics)], t + 1))
     t += 1
     changed = register_record(t + 1, MASTER, 0, topics)
     changed["topicConfigTable"]["topic-00000"]["perm"] = 4
     changed["topicConfigTable"]["topic-new"] = {"topicName": "topic-new", "perm": 6}
-    out["topic change (one changed, one added)"] = counter.fault([changed], t + 1)
+    script.append(("topic change (one changed, one added)", [changed], t + 1))
+    return script
+
+
+def per_fault_rows(topics: int) -> dict[str, dict[str, float]]:
+    """What each fault kind writes for one `topics`-topic group (see the module doc)."""
+    counter = FaultCounter()
+    return {fault: counter.fault(records, until) for fault, records, until in fault_script(topics)}
+
+
+# ---- through the job's Delta writer ---------------------------------------------------------
+
+# The tables a fault's topic routes go to, per layout.
+PER_TOPIC_TABLES = (TOPIC_QUEUE, TOPIC_ROUTE_HISTORY)
+GROUP_LAYOUT_TABLES = (
+    TOPIC_BASE,
+    TOPIC_OVERLAY,
+    TOPIC_BASE_CHANGES,
+    TOPIC_OVERLAY_CHANGES,
+    TOPIC_QUEUE,
+)
+
+
+def _other_group(at: int, name: str, topics: int) -> dict[str, Any]:
+    """Another group's registration, re-sent with the same dataVersion (a heartbeat)."""
+    record = register_record(at, f"{name}:10911", 0, topics)
+    return {
+        **record,
+        "brokerName": name,
+        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1},
+    }
+
+
+def with_other_groups(script: Script, others: int, topics: int) -> Script:
+    """The script with `others` groups of `topics` topics beside the faulting one, kept alive
+    by a re-sent registration in every batch (and one more batch before the expiry)."""
+    names = [f"other-{n}" for n in range(others)]
+    out: Script = []
+    for n, (fault, records, until) in enumerate(script):
+        if n == 1:  # before the expiry: the others only
+            out.append(
+                (
+                    "(keep-alive)",
+                    [_other_group(until - 30_000, g, topics) for g in names],
+                    until - 30_000,
+                )
+            )
+        out.append((fault, [*records, *(_other_group(until, g, topics) for g in names)], until))
     return out
+
+
+@dataclass
+class TableWrites:
+    """What one batch did to one table: rows handed to the writer, and its commits as the
+    Delta log says (files removed, the rows they held, rows added)."""
+
+    source_rows: int = 0
+    files_removed: int = 0
+    rows_removed: int = 0
+    rows_added: int = 0
+
+    def cell(self) -> str:
+        return (
+            f"{self.source_rows} / {self.files_removed}x -> -{self.rows_removed} +{self.rows_added}"
+        )
+
+
+def writer_rows(
+    topics: int, others: int, root: Path, steps: dict[str, dict[str, float]] | None = None
+) -> dict[str, dict[str, dict[str, TableWrites]]]:
+    """fault -> layout ("per-topic", "group") -> table -> what the batch wrote; `steps`
+    gets fault -> layout -> the batch's step CPU seconds."""
+    script = with_other_groups(fault_script(topics), others, topics)
+    steps = {} if steps is None else steps
+    out: dict[str, dict[str, dict[str, TableWrites]]] = {}
+    for layout, tables in (("per-topic", PER_TOPIC_TABLES), ("group", GROUP_LAYOUT_TABLES)):
+        warehouse = FaultWarehouse(root / layout, per_topic=layout == "per-topic")
+        for fault, records, until in script:
+            commits = warehouse.batch(records, until)
+            per_table = {}
+            for table in tables:
+                writes = TableWrites(len(warehouse.last_changes.get(table, [])))
+                for commit in commits[table]:
+                    writes.files_removed += len(commit.removed)
+                    writes.rows_removed += commit.rows_removed
+                    writes.rows_added += commit.rows_added
+                per_table[table] = writes
+            out.setdefault(fault, {})[layout] = per_table
+            steps.setdefault(fault, {})[layout] = warehouse.step_seconds
+    return out
+
+
+def _print_writer_rows(topics: int, others: int) -> None:
+    steps: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        rows = writer_rows(topics, others, Path(folder), steps)
+    print(
+        f"\nThrough the job's Delta writer ({topics} topics, {others} other groups of as many): "
+        "per table, rows handed to the writer / files removed x -> rows they held removed, "
+        "rows added (read from the Delta log)\n"
+    )
+    for layout, tables in (("per-topic", PER_TOPIC_TABLES), ("group", GROUP_LAYOUT_TABLES)):
+        print(f"| fault ({layout} layout) | " + " | ".join(tables) + " | step s |")
+        print("|---" * (len(tables) + 2) + "|")
+        for fault, by_layout in rows.items():
+            if fault.startswith("("):
+                continue
+            cells = " | ".join(by_layout[layout][t].cell() for t in tables)
+            print(f"| {fault} | {cells} | {steps[fault][layout]:.2f} |")
+        print()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--topics", type=int, default=10_000)
+    parser.add_argument("--others", type=int, default=2, help="other groups beside it")
+    parser.add_argument("--no-writer", action="store_true", help="the step's counts only")
     args = parser.parse_args()
     columns = [
         "today route rows",
@@ -199,6 +320,8 @@ def main() -> None:
     for fault, counts in per_fault_rows(args.topics).items():
         cells = " | ".join(f"{int(counts[c])}" for c in columns)
         print(f"| {fault} | {cells} | {counts['step s']:.2f} |")
+    if not args.no_writer:
+        _print_writer_rows(args.topics, args.others)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,16 @@
 1. Writes a warehouse with the job's Delta writer, without Spark (tables with Change Data
    Feed on, tests/support/writer_support.py): `--groups` broker groups (master + slave) with
    `--topics` topics each, drawn from a pool of 1.5 x topics like the fleet simulator
-   (`--distinct`: every group its own topics, groups x topics distinct topics).
+   (`--distinct`: every group its own topics, groups x topics distinct topics). The lookup
+   reads topicQueueTable from topic_base + topic_overlay (issue 36): the bench writes those.
 2. Starts `routectl serve` on it (its own process) and times the first load (start to
-   /readyz 200) and its resident memory (all its processes).
+   /readyz 200) and its memory (all its processes: RSS summed, which counts a page two
+   processes share twice, and PSS summed, which counts it once).
 3. Publishes `--batches` small batches, one every `--interval` s, each like a live job's:
-   the liveness of every broker, `--changes` topic rows upserted, and every 5th batch one
-   broker group expiring or coming back (its addresses and 10 000 queues). Times each from
-   its progress commit to the server answering with its watermark.
+   the liveness of every broker, `--changes` topic_base rows upserted, and every 5th batch
+   one broker group expiring or coming back: its addresses, its live entries and its one
+   topic_overlay row (its 10 000 base rows stay, as the job keeps them). Times each from its
+   progress commit to the server answering with its watermark.
 4. Meanwhile one client process sends GET_ROUTEINFO_BY_TOPIC (105) for random topics, one at
    a time on one connection, and records every latency.
 Prints the figures, the last line the summary.
@@ -35,6 +38,9 @@ import urllib.request
 from pathlib import Path
 
 from bench.lookup_bench import free_port
+from routing_lib.core.catalog import TOPIC_BASE, TOPIC_OVERLAY
+from routing_lib.core.fact_rows import overlay_row
+from routing_lib.core.overlay import ABSENT, TRIVIAL
 from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, CLUSTER_ADDR, TOPIC_QUEUE, Row
 from routing_lib.remoting.protocol import RequestCode
 from tests.support.lookup_support import RemotingClient
@@ -44,22 +50,35 @@ from tests.support.writer_support import WriterWarehouse
 REPO = Path(__file__).resolve().parents[1]
 
 
-def tree_rss_mb(pid: int) -> float:
-    """Resident memory of `pid` and its children (the lookup's worker processes)."""
-    pids, total = [pid], 0
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants (the zygote and the lookup's worker processes)."""
     try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        pids += [int(c) for c in children]
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        children = []
+    return [pid, *(p for c in children for p in _tree(c))]
+
+
+def _field_kb(path: str, field: str) -> int:
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(field):
+                return int(line.split()[1])
     except OSError:
         pass
-    for p in pids:
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total / 1024
+    return 0
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of `pid` and its descendants, summed (a shared page counts once per
+    process that maps it)."""
+    return sum(_field_kb(f"/proc/{p}/status", "VmRSS:") for p in _tree(pid)) / 1024
+
+
+def tree_pss_mb(pid: int) -> float:
+    """Proportional set size of `pid` and its descendants, summed: a page shared by n
+    processes counts 1/n in each, so the sum counts it once."""
+    return sum(_field_kb(f"/proc/{p}/smaps_rollup", "Pss:") for p in _tree(pid)) / 1024
 
 
 def http_get(port: int, path: str) -> tuple[int, dict[str, str]]:
@@ -73,12 +92,13 @@ def http_get(port: int, path: str) -> tuple[int, dict[str, str]]:
         return 0, {}
 
 
-def client_loop(port: int, topics: list[str], seconds: float, out) -> None:
+def client_loop(port: int, topics: list[str], stop, out) -> None:
+    """Requests until `stop` is set (after the last batch is served: however long the
+    batches take to commit on a loaded machine, the client sees every one)."""
     rng = random.Random(1)
     client = RemotingClient(port, timeout_s=30)
     latencies, errors, missing = [], 0, 0
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while not stop.is_set():
         topic = rng.choice(topics)
         t0 = time.perf_counter()
         response = client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=topic)
@@ -92,6 +112,9 @@ def client_loop(port: int, topics: list[str], seconds: float, out) -> None:
 def batch_changes(
     rng: random.Random, rows: dict[str, list[Row]], step: int, changes: int, away: dict
 ) -> dict[str, list[Change]]:
+    """What the job commits for one batch of the group layout: liveness, a few topic_base
+    rows, and every 5th batch a group's expiry or return (its broker rows and one overlay
+    row; its topic_base rows stay)."""
     out: dict[str, list[Change]] = {
         BROKER_LIVE: [
             ("upsert", {**r, "last_update_timestamp": 1_764_000_000_000 + step})
@@ -100,28 +123,28 @@ def batch_changes(
         ]
     }
     topic_rows = rows[TOPIC_QUEUE]
-    tq: list[Change] = []
+    base: list[Change] = []
     for _ in range(changes):
         row = rng.choice(topic_rows)
-        if row["broker_name"] not in away:
-            tq.append(("upsert", queue(row["topic"], row["broker_name"], rng.choice([4, 8, 16]))))
+        base.append(("upsert", queue(row["topic"], row["broker_name"], rng.choice([4, 8, 16]))))
     if step % 5 == 0:  # a group expires, or the one away comes back
         if away:
             name, gone = away.popitem()
             for table, table_rows in gone.items():
                 out.setdefault(table, []).extend(("upsert", r) for r in table_rows)
+            out[TOPIC_OVERLAY] = [("upsert", overlay_row(name, TRIVIAL))]
         else:
             name = rng.choice(sorted({r["broker_name"] for r in rows[BROKER_ADDR]}))
             gone = {
                 t: [r for r in rows[t] if r["broker_name"] == name]
-                for t in (BROKER_ADDR, CLUSTER_ADDR, BROKER_LIVE, TOPIC_QUEUE)
+                for t in (BROKER_ADDR, CLUSTER_ADDR, BROKER_LIVE)
             }
             away[name] = gone
             out[BROKER_LIVE] = [c for c in out[BROKER_LIVE] if c[1]["broker_name"] != name]
             for table, table_rows in gone.items():
                 out.setdefault(table, []).extend(("delete", r) for r in table_rows)
-            tq = [c for c in tq if c[1]["broker_name"] != name]
-    out[TOPIC_QUEUE] = out.get(TOPIC_QUEUE, []) + tq
+            out[TOPIC_OVERLAY] = [("upsert", overlay_row(name, ABSENT))]
+    out[TOPIC_BASE] = base
     return out
 
 
@@ -148,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     rows = fleet(args.groups, args.topics, pool=pool)
     wh = WriterWarehouse(warehouse)
-    wh.publish(0, 1_764_000_000_000, upserts(rows))
+    first = upserts({t: rs for t, rs in rows.items() if t != TOPIC_QUEUE})
+    wh.publish(0, 1_764_000_000_000, {**first, TOPIC_BASE: upserts(rows)[TOPIC_QUEUE]})
     topics = sorted({r["topic"] for r in rows[TOPIC_QUEUE]})
     print(
         f"warehouse: {args.groups} groups x {args.topics} topics = "
@@ -183,18 +207,19 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.05)
         ready_s = time.monotonic() - started
         time.sleep(1.0)
-        rss_ready = tree_rss_mb(server.pid)
+        rss_ready, pss_ready = tree_rss_mb(server.pid), tree_pss_mb(server.pid)
         print(
             f"first load: ready after {ready_s:.1f} s (process start included), "
-            f"RSS {rss_ready:,.0f} MB (peak while loading {max(peak, rss_ready):,.0f} MB)",
+            f"RSS {rss_ready:,.0f} MB (peak while loading {max(peak, rss_ready):,.0f} MB), "
+            f"PSS {pss_ready:,.0f} MB ({len(_tree(server.pid))} processes)",
             flush=True,
         )
 
         ctx = mp.get_context("fork")
         parent_end, child_end = ctx.Pipe(duplex=False)
-        seconds = args.batches * args.interval + 3
+        stop_client = ctx.Event()
         client = ctx.Process(
-            target=client_loop, args=(port, topics, seconds, child_end), daemon=True
+            target=client_loop, args=(port, topics, stop_client, child_end), daemon=True
         )
         client.start()
         rng = random.Random(7)
@@ -221,13 +246,21 @@ def main(argv: list[str] | None = None) -> int:
             for line in metrics.decode().splitlines():
                 if line.startswith("routelake_lookup_snapshot_last_build_duration_seconds "):
                     build_s.append(float(line.split()[1]))
+            if step % 10 == 0:  # memory as it goes: growth per batch, or a plateau
+                print(
+                    f"  after batch {step}: RSS {tree_rss_mb(server.pid):,.0f} MB, "
+                    f"PSS {tree_pss_mb(server.pid):,.0f} MB",
+                    flush=True,
+                )
             time.sleep(max(0.0, due - time.monotonic()))
+        time.sleep(1.0)
+        stop_client.set()
         latencies, errors, missing = parent_end.recv()
         client.join(10)
-        rss_end = tree_rss_mb(server.pid)
+        rss_end, pss_end = tree_rss_mb(server.pid), tree_pss_mb(server.pid)
         ms = [x * 1000 for x in latencies]
         print(
-            f"{args.batches} batches (liveness of every broker, {args.changes} topic rows, "
+            f"{args.batches} batches (liveness of every broker, {args.changes} topic_base rows, "
             f"every 5th a group of {args.topics} topics expiring or returning): served "
             f"{statistics.median(served_after):.2f} s after the progress commit (median), "
             f"max {max(served_after):.2f} s (poll interval 1 s included); build "
@@ -239,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
             f"GET_ROUTEINFO_BY_TOPIC during the swaps: {len(ms):,} requests, {errors} errors "
             f"({missing} TOPIC_NOT_EXIST: topics of an expired group), "
             f"p50 {pct(ms, 0.5):.2f} ms, p99 {pct(ms, 0.99):.2f} ms, max {max(ms):.2f} ms; "
-            f"RSS at the end {rss_end:,.0f} MB",
+            f"at the end RSS {rss_end:,.0f} MB ({rss_end / rss_ready:.2f} x after the load), "
+            f"PSS {pss_end:,.0f} MB ({pss_end / pss_ready:.2f} x)",
             flush=True,
         )
         print(
@@ -252,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
                     "routes": len(rows[TOPIC_QUEUE]),
                     "ready_s": round(ready_s, 1),
                     "rss_mb": round(rss_ready),
+                    "pss_mb": round(pss_ready),
+                    "rss_end_mb": round(rss_end),
+                    "pss_end_mb": round(pss_end),
                     "served_after_s_median": round(statistics.median(served_after), 2),
                     "served_after_s_max": round(max(served_after), 2),
                     "p99_ms": round(pct(ms, 0.99), 2),

@@ -76,7 +76,7 @@ def plot_history(
 ) -> Path:
     """Draw the membership/liveness chart of `warehouse` into `out_png` (optionally only the
     given broker groups); returns the path written."""
-    history = load_history(warehouse)
+    history = load_history(warehouse, tables=(BROKER_MEMBERSHIP_HISTORY, BROKER_LIVENESS_EVENTS))
     wanted = set(broker_names) if broker_names is not None else None
     members = [
         r

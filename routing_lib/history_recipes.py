@@ -1,6 +1,8 @@
 """Analyst recipes over the event-time history tables, each written twice: as Spark SQL text
-(over ``delta.`{warehouse}/<table>` ``, with named parameter markers such as ``:at``) and as a
-pandas function over the tables loaded with delta-rs. docs/history-recipes.md shows this
+(over ``delta.`{warehouse}/<table>` ``, with named parameter markers such as ``:at``; the
+derived topic_route_history is the temp view ``topic_route_history`` that `spark_sql`
+registers, spark/history_views.py) and as a pandas function over the tables loaded with
+delta-rs. docs/history-recipes.md shows this
 code verbatim (``python -m routing_lib.history_recipes --sync-doc FILE`` rewrites its recipe
 blocks); tests/test_history_recipes.py checks that both versions agree with the pure core.
 
@@ -37,8 +39,8 @@ from routing_lib.core.history import (
     TOPIC_ROUTE_HISTORY,
 )
 from routing_lib.core.tables import Row
-from routing_lib.read.arrow_filters import Filter, read_table
-from routing_lib.read.warehouse import open_table
+from routing_lib.read.arrow_filters import Filter
+from routing_lib.read.history import read_history_table
 
 # A dict of history tables: DataFrames from load_frames, or row lists from load_history.
 History = Mapping[str, pd.DataFrame | Sequence[Row]]
@@ -58,8 +60,8 @@ def load_frames(
     integers (nullable Int64), so valid_to NULL is <NA>, not a float NaN. `filters`: delta-rs
     filters per table, e.g. {"broker_liveness_events": [("event_date", ">=", "2025-11-24")]}."""
     frames = {}
-    for table in tables:
-        arrow = read_table(open_table(warehouse, table), (filters or {}).get(table))
+    for table in tables:  # topic_route_history: derived from its change tables (issue 36)
+        arrow = read_history_table(warehouse, table, (filters or {}).get(table))
         frames[table] = arrow.to_pandas(types_mapper=_NULLABLE_INTS.get)
     return frames
 
@@ -89,6 +91,10 @@ def spark_sql(spark: Any, sql: str, warehouse: str | Path, **params: Any) -> Any
     location = storage.spark_uri(  # s3:// / s3a:// as Spark spells it (docs/object-storage.md)
         warehouse if storage.is_remote(warehouse) else Path(warehouse).resolve()
     )
+    if TOPIC_ROUTE_HISTORY in sql:  # not stored: a view derived from its change tables
+        from routing_lib.spark.history_views import register_history_views
+
+        register_history_views(spark, warehouse)
     return spark.sql(sql.format(warehouse=location), args=args)
 
 
@@ -97,7 +103,7 @@ def spark_sql(spark: Any, sql: str, warehouse: str | Path, **params: Any) -> Any
 ROUTES_AT_SQL = """\
 WITH route AS (
   SELECT broker_name, read_queue_nums, write_queue_nums, perm, topic_sys_flag, valid_from
-  FROM delta.`{warehouse}/topic_route_history`
+  FROM topic_route_history
   WHERE topic = :topic AND valid_from <= :at AND (valid_to IS NULL OR :at < valid_to)
 ), member AS (
   SELECT broker_name, MAX(cluster) AS cluster,
@@ -230,7 +236,7 @@ WITH version AS (
          LAG(perm) OVER (PARTITION BY topic, broker_name ORDER BY valid_from) AS previous_perm,
          LAG(valid_to) OVER (PARTITION BY topic, broker_name ORDER BY valid_from)
            AS previous_valid_to
-  FROM delta.`{warehouse}/topic_route_history`
+  FROM topic_route_history
 )
 SELECT topic, broker_name, valid_from AS lost_at, previous_perm, perm, started_by,
        start_broker_addr, previous_valid_to
@@ -357,7 +363,7 @@ WITH change AS (
   WHERE broker_name = :broker AND event_type IN ('WIPE_WRITE_PERM', 'ADD_WRITE_PERM')
 ), touched AS (
   SELECT valid_from, start_event, topic
-  FROM delta.`{warehouse}/topic_route_history`
+  FROM topic_route_history
   WHERE broker_name = :broker AND start_event IN ('WIPE_WRITE_PERM', 'ADD_WRITE_PERM')
 )
 SELECT c.event_time, c.event_type, c.broker_name, c.requested_by,

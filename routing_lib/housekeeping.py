@@ -29,11 +29,11 @@ from typing import Any
 
 from routing_lib import storage
 from routing_lib.config import Config
-from routing_lib.core.catalog import TABLE_NAMES, TABLES
+from routing_lib.core.catalog import STORED_NAMES, TABLES
 
 DEFAULT_VACUUM_HOURS = 168
-# every table of the catalog, in its order
-WAREHOUSE_TABLES: tuple[str, ...] = TABLE_NAMES
+# every stored table of the catalog, in its order (a derived one has no files)
+WAREHOUSE_TABLES: tuple[str, ...] = STORED_NAMES
 
 
 @dataclass
@@ -66,11 +66,11 @@ def partition_filters(
 ) -> list[tuple[str, str, str]] | None:
     """delta-rs partition filters restricting a history table to event_date in
     [since, before) (dates as 'YYYY-MM-DD' strings, like the partition values); None for a
-    table without partitions."""
+    table not partitioned by day (the group-partitioned route tables compact whole)."""
     spec = TABLES.get(table)
-    if spec is None or not spec.partition_by:
+    if spec is None or spec.partition_by != ("event_date",):  # by day: the history tables
         return None
-    (column,) = spec.partition_by  # the day column: one partition column
+    (column,) = spec.partition_by
     filters = [(column, ">=", since)] if since else []
     filters += [(column, "<", before)] if before else []
     return filters or None

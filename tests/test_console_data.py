@@ -15,7 +15,8 @@ from routing_lib.console.fleet import WriteCounts, fleet, write_counts
 from routing_lib.console.pins import TableCache, pin_versions
 from routing_lib.console.search import TopicNames
 from routing_lib.console.timelines import buckets, liveness_intervals
-from routing_lib.core.history import BROKER_LIVENESS_EVENTS, TOPIC_ROUTE_HISTORY
+from routing_lib.core.catalog import TOPIC_BASE_CHANGES, TOPIC_ROUTE_HISTORY
+from routing_lib.core.history import BROKER_LIVENESS_EVENTS
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.topic_store import TopicStore, entry_of, queue_of
 from tests.support.lookup_support import (
@@ -118,7 +119,9 @@ def test_history_tables_are_pinned_to_the_published_batch(tmp_path):
     liveness(2)  # batch 2 is half written: its progress row is not there yet
     assert pin_versions(root, 1)[BROKER_LIVENESS_EVENTS] == 1
     assert pin_versions(root, 0)[BROKER_LIVENESS_EVENTS] == 0
-    assert pin_versions(root, 1)[TOPIC_ROUTE_HISTORY] is None  # absent: read as empty
+    assert pin_versions(root, 1)[TOPIC_BASE_CHANGES] is None  # absent: read as empty
+    # derived when read (from the change tables, pinned instead): never pinned itself
+    assert TOPIC_ROUTE_HISTORY not in pin_versions(root, 1)
     writer.progress(2, 3000)
     assert pin_versions(root, 2)[BROKER_LIVENESS_EVENTS] == 2
 
@@ -154,13 +157,13 @@ def _server_timing(header: str) -> dict[str, str]:
 
 def test_server_timing_tells_the_reads_this_answer_did_from_cache_hits(tmp_path):
     root = tmp_path / "warehouse"
-    for table in (BROKER_LIVENESS_EVENTS, TOPIC_ROUTE_HISTORY):
+    for table in (BROKER_LIVENESS_EVENTS, TOPIC_BASE_CHANGES):
         write_deltalake(root / table, pa.Table.from_pylist([], schema=arrow_schema(table)))
     cache = TableCache(root)
 
     def another_answer() -> None:  # its read is its own, not the first answer's
         with timing.tally():
-            cache.get(TOPIC_ROUTE_HISTORY, 0)
+            cache.get(TOPIC_BASE_CHANGES, 0)
 
     with timing.tally() as first:
         cache.get(BROKER_LIVENESS_EVENTS, 0)
@@ -232,3 +235,22 @@ def test_the_served_snapshot_s_fleet_is_made_before_a_page_asks(tmp_path):
         answer = httpx.get(f"http://127.0.0.1:{server.service.http_port}/console/api/fleet")
         assert answer.json()["snapshot"]["watermark"] == 2_000
         assert "fleet" not in _server_timing(answer.headers["Server-Timing"])
+
+
+def test_prepared_tables_are_made_once_per_version(tmp_path):
+    """The change tables' next-change column (State(T) at any T is then a mask) is computed
+    once per table version, like the read itself."""
+    root = tmp_path / "warehouse"
+    write_deltalake(root / TOPIC_BASE_CHANGES, arrow_schema(TOPIC_BASE_CHANGES).empty_table())
+    cache = TableCache(root)
+    made = []
+
+    def prepare(table: pa.Table) -> pa.Table:
+        made.append(table.num_rows)
+        return table.append_column("n", pa.array([], pa.int64()))
+
+    first = cache.prepared(TOPIC_BASE_CHANGES, 0, prepare)
+    assert first is not None and "n" in first.column_names
+    assert cache.prepared(TOPIC_BASE_CHANGES, 0, prepare) is first
+    assert made == [0] and cache.reads == 1
+    assert cache.prepared(TOPIC_BASE_CHANGES, None, prepare) is None

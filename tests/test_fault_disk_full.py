@@ -21,7 +21,7 @@ import httpx
 import pytest
 from deltalake import DeltaTable
 
-from routing_lib.core.catalog import TABLE_NAMES
+from routing_lib.core.catalog import STORED_NAMES
 from routing_lib.core.dump import project
 from routing_lib.read.warehouse import load_snapshot
 from tests.support.fault_support import (
@@ -105,7 +105,7 @@ def test_full_disk_stops_the_job_clearly_and_a_restart_resumes(
             lambda: caught_up(warehouse, as_text), 600, "the first part to be published"
         )
         before = project(load_snapshot(warehouse).dump())
-        versions = {t: DeltaTable(str(warehouse / t)).version() for t in TABLE_NAMES}
+        versions = {t: DeltaTable(str(warehouse / t)).version() for t in STORED_NAMES}
         with ServerThread(warehouse) as lookup:
             http = httpx.Client(base_url=f"http://127.0.0.1:{lookup.service.http_port}")
             wait_for(lambda: http.get("/readyz").status_code == 200, 30, "the lookup")
@@ -124,7 +124,7 @@ def test_full_disk_stops_the_job_clearly_and_a_restart_resumes(
             assert "MiB free" in last and "restart" in last
 
             # Every table still reads at a committed version, with delta-rs and the lookup.
-            for table in TABLE_NAMES:
+            for table in STORED_NAMES:
                 delta = DeltaTable(str(warehouse / table))
                 assert delta.version() >= versions[table]
                 delta.to_pyarrow_table()

@@ -17,8 +17,17 @@ from typing import Any
 
 import pytest
 
+from routing_lib.core.catalog import (
+    TOPIC_BASE,
+    TOPIC_BASE_CHANGES,
+    TOPIC_OVERLAY,
+    TOPIC_OVERLAY_CHANGES,
+)
+from routing_lib.core.fact_rows import overlay_of_row, queue_of_row
+from routing_lib.core.group_facts import topic_queue_rows
 from routing_lib.core.group_routes import DEFAULT_FLAGS
 from routing_lib.core.history import _changed, _topic_route_changes
+from routing_lib.core.overlay import Overlay
 from routing_lib.core.rows import StepRow
 from routing_lib.core.step import (
     BatchContext,
@@ -184,7 +193,9 @@ def _group_history(rng: random.Random) -> list[dict]:
     return events
 
 
-def _run(records: list[dict], by_reference: bool, rng: random.Random) -> list[StepRow]:
+def _run(
+    records: list[dict], by_reference: bool, rng: random.Random, config: StepConfig
+) -> list[StepRow]:
     """The group's step over the history in random micro-batches, as the job runs it."""
     events = [parse_event(json.dumps(r)) for r in records]
     min_chars = 0 if by_reference else NO_CONTENT_REFS
@@ -208,7 +219,7 @@ def _run(records: list[dict], by_reference: bool, rng: random.Random) -> list[St
             saved,
             rows,
             BatchContext(watermark, published),
-            StepConfig(DEFAULT_FLAGS),
+            config,
             (),
             HeldContent(None, min_chars),
         )
@@ -221,11 +232,49 @@ def _run(records: list[dict], by_reference: bool, rng: random.Random) -> list[St
 def test_faults_by_reference_give_the_rows_of_the_inline_run(seed):
     """By reference the shortcuts apply (the same content applied again is known to change
     nothing); inline none of them can (no reference). Every output row, table and history,
-    byte for byte and in order, must be the same."""
+    byte for byte and in order, must be the same: in the per-topic layout's rows; in the
+    group layout (the job's) every other row, and the topic_queue_table derived from its
+    topic_base / topic_overlay rows (the facts may differ: a return by reference keeps the
+    base under a new overlay where the inline run folds it into a new base)."""
     records = _group_history(random.Random(seed))
-    inline = _run(records, by_reference=False, rng=random.Random(seed + 1))
-    by_reference = _run(records, by_reference=True, rng=random.Random(seed + 1))
+    per_topic = StepConfig(DEFAULT_FLAGS, group_facts=False)
+    inline = _run(records, by_reference=False, rng=random.Random(seed + 1), config=per_topic)
+    by_reference = _run(records, by_reference=True, rng=random.Random(seed + 1), config=per_topic)
     assert [tuple(r) for r in by_reference] == [tuple(r) for r in inline]
+    layout = StepConfig(DEFAULT_FLAGS)
+    inline = _run(records, by_reference=False, rng=random.Random(seed + 1), config=layout)
+    by_reference = _run(records, by_reference=True, rng=random.Random(seed + 1), config=layout)
+    assert _other_rows(by_reference) == _other_rows(inline)
+    assert _derived_topic_queue(by_reference) == _derived_topic_queue(inline)
+
+
+_LAYOUT_TABLES = (TOPIC_BASE, TOPIC_OVERLAY, TOPIC_BASE_CHANGES, TOPIC_OVERLAY_CHANGES)
+
+
+def _other_rows(rows: list[StepRow]) -> list[tuple]:
+    """The rows outside the group layout's tables (the stats rows name which tables the
+    step wrote, and count its changes: left out too)."""
+    return [tuple(r) for r in rows if r.table not in _LAYOUT_TABLES and r.kind != "stats"]
+
+
+def _derived_topic_queue(rows: list[StepRow]) -> dict:
+    """topic_queue_table as the writer derives it from the topic_base / topic_overlay rows."""
+    base: dict[tuple[str, str], QueueData] = {}
+    overlays: dict[str, Overlay] = {}
+    for r in rows:
+        if r.kind != "change" or r.table not in (TOPIC_BASE, TOPIC_OVERLAY):
+            continue
+        for row in json.loads(r.row_json):
+            if r.table == TOPIC_OVERLAY:
+                if r.op == "delete":
+                    overlays.pop(row["broker_name"], None)
+                else:
+                    overlays[row["broker_name"]] = overlay_of_row(row)
+            elif r.op == "delete":
+                base.pop((row["broker_name"], row["topic"]), None)
+            else:
+                base[row["broker_name"], row["topic"]] = queue_of_row(row)
+    return topic_queue_rows(base, overlays)
 
 
 def test_a_return_with_the_same_topics_decodes_nothing():
@@ -252,12 +301,12 @@ def test_a_return_with_the_same_topics_decodes_nothing():
     assert saved.state is not None
     # the master expired: its row left broker_addr_table, the topics stayed (the slave's)
     assert any(r.table == "broker_addr_table" and r.op == "delete" for r in saved.rows)
-    assert not any(r.table == TOPIC_QUEUE for r in saved.rows if r.op == "delete")
+    assert not any(r.table in (TOPIC_QUEUE, TOPIC_BASE) for r in saved.rows if r.op == "delete")
 
     decodes = TopicTable.decodes
     returned = step_group(
         NAME, saved.state, rows[-1:], BatchContext(back, back - 1), config, (), content
     )
     assert TopicTable.decodes == decodes  # the group's table was not decoded
-    assert not any(r.table == TOPIC_QUEUE for r in returned.rows)
+    assert not any(r.table in (TOPIC_QUEUE, TOPIC_BASE) for r in returned.rows)
     assert any(r.table == "broker_addr_table" and r.op == "upsert" for r in returned.rows)

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from hypothesis import given
 
 from bench.group_fault_rows import FAULTS, FaultCounter, per_fault_rows, register_record
-from routing_lib.core.catalog import TOPIC_ROUTE_HISTORY
+from routing_lib.core.catalog import TOPIC_BASE, TOPIC_ROUTE_HISTORY
 from routing_lib.core.fact_rows import fact_row, facts_of_rows
 from routing_lib.core.group_facts import (
     GroupOverlayChange,
@@ -108,7 +108,8 @@ def _run(history: History, every_batch: bool = True, with_history: bool = True) 
     then its net change)."""
     events = [parse_event(json.dumps(record)) for record in history.records]
     model = FactModel(history.delay_ms, history.content_refs, history.flags)
-    model.config = StepConfig(history.flags, history=with_history, group_facts=True)
+    # the per-topic rows too: the reference the facts are compared with
+    model.config = StepConfig(history.flags, history=with_history, per_topic_rows=True)
     every_batch = every_batch and with_history
     arrived = 0
     for batch in history.batches:
@@ -147,9 +148,10 @@ def test_seeded_fleet_histories_facts_give_the_published_tables_and_history() ->
     assert overlay_facts > 0
 
 
-def test_the_job_records_no_facts_and_its_rows_are_the_same() -> None:
-    """Facts are opt-in (StepConfig.group_facts): the job's step (the default) records none,
-    and the rows it writes are those of a step that records them."""
+def test_the_group_layout_publishes_the_per_topic_layouts_tables() -> None:
+    """The job's step (the default: the group layout) writes topic_base / topic_overlay and
+    their change tables instead of per-topic rows; topic_queue_table derived from them per
+    touched group (the writer's plan) is the table the per-topic layout's rows publish."""
     rng = random.Random(7)
     records = registration_modes(random_history(7, rng), rng)
     events = [parse_event(json.dumps(record)) for record in records]
@@ -157,12 +159,21 @@ def test_the_job_records_no_facts_and_its_rows_are_the_same() -> None:
     for group_facts in (False, True):
         model = FactModel(10_000, True, DEFAULT_FLAGS)
         model.config = StepConfig(DEFAULT_FLAGS, group_facts=group_facts)
-        model.batch([(event, ("file", n)) for n, event in enumerate(events)])
+        assert model.config.per_topic is not group_facts
+        rng = random.Random(8)
+        i = 0
+        while i < len(events):  # in micro-batches: topic_queue_table derived per batch
+            size = rng.randint(1, 30)
+            model.batch([(e, ("file", i + n)) for n, e in enumerate(events[i : i + size])])
+            i += size
         model.finish(max(e.eventTime for e in events) - 10_000)
         models.append(model)
-    without, with_facts = models
-    assert not without.normalised.overlay and with_facts.normalised.overlay
-    assert without.history == with_facts.history and without.dump() == with_facts.dump()
+    per_topic, group_layout = models
+    assert not per_topic.normalised.overlay and group_layout.normalised.overlay
+    assert per_topic.history and not group_layout.history  # topic_route_history: derived
+    assert not per_topic.tables[TOPIC_BASE] and group_layout.tables[TOPIC_BASE]
+    assert per_topic.dump() == group_layout.dump()
+    assert per_topic.tables[TOPIC_QUEUE] == group_layout.tables[TOPIC_QUEUE]
 
 
 # ---- rows written per fault of a 10 000-topic group ---------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from routing_lib.cli import main as routectl
-from routing_lib.core.history import TOPIC_ROUTE_HISTORY
+from routing_lib.core.history import BROKER_LIVENESS_EVENTS as DAY_TABLE
 from routing_lib.core.tables import PROGRESS, TOPIC_QUEUE
 from routing_lib.housekeeping import (
     DEFAULT_VACUUM_HOURS,
@@ -25,6 +25,8 @@ from routing_lib.housekeeping import (
 
 CDF = {"delta.enableChangeDataFeed": "true"}  # as the job creates its tables
 DAYS = ("2025-11-24", "2025-11-25")
+# DAY_TABLE: a history table partitioned by day (topic_route_history, the one used before, is
+# derived since issue 36 and has no files to compact)
 
 
 def _write(path: Path, batches: list[dict], partition_by: list[str] | None = None) -> None:
@@ -52,7 +54,7 @@ def warehouse(tmp_path: Path) -> Path:
         root / PROGRESS, [{"batch_id": [i], "watermark": [1_764_000_000_000 + i]} for i in range(4)]
     )
     _write(
-        root / TOPIC_ROUTE_HISTORY,
+        root / DAY_TABLE,
         [
             {"topic": [f"T{i}"], "valid_from": [1_764_000_000_000 + i], "event_date": [day]}
             for day in DAYS
@@ -73,7 +75,7 @@ def _rows(table: Path) -> list[tuple]:
 
 
 def _state(root: Path) -> dict[str, tuple[int, int, list[tuple]]]:
-    tables = (TOPIC_QUEUE, PROGRESS, TOPIC_ROUTE_HISTORY)
+    tables = (TOPIC_QUEUE, PROGRESS, DAY_TABLE)
     return {
         t: (len(DeltaTable(str(root / t)).file_uris()), _parquet_on_disk(root / t), _rows(root / t))
         for t in tables
@@ -89,7 +91,7 @@ def test_optimize_and_vacuum_shrink_files_and_keep_rows(warehouse):
     assert set(reports) == set(WAREHOUSE_TABLES)
     assert (before[TOPIC_QUEUE][0], after[TOPIC_QUEUE][0]) == (5, 1)
     assert (before[PROGRESS][0], after[PROGRESS][0]) == (4, 1)
-    assert (before[TOPIC_ROUTE_HISTORY][0], after[TOPIC_ROUTE_HISTORY][0]) == (6, 2)  # 1/day
+    assert (before[DAY_TABLE][0], after[DAY_TABLE][0]) == (6, 2)  # 1/day
     for table, (files, on_disk, rows) in after.items():
         assert rows == before[table][2], table  # same data
         assert on_disk == files, table  # VACUUM (retention 0) removed the replaced files
@@ -154,11 +156,11 @@ def test_dry_run_changes_nothing(warehouse):
 
 def test_partition_filter_scopes_history_compaction(warehouse):
     reports = {r.table: r for r in housekeep(warehouse, 168, before=DAYS[1])}
-    history = DeltaTable(str(warehouse / TOPIC_ROUTE_HISTORY))
+    history = DeltaTable(str(warehouse / DAY_TABLE))
     per_day = {day: sum(f"event_date={day}" in uri for uri in history.file_uris()) for day in DAYS}
     assert per_day == {DAYS[0]: 1, DAYS[1]: 3}  # only the earlier day was compacted
     assert reports[TOPIC_QUEUE].files_after == 1  # unpartitioned tables: always whole
-    assert partition_filters(TOPIC_ROUTE_HISTORY, DAYS[0], DAYS[1]) == [
+    assert partition_filters(DAY_TABLE, DAYS[0], DAYS[1]) == [
         ("event_date", ">=", DAYS[0]),
         ("event_date", "<", DAYS[1]),
     ]

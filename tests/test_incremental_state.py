@@ -58,10 +58,11 @@ def rows(*records: dict) -> list[tuple]:
 
 
 def registered_state():
-    """The group's state after its first 10 000-topic registration was applied."""
+    """The group's state after its first 10 000-topic registration was applied (its base rows:
+    the group layout, issue 36)."""
     state = group_state()
     out = run_step(rows(register(T0)), state, watermark=T0 + 1)
-    topic_rows = out[(out.kind == "change") & (out.table == "topic_queue_table")]
+    topic_rows = out[(out.kind == "change") & (out.table == "topic_base")]
     assert sum(len(json.loads(r)) for r in topic_rows.row_json) == TOPICS  # written once
     return state.get
 
@@ -99,5 +100,5 @@ def test_changed_data_version_rewrites_the_topics():
     changed["topicConfigTable"]["T00007"]["perm"] = 4
     after, out, _ = step_again(saved, [changed], watermark=T0 + 30_000)
     assert after[1] != saved[1]
-    topic_rows = out[(out.kind == "change") & (out.table == "topic_queue_table")]
+    topic_rows = out[(out.kind == "change") & (out.table == "topic_base")]
     assert [row["topic"] for r in topic_rows.row_json for row in json.loads(r)] == ["T00007"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from routing_lib.core.catalog import TOPIC_BASE
 from routing_lib.core.replay import default_watermark, fleet_rows, replay
 from routing_lib.core.tables import (
     BROKER_ADDR,
@@ -63,7 +64,7 @@ from tests.support.lookup_support import (
     wait_until,
 )
 from tests.support.metrics_support import sample
-from tests.support.snapshot_support import upserts
+from tests.support.snapshot_support import group_layout, upserts
 from tests.support.writer_support import WriterWarehouse, last_commit_files
 
 
@@ -493,13 +494,14 @@ def test_refresher_keeps_last_good(tmp_path):
     """A read of the next snapshot fails (its data files are gone): the index served stays,
     and the next poll once they are back serves the new batch."""
     wh = WriterWarehouse(tmp_path)
-    wh.publish(0, 1_000, upserts(tables()))
+    wh.publish(0, 1_000, group_layout(upserts(tables())))
     holder, metrics = SnapshotHolder(), Metrics()
     refresher = Refresher(tmp_path, holder, metrics)
     assert asyncio.run(refresher.refresh_once()) == "swapped"
     first = holder.current
-    wh.publish(1, 2_000, {TOPIC_QUEUE: [("upsert", tables(orders_queues=2)[TOPIC_QUEUE][0])]})
-    added = last_commit_files(tmp_path / TOPIC_QUEUE)  # its data and change-data files
+    orders = ("upsert", tables(orders_queues=2)[TOPIC_QUEUE][0])
+    wh.publish(1, 2_000, group_layout({TOPIC_QUEUE: [orders]}))
+    added = last_commit_files(tmp_path / TOPIC_BASE)  # its data and change-data files
     for path in added:
         path.rename(path.with_name(path.name + ".away"))
     # The versions settle (the log is whole); reading the batch's rows fails.

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from routing_lib.core.catalog import TOPIC_BASE
 from routing_lib.core.replay import default_watermark, fleet_rows, replay
 from routing_lib.core.tables import (
     BROKER_ADDR,
@@ -24,9 +25,11 @@ from routing_lib.core.tables import (
     Row,
 )
 from routing_lib.lookup import jsonbody
+from routing_lib.lookup.base_index import BaseIndex
 from routing_lib.lookup.consistency import settled_versions
+from routing_lib.lookup.route_topics import RouteTopics
 from routing_lib.lookup.routes import ORDER_TOPIC_CONFIG, RouteIndex
-from routing_lib.lookup.snapshots import load_index, next_index, store_of
+from routing_lib.lookup.snapshots import load_index, next_index
 from routing_lib.lookup.topic_store import TopicStore
 from routing_lib.read.warehouse import WarehouseSnapshot
 from schemas import parse_event
@@ -41,7 +44,14 @@ from tests.support.lookup_support import (
     snapshot,
     tables,
 )
-from tests.support.snapshot_support import Change, fleet, key_of, one_per_key, upserts
+from tests.support.snapshot_support import (
+    Change,
+    fleet,
+    group_layout,
+    key_of,
+    one_per_key,
+    upserts,
+)
 from tests.support.writer_support import WriterWarehouse
 
 FLAGS = [
@@ -207,7 +217,7 @@ def start_rows() -> dict[str, list[Row]]:
 def written(root, model: Model) -> WriterWarehouse:
     """The model's tables, written as batch 0 (watermark 1 000) by the job's writer."""
     wh = WriterWarehouse(root)
-    wh.publish(0, 1_000, upserts(model.rows()))
+    wh.publish(0, 1_000, group_layout(upserts(model.rows())))
     return wh
 
 
@@ -225,7 +235,7 @@ def test_incremental_refresh_equals_full_reload(tmp_path, seed):
     for step in range(1, 11):
         changes = random_batch(rng, model, step)
         model.apply(changes)
-        wh.publish(step, 1_000 + step, changes)
+        wh.publish(step, 1_000 + step, group_layout(changes))
         pinned, latest = settled_versions(tmp_path)
         assert pinned == latest
         before = {t: current.route_body(t) for t in current.topics}
@@ -273,7 +283,7 @@ def test_overwrites_and_vacuumed_changes(tmp_path):
     # Once VACUUM deleted the removed files, the feed cannot say what changed: a full load.
     # (VACUUM's own commits carry no txn: the pinned versions step over them.)
     wh.publish(2, 3_000, {TOPIC_QUEUE: tables(orders_queues=3)[TOPIC_QUEUE]})
-    DeltaTable(str(tmp_path / TOPIC_QUEUE)).vacuum(
+    DeltaTable(str(tmp_path / TOPIC_BASE)).vacuum(
         retention_hours=0, enforce_retention_duration=False, dry_run=False
     )
     pinned, latest = settled_versions(tmp_path)
@@ -285,16 +295,26 @@ def test_overwrites_and_vacuumed_changes(tmp_path):
     )
 
 
-def test_a_large_change_is_a_full_load(tmp_path):
+def test_a_large_change_rebuilds_the_base_index(tmp_path):
     model = Model(start_rows())
     wh = written(tmp_path, model)
     first = next_index(tmp_path, None, settled_versions(tmp_path)[0]).index
     rows = model.rows()[TOPIC_QUEUE]
-    wh.publish(1, 2_000, {TOPIC_QUEUE: [("delete", r) for r in rows]})
+    wh.publish(1, 2_000, group_layout({TOPIC_QUEUE: [("delete", r) for r in rows[:3]]}))
     pinned = settled_versions(tmp_path)[0]
     built = next_index(tmp_path, first, pinned, max_change_fraction=0.5, min_full_rows=0)
-    assert built.how == "full"
-    assert built.index.topics == () and built.index.route_count == 0
+    # a small change: a delta over the base index it had
+    assert built.index.store.base is first.store.base
+    assert 1 <= len(built.index.store.delta) <= 3  # the topics of three (topic, broker) rows
+    wh.publish(2, 3_000, group_layout({TOPIC_QUEUE: [("delete", r) for r in rows[3:]]}))
+    pinned = settled_versions(tmp_path)[0]
+    second = next_index(tmp_path, built.index, pinned, max_change_fraction=0.5, min_full_rows=0)
+    assert second.how == "incremental"
+    # a large one: a base index at the new version, no delta
+    base = second.index.store.base
+    assert base.version == pinned[TOPIC_BASE] and len(second.index.store.delta) == 0
+    assert second.index.topics == () and second.index.route_count == 0
+    same_answers(second.index, load_index(tmp_path, pinned))
 
 
 def test_pinned_versions_leave_out_a_batch_in_flight(tmp_path):
@@ -302,10 +322,10 @@ def test_pinned_versions_leave_out_a_batch_in_flight(tmp_path):
     wh = written(tmp_path, model)
     published, _ = settled_versions(tmp_path)
     row = model.rows()[TOPIC_QUEUE][0]
-    wh.merge(TOPIC_QUEUE, [("upsert", {**row, "read_queue_nums": 99})], batch=1)
+    wh.merge(TOPIC_BASE, [("upsert", {**row, "read_queue_nums": 99})], batch=1)
     wh.merge(BROKER_LIVE, [("upsert", model.rows()[BROKER_LIVE][0])], batch=1)
     pinned, latest = settled_versions(tmp_path)
-    assert pinned == published and latest[TOPIC_QUEUE] == published[TOPIC_QUEUE] + 1
+    assert pinned == published and latest[TOPIC_BASE] == published[TOPIC_BASE] + 1
     index = next_index(tmp_path, None, pinned).index
     assert b'"readQueueNums":99' not in index.route_body(row["topic"]).standard
     wh.progress(1, 2_000)
@@ -324,7 +344,7 @@ def test_a_request_during_a_swap_sees_one_snapshot(tmp_path):
     topics = [t for t in old.topics if old.route_body(t) is not None]
     expected = {t: old.route_body(t).standard for t in topics}
     changes = {TOPIC_QUEUE: [("upsert", {**r, "perm": 2}) for r in model.rows()[TOPIC_QUEUE]]}
-    wh.publish(1, 2_000, changes)
+    wh.publish(1, 2_000, group_layout(changes))
     held = old  # what a request took from holder.current
     new = next_index(tmp_path, held, settled_versions(tmp_path)[0]).index
     assert {t: held.route_body(t).standard for t in topics} == expected
@@ -341,17 +361,23 @@ def test_hand_built_snapshot_unchanged_by_the_store():
 
 
 @pytest.mark.parametrize("big", [False, True])
-def test_store_from_arrow_columns_equals_store_from_rows(big):
-    """The vectorised full load (run-end/dictionary encoded) builds the same entries as the
-    row-by-row one, also for queue settings beyond 16 bits (the row-by-row fallback)."""
+def test_base_index_from_arrow_columns_equals_store_from_rows(big):
+    """The vectorised base index (sorted, run-end and dictionary encoded) holds the same
+    entries as a store built row by row, also for queue settings beyond 16 bits, and
+    finds exactly the topics it holds."""
     rng = random.Random(5)
     rows = {}
     for _ in range(400):
         topic, broker = f"T{rng.randint(0, 60)}", f"b{rng.randint(0, 9)}"
         rows[topic, broker] = queue(topic, broker, rng.choice([1, 8, 70_000 if big else 16]))
     table = pa.Table.from_pylist(list(rows.values()), schema=arrow_schema(TOPIC_QUEUE))
-    from_columns = store_of(table)
+    base = BaseIndex.build(table, 3)
     from_rows = TopicStore.of_rows(rows.values())
-    assert dict(from_columns.items()) == dict(from_rows.items())
-    assert (len(from_columns), from_columns.row_count) == (len(from_rows), len(rows))
-    assert len(store_of(table.slice(0, 0))) == 0
+    assert {base.topic_name(i): base.entry(i) for i in range(base.topic_count)} == dict(
+        from_rows.items()
+    )
+    assert [base.find(t) for t in base.topic_names()] == list(range(base.topic_count))
+    assert base.find("T999") == base.find("") == base.find("\ud800") == -1
+    topics = RouteTopics.of(base)
+    assert (len(topics), topics.row_count) == (len(from_rows), len(rows))
+    assert len(RouteTopics.of(BaseIndex.build(table.slice(0, 0), 0))) == 0

@@ -7,6 +7,7 @@ after a growing back-off."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -297,15 +298,44 @@ def test_the_lookup_fails_when_the_process_that_forks_its_workers_dies(tmp_path)
 
 
 def test_a_killed_lookup_leaves_no_process_and_no_metrics_files(tmp_path):
-    """kill -9 of the primary: its zygote stops the workers and removes the metrics
-    directory that the primary could not."""
+    """kill -9 of the primary: its zygote stops the workers and removes the metrics and
+    index directories that the primary could not."""
     lookup = start_two_workers(tmp_path)
     try:
         processes = descendants(lookup.proc.pid)
         (worker,) = lookup.workers()
         (directory,) = {f.parent for f in open_files(worker) if f.suffix == ".db"}
         assert Path(directory).is_dir()
+        ((index_file, _),) = mapped_files(worker, r"routelake-lookup-index-[^/]+/base-")
     finally:
         ended(lookup, signal.SIGKILL)
     wait_until(lambda: not any(alive(p) for p in processes), timeout=20)
     assert not Path(directory).exists()
+    assert not Path(index_file).parent.exists()  # nor the shared index files
+
+
+def mapped_files(pid: int, pattern: str) -> set[tuple[str, str]]:
+    """(path, inode) of the files a process maps whose path matches `pattern`."""
+    found = set()
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and re.search(pattern, fields[5]):
+            found.add((fields[5].removesuffix(" (deleted)"), fields[4]))
+    return found
+
+
+def test_two_workers_map_one_base_index_and_remove_it_at_the_end(tmp_path):
+    """topic_base's index is one file in the service's shared-memory directory that both
+    processes map (issue 36): its pages are in memory once; it goes with the service."""
+    base_file = r"routelake-lookup-index-[^/]+/base-[^/]+\.arrow"
+    with serving_two_workers(tmp_path) as lookup:
+        (worker,) = lookup.workers()
+        primary = mapped_files(lookup.proc.pid, base_file)
+        assert len(primary) == 1 and mapped_files(worker, base_file) == primary
+        ((path, _),) = primary
+        assert path.startswith("/dev/shm/") or not Path("/dev/shm").is_dir()
+        # a batch that changes a topic: both serve it from the same file plus their delta
+        Warehouse(tmp_path).publish(1, 2000, tables(orders_queues=3))
+        wait_until(lambda: lookup.http.get("/healthz").headers["x-routelake-watermark"] == "2000")
+        assert all(lookup.route_requests(10).values())
+    assert not Path(path).parent.exists()

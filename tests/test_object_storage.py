@@ -29,7 +29,8 @@ from routing_lib.core.dump import project
 from routing_lib.core.tables import PROGRESS, TOPIC_QUEUE
 from routing_lib.housekeeping import housekeep
 from routing_lib.ingest import classify
-from routing_lib.read.warehouse import load_snapshot, table_versions
+from routing_lib.lookup.consistency import lookup_versions
+from routing_lib.read.warehouse import load_snapshot
 from tests.support.fault_proxy import RESET, fault_proxy
 from tests.support.helpers import DELAY_MS, GOLDEN, expected_dump, reference_dump, register_record
 from tests.support.job_commands import run_args
@@ -148,7 +149,8 @@ def test_lookup_server_serves_a_route_from_s3(s3_endpoint, s3_backfill):  # noqa
         answer = httpx.get(f"{base}/topics/{topic}/route", timeout=10)
         assert answer.status_code == 200
         body = answer.json()
-        assert body["versions"] == table_versions(storage.delta_uri(s3_backfill))
+        # the versions the lookup serves: the route tables, topic_base and topic_overlay
+        assert body["versions"] == lookup_versions(storage.delta_uri(s3_backfill))
         assert body["data"] == expected
         assert httpx.get(f"{base}/topics/NoSuchTopic/route", timeout=10).status_code == 404
     finally:

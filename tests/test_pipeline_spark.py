@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from routing_lib.core.catalog import CATALOG
+from routing_lib.core.catalog import STORED
 from routing_lib.core.tables import (
     BROKER_LIVE,
     DEAD_LETTER,
@@ -66,8 +66,9 @@ def test_bad_records_are_dead_lettered_and_good_ones_applied(backfill, tmp_path)
 
 def assert_tables_are_the_catalogs(warehouse) -> None:
     """Every table the job created has the catalog's columns, types and partitioning, and its
-    change data feed on."""
-    for spec in CATALOG:
+    change data feed on; a derived one (topic_route_history, issue 36) is not stored."""
+    assert not (warehouse / "topic_route_history").exists()
+    for spec in STORED:
         table = DeltaTable(str(warehouse / spec.name))
         schema = pa.schema(table.schema().to_arrow())
         assert schema.equals(arrow_schema(spec)), (spec.name, schema)
@@ -269,8 +270,14 @@ def test_the_writers_merge_at_its_edges_through_spark(spark, tmp_path):
     (tests/support/stream_model.py) takes for granted: a delete of a present and of an absent
     key, an upsert of a present and of an absent key, a null key column matched null-safely;
     an interval closed (its close columns only), a close of no interval (nothing inserted), a
-    second interval of the same key from a later valid_from."""
-    from routing_lib.core.catalog import TOPIC_ROUTE_HISTORY
+    second interval of the same key from a later valid_from. And the group layout (issue 36):
+    topic_queue_table derived from topic_base and topic_overlay after they are committed."""
+    from routing_lib.core.catalog import (
+        CLUSTER_MEMBERSHIP_HISTORY,
+        KV_CONFIG,
+        TOPIC_BASE,
+        TOPIC_OVERLAY,
+    )
     from routing_lib.spark.delta_writer import DeltaRouteWriter, ensure_tables
     from routing_lib.spark.stateful import OUTPUT_SCHEMA
 
@@ -278,26 +285,33 @@ def test_the_writers_merge_at_its_edges_through_spark(spark, tmp_path):
     ensure_tables(spark, str(warehouse))
     writer = DeltaRouteWriter(str(warehouse), "merge-edges", lambda batch_id: batch_id)
 
-    def queue(topic: str, broker: str | None, perm: int) -> dict:
+    def kv(namespace: str, key: str | None, value: str | None) -> dict:
+        return {"namespace": namespace, "key": key, "value": value}
+
+    def queue(topic: str, perm: int) -> dict:
         return {
             "topic": topic,
-            "broker_name": broker,
+            "broker_name": "b1",
             "read_queue_nums": 4,
             "write_queue_nums": 4,
             "perm": perm,
             "topic_sys_flag": 0,
         }
 
-    def interval(topic: str, start: int, end: int | None, perm: int) -> dict:
+    def overlay(perm_op: str) -> dict:
+        return {"broker_name": "b1", "present": True, "perm_op": perm_op, "covered": None}
+
+    def interval(cluster: str, start: int, end: int | None, reason: str) -> dict:
         closed = end is not None
         return {
-            **queue(topic, "b1", perm),
+            "cluster_name": cluster,
+            "broker_name": "b1",
             "valid_from": start,
             "valid_to": end,
-            "started_by": "REGISTER",
+            "start_reason": reason,
             "start_event": "REGISTER",
             "start_broker_addr": "10.0.0.1:10911",
-            "ended_by": "UNREGISTER" if closed else None,
+            "end_reason": "GROUP_REMOVED" if closed else None,
             "end_event": "UNREGISTER" if closed else None,
             "end_broker_addr": "10.0.0.1:10911" if closed else None,
             "event_date": "2025-11-24",
@@ -313,33 +327,40 @@ def test_the_writers_merge_at_its_edges_through_spark(spark, tmp_path):
     publish(
         0,
         [
-            (change, TOPIC_QUEUE, "upsert", [queue("a", "b1", 6), queue("b", "b1", 6)]),
-            (change, TOPIC_QUEUE, "upsert", [queue("n", None, 6)]),
-            (history, TOPIC_ROUTE_HISTORY, "upsert", [interval("a", 1_000, None, 6)]),
+            (change, KV_CONFIG, "upsert", [kv("ns", "a", "1"), kv("ns", "b", "1")]),
+            (change, KV_CONFIG, "upsert", [kv("ns", None, None)]),
+            (history, CLUSTER_MEMBERSHIP_HISTORY, "upsert", [interval("c1", 1_000, None, "A")]),
+            (change, TOPIC_BASE, "upsert", [queue("a", 6), queue("b", 6)]),
+            (change, TOPIC_OVERLAY, "upsert", [overlay("ID")]),
         ],
     )
     publish(
         1,
         [
-            (change, TOPIC_QUEUE, "delete", [queue("a", "b1", 6), queue("z", "b9", 6)]),
-            (change, TOPIC_QUEUE, "upsert", [queue("b", "b1", 2), queue("d", "b1", 6)]),
-            (change, TOPIC_QUEUE, "upsert", [queue("n", None, 2)]),
-            (history, TOPIC_ROUTE_HISTORY, "close", [interval("a", 1_000, 5_000, 2)]),
-            (history, TOPIC_ROUTE_HISTORY, "close", [interval("x", 1_000, 5_000, 6)]),
-            (history, TOPIC_ROUTE_HISTORY, "upsert", [interval("a", 7_000, None, 4)]),
+            (change, KV_CONFIG, "delete", [kv("ns", "a", None), kv("ns9", "z", None)]),
+            (change, KV_CONFIG, "upsert", [kv("ns", "b", "2"), kv("ns", "d", "1")]),
+            (change, KV_CONFIG, "upsert", [kv("ns", None, "x")]),
+            (history, CLUSTER_MEMBERSHIP_HISTORY, "close", [interval("c1", 1_000, 5_000, "B")]),
+            (history, CLUSTER_MEMBERSHIP_HISTORY, "close", [interval("c9", 1_000, 5_000, "A")]),
+            (history, CLUSTER_MEMBERSHIP_HISTORY, "upsert", [interval("c1", 7_000, None, "C")]),
+            (change, TOPIC_OVERLAY, "upsert", [overlay("WIPE")]),
         ],
     )
 
-    queues = sorted(
-        (r["topic"], r["broker_name"] or "", r["perm"]) for r in rows(warehouse, TOPIC_QUEUE)
+    entries = sorted(
+        (r["namespace"], r["key"] or "", r["value"] or "") for r in rows(warehouse, KV_CONFIG)
     )
-    assert queues == [("b", "b1", 2), ("d", "b1", 6), ("n", "", 2)]  # one row per key
+    assert entries == [("ns", "", "x"), ("ns", "b", "2"), ("ns", "d", "1")]  # one row per key
     intervals = sorted(
-        (r["topic"], r["valid_from"], r["valid_to"], r["ended_by"], r["perm"])
-        for r in rows(warehouse, TOPIC_ROUTE_HISTORY)
+        (r["cluster_name"], r["valid_from"], r["valid_to"], r["end_reason"], r["start_reason"])
+        for r in rows(warehouse, CLUSTER_MEMBERSHIP_HISTORY)
     )
     # the close sets valid_to and how it ended; the interval's values stay the opening ones
-    assert intervals == [("a", 1_000, 5_000, "UNREGISTER", 6), ("a", 7_000, None, None, 4)]
+    assert intervals == [("c1", 1_000, 5_000, "GROUP_REMOVED", "A"), ("c1", 7_000, None, None, "C")]
+    # the overlay's WIPE applied to the base rows: the group's partition derived again
+    queues = sorted((r["topic"], r["broker_name"], r["perm"]) for r in rows(warehouse, TOPIC_QUEUE))
+    assert queues == [("a", "b1", 4), ("b", "b1", 4)]
+    assert len(rows(warehouse, TOPIC_BASE)) == 2
 
 
 def test_the_marks_reference_patterns_run_as_spark_runs_them(spark):

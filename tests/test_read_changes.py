@@ -12,11 +12,13 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from routing_lib.core.catalog import TOPIC_BASE
 from routing_lib.core.tables import TOPIC_QUEUE
 from routing_lib.lookup.consistency import settled_versions
 from routing_lib.lookup.snapshots import next_index
 from routing_lib.read.warehouse import ChangesUnavailableError, read_changes
 from tests.support.lookup_support import queue
+from tests.support.snapshot_support import group_layout
 from tests.support.writer_support import WriterWarehouse, last_commit_files
 
 FEED_ON = {"delta.enableChangeDataFeed": "true"}
@@ -114,18 +116,18 @@ def test_the_lookup_reloads_without_a_feed_and_fails_on_a_fault(tmp_path):
     """next_index falls back to a full load for a range the feed cannot cover; a change-data
     file it cannot read (truncated by a storage fault) is an error, not a silent full load."""
     warehouse = WriterWarehouse(tmp_path)
-    warehouse.publish(0, 1_000, {TOPIC_QUEUE: [("upsert", queue("A", "b", 4))]})
+    warehouse.publish(0, 1_000, group_layout({TOPIC_QUEUE: [("upsert", queue("A", "b", 4))]}))
     first = next_index(tmp_path, None, settled_versions(tmp_path)[0]).index
-    set_feed(tmp_path / TOPIC_QUEUE, False)
-    warehouse.publish(1, 2_000, {TOPIC_QUEUE: [("upsert", queue("B", "b", 4))]})
+    set_feed(tmp_path / TOPIC_BASE, False)
+    warehouse.publish(1, 2_000, group_layout({TOPIC_QUEUE: [("upsert", queue("B", "b", 4))]}))
     built = next_index(tmp_path, first, settled_versions(tmp_path)[0])
     assert built.how == "full" and "no change feed" in built.reason
     assert built.index.topics == ("A", "B")
 
-    set_feed(tmp_path / TOPIC_QUEUE, True)
-    warehouse.publish(2, 3_000, {TOPIC_QUEUE: [("upsert", queue("A", "b", 8))]})
+    set_feed(tmp_path / TOPIC_BASE, True)
+    warehouse.publish(2, 3_000, group_layout({TOPIC_QUEUE: [("upsert", queue("A", "b", 8))]}))
     [change_file] = [
-        f for f in last_commit_files(tmp_path / TOPIC_QUEUE) if "_change_data" in f.parts
+        f for f in last_commit_files(tmp_path / TOPIC_BASE) if "_change_data" in f.parts
     ]
     change_file.write_bytes(change_file.read_bytes()[:20])
     with pytest.raises(Exception, match="Parquet error"):

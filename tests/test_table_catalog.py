@@ -19,6 +19,7 @@ from routing_lib.core.catalog import (
     CATALOG,
     DEAD_LETTER,
     PROGRESS,
+    STORED_NAMES,
     TABLE_NAMES,
     TABLES,
     ArrayOf,
@@ -58,7 +59,7 @@ NO_CONTENT_REFS = 1 << 62  # every state value stays inline
 
 
 def test_table_names_are_unique_and_column_names_unique_per_table():
-    assert len(set(TABLE_NAMES)) == len(CATALOG) == 14
+    assert len(set(TABLE_NAMES)) == len(CATALOG) == 18
     for spec in CATALOG:
         assert len(set(spec.column_names)) == len(spec.columns), spec.name
 
@@ -73,8 +74,12 @@ def test_keys_identity_close_and_partition_columns_are_columns(spec):
 @pytest.mark.parametrize("spec", CATALOG, ids=lambda s: s.name)
 def test_each_family_has_the_shape_its_writer_relies_on(spec):
     if spec.family is Family.ROUTE:  # merged on the key: one row per key
-        assert spec.write_mode is WriteMode.MERGE and spec.row_kind is RowKind.CHANGE
-        assert spec.keys and not spec.identity and not spec.partition_by
+        # topic_queue_table: derived by the writer from topic_base and topic_overlay
+        want_kind = None if spec.name == "topic_queue_table" else RowKind.CHANGE
+        assert spec.write_mode is WriteMode.MERGE and spec.row_kind is want_kind
+        assert spec.keys and not spec.identity
+        # a group's rows are one partition (issue 36): replaced by file-level actions
+        assert spec.partition_by in ((), ("broker_name",))
     elif spec.family is Family.HISTORY:  # merged on (event_date, identity)
         assert spec.write_mode is WriteMode.MERGE and spec.row_kind is RowKind.HISTORY
         assert spec.identity and spec.partition_by == ("event_date",)
@@ -89,7 +94,7 @@ def test_each_family_has_the_shape_its_writer_relies_on(spec):
 
 
 def test_the_writer_makes_the_progress_row_itself():
-    assert [s.name for s in CATALOG if s.row_kind is None] == [PROGRESS]
+    assert [s.name for s in CATALOG if s.row_kind is None] == ["topic_queue_table", PROGRESS]
 
 
 def test_ddl_spells_every_column_in_order_as_spark_does():
@@ -126,10 +131,11 @@ def test_arrow_schemas_follow_the_columns():
 
 
 def test_housekeeping_covers_every_table_and_filters_the_partitioned_ones_by_day():
-    assert WAREHOUSE_TABLES == TABLE_NAMES
+    assert WAREHOUSE_TABLES == tuple(s.name for s in CATALOG if not s.derived_from)
+    assert "topic_route_history" not in WAREHOUSE_TABLES  # derived: no files
     for spec in CATALOG:
         filters = partition_filters(spec.name, "2025-11-24", "2025-11-26")
-        if spec.partition_by:
+        if spec.partition_by == ("event_date",):
             assert filters == [
                 ("event_date", ">=", "2025-11-24"),
                 ("event_date", "<", "2025-11-26"),
@@ -144,7 +150,9 @@ def test_readers_table_lists_are_the_catalogs():
     assert OPTIONAL_TABLES == {"kv_config_table"}
     assert set(SMALL_TABLES) | {"topic_queue_table", PROGRESS} == set(read_by(Reader.LOOKUP))
     assert set(PINNED_TABLES) <= set(read_by(Reader.CONSOLE))
-    assert set(HISTORY_TABLES) == set(read_by(Reader.HISTORY)) == set(read_by(Reader.RECIPES))
+    # (+ the group layout's change tables, which topic_route_history is derived from)
+    history = set(HISTORY_TABLES) | {"topic_base_changes", "topic_overlay_changes"}
+    assert history == set(read_by(Reader.HISTORY)) == set(read_by(Reader.RECIPES))
 
 
 def _golden_step_rows() -> list[StepRow]:
@@ -199,7 +207,8 @@ def test_every_table_the_step_writes_is_in_the_catalog_with_its_columns():
             else:
                 assert names == set(spec.column_names), (spec.name, row.op)
     # the goldens reach every table the step writes, so the check above saw each one
-    assert {t for _, t in written} == set(TABLE_NAMES) - {PROGRESS}
+    # (topic_queue_table: derived by the writer; topic_route_history: derived when read)
+    assert {t for _, t in written} == set(STORED_NAMES) - {PROGRESS, "topic_queue_table"}
     assert {w.split("/", 1)[1] for w in listed} <= set(TABLE_NAMES)
 
 
@@ -219,4 +228,4 @@ def test_housekeeping_docs_list_every_table():
     text = (ROOT / "docs" / "housekeeping.md").read_text()
     section = text.split("## What it does, table by table", 1)[1].split("A table that", 1)[0]
     listed = set(re.findall(r"`([a-z_]+)`", section))
-    assert listed == set(TABLE_NAMES)
+    assert listed == set(TABLE_NAMES)  # the derived topic_route_history: said to be derived

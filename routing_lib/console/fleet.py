@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from routing_lib.core.group_routes import MASTER_ID, PERM_WRITE
+from routing_lib.core.group_routes import MASTER_ID
 from routing_lib.core.history import REGISTERED
 from routing_lib.core.tables import Row
 from routing_lib.lookup.routes import RouteIndex
-from routing_lib.lookup.topic_store import Entry, TopicStore
 
 BrokerKey = tuple[str, str]  # (cluster name, broker address), brokerLiveTable's key
 JsonObj = dict[str, Any]
@@ -37,67 +36,32 @@ def alive_since(events: Iterable[Row], at: int) -> dict[BrokerKey, int]:
     return since
 
 
-def write_counts(store: TopicStore) -> dict[str, tuple[int, int]]:
-    """broker group -> (topics it has queues of, of which writable): the lookup's topic store
-    holds per topic (broker name, (read, write, perm, sysFlag), ...), as broker_topic_counts
-    reads it."""
-    counts: dict[str, list[int]] = {}
-    _count(counts, store.values(), 1)
-    return {name: (n, w) for name, (n, w) in counts.items()}
+class WriteCountable(Protocol):
+    def group_write_counts(self) -> dict[str, tuple[int, int]]: ...
 
 
-def _count(counts: dict[str, list[int]], entries: Iterable[Entry], sign: int) -> None:
-    for entry in entries:
-        for name, queue in zip(entry[0::2], entry[1::2], strict=True):
-            slot = counts.setdefault(name, [0, 0])
-            slot[0] += sign
-            slot[1] += sign * bool(queue[2] & PERM_WRITE)
+def write_counts(store: WriteCountable) -> dict[str, tuple[int, int]]:
+    """broker group -> (topics it has queues of, of which writable), as broker_topic_counts
+    reads them: counted by the lookup's topic store (vectorised over the base index's holders
+    and the group overlays, issue 36)."""
+    return store.group_write_counts()
 
 
 class WriteCounts:
-    """write_counts carried from one snapshot to the next. A new snapshot's topic store shares
-    the entry objects of every topic its batch did not change, so only the topics whose entry
-    is another object are counted again: at 300 groups x 10 000 topics (3 M routes) a batch of
-    heartbeats costs a pass of identity checks over the topics instead of 3 M steps."""
+    """write_counts of the last store asked for, kept while the same store is asked again
+    (the console's pages of one snapshot); counting is vectorised, so a new snapshot's is
+    counted afresh: ~10 ms at 300 groups x 10 000 topics."""
 
     def __init__(self) -> None:
-        self._store: TopicStore | None = None
-        self._counts: dict[str, list[int]] = {}
+        self._store: WriteCountable | None = None
+        self._counts: dict[str, tuple[int, int]] = {}
         self._lock = threading.Lock()
 
-    def of(self, store: TopicStore) -> dict[str, tuple[int, int]]:
+    def of(self, store: WriteCountable) -> dict[str, tuple[int, int]]:
         with self._lock:
             if store is not self._store:
-                counts = self._carried(store) if self._store is not None else None
-                if counts is None:
-                    counts = {}
-                    _count(counts, store.values(), 1)
-                self._store, self._counts = store, counts
-            return {name: (n, w) for name, (n, w) in self._counts.items() if n}
-
-    def _carried(self, store: TopicStore) -> dict[str, list[int]] | None:
-        """The counts updated by the topics whose entries differ (None: most of them do, as
-        after a full reload of the tables: counting afresh is cheaper)."""
-        old = self._store
-        assert old is not None
-        gone: list[Entry] = []
-        came: list[Entry] = []
-        for topic, entry in store.items():
-            before = old.get(topic)
-            if before is not entry:
-                came.append(entry)
-                if before is not None:
-                    gone.append(before)
-        if len(came) > len(store) // 2:
-            return None
-        for topic in old:
-            removed = old.get(topic)
-            if removed is not None and topic not in store:
-                gone.append(removed)
-        counts = {name: list(slot) for name, slot in self._counts.items()}
-        _count(counts, gone, -1)
-        _count(counts, came, 1)
-        return counts
+                self._store, self._counts = store, write_counts(store)
+            return dict(self._counts)
 
 
 def fleet(
@@ -163,6 +127,6 @@ def fleet(
             "brokers": broker_total,
             "liveBrokers": live_total,
             "liveTable": len(live),
-            "topics": len(index.topics) if topic_count is None else topic_count,
+            "topics": index.topic_count if topic_count is None else topic_count,
         },
     }

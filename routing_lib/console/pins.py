@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,28 +21,26 @@ from deltalake.exceptions import TableNotFoundError
 
 from routing_lib import storage
 from routing_lib.console import timing
-from routing_lib.core.history import HISTORY_TABLES, TOPIC_ROUTE_HISTORY
+from routing_lib.core.catalog import TOPIC_BASE_CHANGES, TOPIC_OVERLAY_CHANGES, spec
+from routing_lib.core.history import HISTORY_TABLES
 from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, PROGRESS
 
 # The lookup pins its route tables by this rule; the console applies it to the other tables.
 from routing_lib.lookup.consistency import _settled_version, commit_mark
 
-PINNED_TABLES = (*HISTORY_TABLES, DEAD_LETTER, LATE_EVENT)
-# The columns the console shows of its largest table (3 M rows at 300 groups x 10 000 topics):
-# reading these only leaves out five string columns of provenance and the date partition key.
+# The stored history tables: topic_route_history is derived from the two change tables
+# (read/route_history.py), so those are pinned and read instead.
+PINNED_TABLES = (
+    *(table for table in HISTORY_TABLES if spec(table).stored),
+    TOPIC_BASE_CHANGES,
+    TOPIC_OVERLAY_CHANGES,
+    DEAD_LETTER,
+    LATE_EVENT,
+)
+# The columns the console needs of its largest table (3 M rows at 300 groups x 10 000 topics,
+# one per base row's change): all but the date partition key.
 READ_COLUMNS = {
-    TOPIC_ROUTE_HISTORY: (
-        "topic",
-        "broker_name",
-        "valid_from",
-        "valid_to",
-        "read_queue_nums",
-        "write_queue_nums",
-        "perm",
-        "topic_sys_flag",
-        "started_by",
-        "ended_by",
-    )
+    TOPIC_BASE_CHANGES: tuple(c for c in spec(TOPIC_BASE_CHANGES).column_names if c != "event_date")
 }
 
 
@@ -97,7 +96,31 @@ class TableCache:
                 columns = None if wanted is None else [c for c in wanted if c in present]
                 data = delta.to_pyarrow_table(columns=columns)
             self.reads += 1
-            self._tables[key] = data
-            while len(self._tables) > self.capacity:
-                self._tables.popitem(last=False)
+            self._keep(key, data)
             return data
+
+    def prepared(
+        self, table: str, version: int | None, prepare: Callable[[pa.Table], pa.Table]
+    ) -> pa.Table | None:
+        """`prepare(table at version)`, kept like the table: work done once per version
+        (the change tables' next-change column, read/route_history.base_intervals)."""
+        if version is None:
+            return None
+        key = (f"{table}+{prepare.__name__}", version)
+        with self._lock:
+            cached = self._tables.get(key)
+            if cached is not None:
+                self._tables.move_to_end(key)
+                return cached
+        data = self.get(table, version)
+        assert data is not None
+        with timing.part("prepare"):
+            done = prepare(data)
+        with self._lock:
+            self._keep(key, done)
+        return done
+
+    def _keep(self, key: tuple[str, int], data: pa.Table) -> None:
+        self._tables[key] = data
+        while len(self._tables) > self.capacity:
+            self._tables.popitem(last=False)

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +23,24 @@ from routing_lib.console import timing
 from routing_lib.console.pins import TableCache, pin_versions
 from routing_lib.console.search import NamesMemo, TopicNames
 from routing_lib.core.as_of import live_brokers_as_of, route_rows_as_of
-from routing_lib.core.catalog import BROKER_ADDR, CLUSTER_ADDR, TOPIC_QUEUE
+from routing_lib.core.catalog import (
+    BROKER_ADDR,
+    CLUSTER_ADDR,
+    TOPIC_BASE_CHANGES,
+    TOPIC_OVERLAY_CHANGES,
+    TOPIC_QUEUE,
+)
 from routing_lib.core.group_routes import PERM_WRITE
 from routing_lib.core.history import (
     BROKER_LIVENESS_EVENTS,
     BROKER_MEMBERSHIP_HISTORY,
     CLUSTER_MEMBERSHIP_HISTORY,
-    TOPIC_ROUTE_HISTORY,
 )
 from routing_lib.core.tables import PROGRESS, Row
 from routing_lib.lookup.refresher import Served, SnapshotHolder
 from routing_lib.lookup.routes import RouteIndex
+from routing_lib.read import route_history
+from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.read.warehouse import WarehouseSnapshot
 
 log = logging.getLogger("routelake.console")
@@ -47,10 +55,11 @@ class TimeOutOfRange(ValueError):
 
 class AtState:
     """State(T) rebuilt from the history tables, as `routectl as-of --at T` rebuilds it (the
-    core's route_rows_as_of and live_brokers_as_of). The topic routes of State(T) stay Arrow
-    (millions of rows at scale: a mask over the cached history table): the fleet counts them
-    with Arrow, the search index takes their names, and a topic's route is built, when asked,
-    from its own rows by the lookup's RouteIndex."""
+    core's route_rows_as_of and live_brokers_as_of; topicQueueTable from the base rows and
+    overlays valid at T, read/route_history.routes_at). The topic routes of State(T) stay
+    Arrow (millions of rows at scale): the fleet counts them with Arrow, the search index
+    takes their names, and a topic's route is built, when asked, from its own rows by the
+    lookup's RouteIndex."""
 
     def __init__(self, snapshot: Snapshot, at: int) -> None:
         self.at = at
@@ -61,20 +70,16 @@ class AtState:
         rows = route_rows_as_of(small, at)
         self._groups = {BROKER_ADDR: rows[BROKER_ADDR], CLUSTER_ADDR: rows[CLUSTER_ADDR]}
         self.index = RouteIndex(WarehouseSnapshot(dict(self._groups), {}, at))  # no topics
-        # The mask of State(T)'s route rows; only the three columns the fleet and the search
-        # index need are copied out (a fraction of the table's bytes: this is most of a jump)
-        self._history = snapshot.table(TOPIC_ROUTE_HISTORY)
-        self._mask = _valid_at(self._history, at)
-        self.topics = (
-            None
-            if self._history is None
-            else self._history.select(["topic", "broker_name", "perm"]).filter(self._mask)
-        )
+        # State(T)'s topic_queue_table rows (the last base row and overlay at or before T per
+        # group and topic: no history derived); the fleet and the search index need three
+        # columns of them
+        self._routes = route_history.routes_at(snapshot.changes(at_any_t=True), at)
+        self.topics = self._routes.select(["topic", "broker_name", "perm"])
         events = snapshot.rows(BROKER_LIVENESS_EVENTS, lambda d: pc.less_equal(d["event_time"], at))
         live: dict[tuple[str, str], JsonObj] = {
             (b["clusterName"], b["brokerAddr"]): {} for b in live_brokers_as_of(events, at)
         }
-        names = self.topics["topic"].unique().to_pylist() if self.topics is not None else []
+        names = self.topics["topic"].unique().to_pylist()
         self.names = TopicNames(names)
         self.fleet = fleet_view.fleet(
             self.index,
@@ -86,23 +91,16 @@ class AtState:
 
     def route(self, topic: str) -> JsonObj | None:
         """The TopicRouteData a client would have got at T."""
-        if self._history is None:
-            return None
-        own = pc.and_(self._mask, pc.equal(self._history["topic"], topic))
-        rows = self._history.filter(own).to_pylist()
-        queues = route_rows_as_of({TOPIC_ROUTE_HISTORY: rows}, self.at)[TOPIC_QUEUE]
+        queues = self._routes.filter(pc.equal(self._routes["topic"], topic)).to_pylist()
         tables = {**self._groups, TOPIC_QUEUE: queues}
         return RouteIndex(WarehouseSnapshot(tables, {}, self.at)).route(topic)
 
 
-def _valid_at(data: pa.Table | None, at: int) -> Any:
-    """Which rows' [valid_from, valid_to) holds `at`: core.as_of.valid_at, as an Arrow mask
-    (route_rows_as_of applies valid_at again to the rows a route is built from)."""
-    if data is None:
-        return None
-    started = pc.less_equal(data["valid_from"], at)
-    open_at = pc.or_kleene(pc.is_null(data["valid_to"]), pc.greater(data["valid_to"], at))
-    return pc.and_(started, open_at)
+def _with_next_change(keys: list[str]) -> Callable[[pa.Table], pa.Table]:
+    def with_next_change(table: pa.Table) -> pa.Table:
+        return route_history.with_next_change(table, keys)
+
+    return with_next_change
 
 
 def _write_counts(topics: pa.Table | None) -> dict[str, tuple[int, int]]:
@@ -171,6 +169,23 @@ class Snapshot:
     def table(self, name: str) -> pa.Table | None:
         return self.cache.get(name, self.pins()[name])
 
+    def changes(self, at_any_t: bool = False) -> route_history.ChangeTables:
+        """The pinned change tables topic_route_history derives from (empty when absent);
+        `at_any_t`: with their next-change column (computed once per table version: every
+        State(T) is then a mask)."""
+        pins = self.pins()
+        tables = []
+        for name, keys in (
+            (TOPIC_BASE_CHANGES, route_history.BASE_KEYS),
+            (TOPIC_OVERLAY_CHANGES, route_history.OVERLAY_KEYS),
+        ):
+            if at_any_t:
+                data = self.cache.prepared(name, pins[name], _with_next_change(keys))
+            else:
+                data = self.table(name)
+            tables.append(arrow_schema(name).empty_table() if data is None else data)
+        return route_history.ChangeTables(*tables)
+
     def rows(self, name: str, mask: Any = None) -> list[Row]:
         """A pinned table's rows (where `mask(table)` is true); [] for an absent table."""
         data = self.table(name)
@@ -232,7 +247,9 @@ class Snapshot:
     # -- timelines --
 
     def topic_rows(self, topic: str) -> list[Row]:
-        return self.rows(TOPIC_ROUTE_HISTORY, lambda d: pc.equal(d["topic"], topic))
+        """One topic's topic_route_history rows, derived from its base changes and its
+        groups' overlay changes."""
+        return route_history.history_rows(route_history.of_topic(self.changes(), topic))
 
     def broker_rows(self, name: str) -> tuple[list[Row], list[Row]]:
         """(membership rows, liveness events) of one broker group."""

@@ -106,8 +106,8 @@ def topics_grew(before: TopicTable, after: TopicTable) -> bool:
     """A step that adds topics must run again at the next watermark move (module doc)."""
     if before is after:
         return False
-    held = set(before.names())
-    return any(name not in held for name in after.names())
+    # C-level set operations: a fault of a 10 000-topic group loops over no topic in Python
+    return not set(before.names()).issuperset(after.names())
 
 
 def timeout_at(clock: GroupClock, watermark: int, grew: bool) -> int | None:

@@ -34,20 +34,29 @@ def valid_at(row: Row, t: int) -> bool:
     return row["valid_from"] <= t and (valid_to is None or t < valid_to)
 
 
-def route_rows_as_of(history: Mapping[str, Iterable[Row]], t: int) -> dict[str, list[Row]]:
-    """topic_queue_table, broker_addr_table and cluster_addr_table rows of State(t)."""
-    topics = [
-        {
-            "topic": r["topic"],
-            "broker_name": r["broker_name"],
-            "read_queue_nums": r["read_queue_nums"],
-            "write_queue_nums": r["write_queue_nums"],
-            "perm": r["perm"],
-            "topic_sys_flag": r["topic_sys_flag"],
-        }
-        for r in history.get(TOPIC_ROUTE_HISTORY, ())
-        if valid_at(r, t)
-    ]
+def route_rows_as_of(
+    history: Mapping[str, Iterable[Row]], t: int, topic_queue: list[Row] | None = None
+) -> dict[str, list[Row]]:
+    """topic_queue_table, broker_addr_table and cluster_addr_table rows of State(t).
+    `topic_queue`: State(t)'s topic_queue_table rows when the caller has them without the
+    topic_route_history rows (read/route_history.py's as-of path: the base rows and overlays
+    valid at t)."""
+    topics = (
+        topic_queue
+        if topic_queue is not None
+        else [
+            {
+                "topic": r["topic"],
+                "broker_name": r["broker_name"],
+                "read_queue_nums": r["read_queue_nums"],
+                "write_queue_nums": r["write_queue_nums"],
+                "perm": r["perm"],
+                "topic_sys_flag": r["topic_sys_flag"],
+            }
+            for r in history.get(TOPIC_ROUTE_HISTORY, ())
+            if valid_at(r, t)
+        ]
+    )
     brokers = [
         {
             "broker_name": r["broker_name"],
@@ -83,10 +92,12 @@ def live_brokers_as_of(events: Iterable[Row], t: int) -> list[dict[str, str]]:
     return [{"clusterName": c, "brokerAddr": a} for c, a in sorted(live)]
 
 
-def as_of(history: Mapping[str, Iterable[Row]], t: int) -> dict[str, Any]:
+def as_of(
+    history: Mapping[str, Iterable[Row]], t: int, topic_queue: list[Row] | None = None
+) -> dict[str, Any]:
     """The canonical dump's brokerAddrTable, clusterAddrTable and topicQueueTable of State(t),
-    plus `liveBrokers`; `watermark` is t."""
-    dump = canonical_dump(route_rows_as_of(history, t), t)
+    plus `liveBrokers`; `watermark` is t. `topic_queue`: as for route_rows_as_of."""
+    dump = canonical_dump(route_rows_as_of(history, t, topic_queue), t)
     out: dict[str, Any] = {k: dump[k] for k in AS_OF_KEYS if k in dump}
     for entry in out["brokerAddrTable"].values():
         for key in _UNVERSIONED:

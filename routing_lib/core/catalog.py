@@ -95,6 +95,13 @@ class TableSpec:
     # A warehouse written by an older version of the job may lack it: read as empty.
     optional: bool = False
     doc: str = ""
+    # Not stored: its rows are derived from these stored tables when read (issue 36's
+    # topic_route_history from the group layout's change tables).
+    derived_from: tuple[str, ...] = ()
+
+    @property
+    def stored(self) -> bool:
+        return not self.derived_from
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -164,16 +171,19 @@ def _route(
     doc: str,
     readers: frozenset[Reader] = frozenset(),
     optional: bool = False,
+    partition_by: tuple[str, ...] = (),
+    row_kind: RowKind | None = RowKind.CHANGE,
 ) -> TableSpec:
     return TableSpec(
         name,
         Family.ROUTE,
         _columns(*columns),
         WriteMode.MERGE,
-        RowKind.CHANGE,
+        row_kind,
         _ROUTE_READERS | readers,
         keys=keys,
         optional=optional,
+        partition_by=partition_by,
         doc=doc,
     )
 
@@ -191,7 +201,14 @@ ROUTE_SPECS = (
         # the console reads the served snapshot's topics; the job fans DELETE_TOPIC out to
         # the groups holding the topic in the published table
         readers=frozenset({Reader.CONSOLE, Reader.JOB}),
-        doc="topicQueueTable: one row per (topic, brokerName)",
+        # issue 36: a group's rows are its partition, replaced by file-level actions (an
+        # expiry removes its files; nothing else is rewritten)
+        partition_by=("broker_name",),
+        # the step writes none of its rows: the writer derives the touched groups' partitions
+        # from topic_base and topic_overlay after committing them
+        row_kind=None,
+        doc="topicQueueTable: one row per (topic, brokerName), derived from topic_base and "
+        "topic_overlay per group",
     ),
     _route(
         BROKER_ADDR,
@@ -334,7 +351,12 @@ def _start_end(end: str) -> tuple[tuple[str, ColumnType], ...]:
 
 
 def _interval(
-    name: str, keys: tuple[str, ...], end: str, *columns: tuple[str, ColumnType], doc: str
+    name: str,
+    keys: tuple[str, ...],
+    end: str,
+    *columns: tuple[str, ColumnType],
+    doc: str,
+    derived_from: tuple[str, ...] = (),
 ) -> TableSpec:
     return TableSpec(
         name,
@@ -348,6 +370,7 @@ def _interval(
         close_columns=("valid_to", end, "end_event", "end_broker_addr"),
         partition_by=_EVENT_DATE,
         doc=doc,
+        derived_from=derived_from,
     )
 
 
@@ -365,7 +388,9 @@ HISTORY_SPECS = (
         ("perm", INT),
         ("topic_sys_flag", INT),
         ("started_by", STRING),
-        doc="one row per version of topicQueueTable[topic][brokerName]",
+        doc="one row per version of topicQueueTable[topic][brokerName]; derived when read from "
+        "topic_base_changes and topic_overlay_changes",
+        derived_from=("topic_base_changes", "topic_overlay_changes"),
     ),
     _interval(
         BROKER_MEMBERSHIP_HISTORY,
@@ -448,8 +473,7 @@ HISTORY_SPECS = (
 # configured topic table (`topic_base`, one partition per group, written only when its topics
 # change) and one overlay row per group (`topic_overlay`: a fault changes this row only); the
 # history stores their changes (one row per fault, one per changed topic), from which
-# topic_route_history is derived (core/group_facts.py). Not in CATALOG until the writer
-# writes them.
+# topic_route_history is derived (core/group_facts.py).
 
 _QUEUE_COLUMNS = (
     ("read_queue_nums", INT),
@@ -474,7 +498,9 @@ GROUP_ROUTE_SPECS = (
         _columns(("topic", STRING), ("broker_name", STRING), *_QUEUE_COLUMNS),
         WriteMode.MERGE,
         RowKind.CHANGE,
-        _ROUTE_READERS | {Reader.JOB},  # the job fans DELETE_TOPIC out to the groups holding it
+        # the job fans DELETE_TOPIC out to the groups holding the topic in their base (present
+        # or not), and its writer derives topic_queue_table from it
+        frozenset({Reader.JOB}),
         keys=("topic", "broker_name"),
         partition_by=("broker_name",),
         doc="each broker group's configured topic table (its base), kept while it is absent",
@@ -485,7 +511,7 @@ GROUP_ROUTE_SPECS = (
         _columns(("broker_name", STRING), *_OVERLAY_COLUMNS),
         WriteMode.MERGE,
         RowKind.CHANGE,
-        _ROUTE_READERS,
+        frozenset({Reader.JOB}),  # the writer derives topic_queue_table from it
         keys=("broker_name",),
         doc="one row per broker group with a base: present, perm_op, covered",
     ),
@@ -533,7 +559,16 @@ GROUP_HISTORY_SPECS = (
 )
 
 # Every table, in the order the job creates them and housekeeping visits them.
-CATALOG: tuple[TableSpec, ...] = (*ROUTE_SPECS, *SIDE_SPECS, *HISTORY_SPECS)
+CATALOG: tuple[TableSpec, ...] = (
+    *ROUTE_SPECS,
+    *GROUP_ROUTE_SPECS,
+    *SIDE_SPECS,
+    *HISTORY_SPECS,
+    *GROUP_HISTORY_SPECS,
+)
+# The tables a warehouse holds (the job creates, writes and housekeeping compacts).
+STORED: tuple[TableSpec, ...] = tuple(s for s in CATALOG if s.stored)
+STORED_NAMES: tuple[str, ...] = tuple(s.name for s in STORED)
 TABLES: dict[str, TableSpec] = {spec.name: spec for spec in CATALOG}
 TABLE_NAMES: tuple[str, ...] = tuple(TABLES)
 

@@ -251,7 +251,7 @@ _ADMIN_REASONS = {
 }
 
 
-def transition_history(name: str, t: Transition) -> TransitionHistory:
+def transition_history(name: str, t: Transition, topic_routes: bool = True) -> TransitionHistory:
     """What one transition of group `name` does to the history tables (stateless: an end
     names its key only; HistoryTracker knows which valid_from it closes).
 
@@ -268,7 +268,8 @@ def transition_history(name: str, t: Transition) -> TransitionHistory:
     that the current state machine never produces. start_event / end_event name the
     transition kind, start_broker_addr / end_broker_addr the broker that caused it."""
     out = TransitionHistory()
-    _topic_routes(name, t, out)
+    if topic_routes:  # off in the group layout: topic_route_history is derived (issue 36)
+        _topic_routes(name, t, out)
     _broker_membership(name, t, out)
     _cluster_membership(name, t, out)
     out.liveness = _liveness(name, t)
@@ -430,11 +431,12 @@ def _cluster_membership(name: str, t: Transition, out: TransitionHistory) -> Non
         out.starts.append(IntervalStart(CLUSTER_MEMBERSHIP_HISTORY, key, row))
 
 
-def _history_unchanged(before: RoutesSnapshot, after: RoutesSnapshot) -> bool:
-    """True when transition_history is certainly empty: it reads only the topics, the group's
-    addresses, its clusters and which brokers are live (a refreshed timestamp is no history)."""
+def _history_unchanged(before: RoutesSnapshot, after: RoutesSnapshot, topics: bool) -> bool:
+    """True when transition_history is certainly empty: it reads only the topics (if
+    `topics`), the group's addresses, its clusters and which brokers are live (a refreshed
+    timestamp is no history)."""
     return (
-        before.topics is after.topics
+        (not topics or before.topics is after.topics)
         and before.live.keys() == after.live.keys()
         and before.broker_data == after.broker_data
         and before.clusters == after.clusters
@@ -565,6 +567,18 @@ class HistoryTracker:
     # topic_route_history's open intervals as read from state, until first used: a group with
     # 10 000 topics keeps them all open, and most batches change none of them.
     topic_opens_blob: str | None = None
+    # Keep topic_route_history's intervals (False in the group layout, issue 36: that table is
+    # derived from the group-level facts, and a fault must cost no loop per topic). Not saved:
+    # the step sets it from its config.
+    topic_routes: bool = True
+
+    def without_topic_routes(self) -> HistoryTracker:
+        """Stop keeping topic_route_history's intervals, and forget the open ones (a state
+        saved by the per-topic layout holds them; nothing closes them any more)."""
+        self.topic_routes = False
+        self.topic_opens_blob = None
+        self.open_since[TOPIC_ROUTE_HISTORY] = {}
+        return self
 
     def opens(self, table: str) -> dict[RowKey, int]:
         if table == TOPIC_ROUTE_HISTORY and self.topic_opens_blob is not None:
@@ -576,9 +590,9 @@ class HistoryTracker:
         return self.open_since[table]
 
     def record(self, transition: Transition) -> list[HistoryChange]:
-        if _history_unchanged(transition.before, transition.after):
+        if _history_unchanged(transition.before, transition.after, self.topic_routes):
             return []  # most transitions: a heartbeat or an unchanged registration
-        h = transition_history(self.broker_name, transition)
+        h = transition_history(self.broker_name, transition, self.topic_routes)
         t = transition.time
         out: list[HistoryChange] = []
         opens: dict[RowKey, int] = {}

@@ -35,6 +35,7 @@ from routing_lib.core.clock import Advance, Arrival, GroupClock
 from routing_lib.core.codec import decode_clock, encode_clock
 from routing_lib.core.content import CONTENT, CONTENT_FAILURES, ContentBackend
 from routing_lib.core.group_facts import NET, FactRecorder, GroupFact, state_facts
+from routing_lib.core.group_layout import add_history_rows, add_route_rows
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags, remember_held_registration
 from routing_lib.core.history import HistoryTracker, decode_history, encode_history, event_date
 from routing_lib.core.rows import WRITES, RowKind, RowOp, StepRow, internal_error_reason
@@ -55,9 +56,18 @@ class StepConfig:
     flags: RouteFlags
     as_of: int | None = None  # backfill --as-of: never move a group's clock past this
     history: bool = True  # also emit event-time history changes
-    # also return the group-level facts (core/group_facts.py). Off in the job until its writer
-    # stores them: recording them is per-transition work nobody reads there
-    group_facts: bool = False
+    # The group layout (issue 36, core/group_layout.py): the group-level facts
+    # (core/group_facts.py) as topic_base / topic_overlay rows and their change tables, instead
+    # of per-topic topic_queue_table / topic_route_history rows (the writer derives the first,
+    # the readers the second). Off: the per-topic layout of before issue 36.
+    group_facts: bool = True
+    # With group_facts, also emit the per-topic rows (the reference the tests compare with).
+    per_topic_rows: bool = False
+
+    @property
+    def per_topic(self) -> bool:
+        """Emit topic_queue_table and topic_route_history rows (a loop per topic a fault)."""
+        return not self.group_facts or self.per_topic_rows
 
 
 @dataclass(frozen=True)
@@ -116,9 +126,8 @@ class StepResult:
     # Spark adapter turns it into a state timeout (routing_lib/spark/watermark.py).
     wake_up: int | None
     # The group-level facts of the step's transitions (core/group_facts.py: one overlay change
-    # per fault, base rows per changed topic; with history off, the step's net change); the
-    # rows above stay as before (today's writer); the facts are what a base + overlay layout
-    # stores.
+    # per fault, base rows per changed topic; with history off, the step's net change): the
+    # rows above carry them as topic_base_changes / topic_overlay_changes rows.
     facts: tuple[GroupFact, ...] = ()
 
 
@@ -191,6 +200,8 @@ def step_group(
     # attached before the load reads a reference (a fresh Python worker knows no other way)
     backend = content.backend() if content is not None else None
     clock, tracker = _load(group, saved)
+    if not config.per_topic:
+        tracker.without_topic_routes()
     before = RoutesSnapshot.of(clock.routes)
     before_topics = clock.routes.topics
     before_state = clock.routes.topic_state
@@ -210,14 +221,19 @@ def step_group(
     elif config.group_facts:  # history off: the step's net change, stamped at the watermark
         after_state = clock.routes.topic_state
         facts = tuple(state_facts(group, before_state, after_state, target, 0, (NET, None)))
-    changes = diff(group, before, RoutesSnapshot.of(clock.routes))
+    changes = diff(group, before, RoutesSnapshot.of(clock.routes), topics=config.per_topic)
+    layout_rows = 0
+    if config.group_facts:
+        layout_rows = add_route_rows(batch.bundles, group, before_state, clock.routes.topic_state)
+        if config.history:
+            add_history_rows(batch.bundles, facts)
     for change in changes:
         if change.row is not None:
             batch.bundles[RowKind.CHANGE, change.table, RowOp.UPSERT].append(change.row)
         else:
             key = dict(zip(TABLE_KEYS[change.table], change.key, strict=True))
             batch.bundles[RowKind.CHANGE, change.table, RowOp.DELETE].append(key)
-    out = batch.rows(advance, len(changes))
+    out = batch.rows(advance, len(changes) + layout_rows)
     if clock.is_idle() and tracker.is_idle():
         return StepResult(out, None, None, facts)
     state = _save(clock, tracker, config, content, backend)

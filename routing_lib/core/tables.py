@@ -206,10 +206,14 @@ def _diff_per_broker(
     )
 
 
-def diff(name: str, before: RoutesSnapshot, after: RoutesSnapshot) -> list[Change]:
-    """Row changes that turn the tables of `before` into those of `after` for group `name`."""
+def diff(
+    name: str, before: RoutesSnapshot, after: RoutesSnapshot, topics: bool = True
+) -> list[Change]:
+    """Row changes that turn the tables of `before` into those of `after` for group `name`;
+    topic_queue_table's only if `topics` (the group layout derives that table from topic_base
+    and topic_overlay, issue 36: a fault diffs no topic)."""
     changes: list[Change] = []
-    if before.topics is not after.topics:  # copy on write: same object, same topics
+    if topics and before.topics is not after.topics:  # copy on write: same object, same topics
         changes += _diff_topics(name, before.topics, after.topics)
     changes += _diff_maps(
         BROKER_ADDR,

@@ -17,8 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from routing_lib import storage
+from routing_lib.core.catalog import TOPIC_BASE, TOPIC_OVERLAY
 from routing_lib.core.tables import PROGRESS, ROUTE_TABLES
-from routing_lib.read.warehouse import WarehouseSnapshot, load_snapshot, open_table, table_versions
+from routing_lib.read.warehouse import (
+    WarehouseSnapshot,
+    load_snapshot,
+    open_optional,
+    open_table,
+    table_versions,
+)
+
+# topicQueueTable is served from these (issue 36): pinned with the other route tables
+GROUP_TABLES = (TOPIC_BASE, TOPIC_OVERLAY)
+PINNED_TABLES = (*ROUTE_TABLES, *GROUP_TABLES)
 
 
 class SnapshotNotSettledError(Exception):
@@ -90,15 +101,27 @@ def settled_versions(warehouse: str | Path) -> tuple[dict[str, int], dict[str, i
     OPTIMIZE, changes no data and is stepped over). Reads pinned this way cannot mix two
     batches however long they take, so a large warehouse settles while the job publishes."""
     progress_version = open_table(warehouse, PROGRESS).version()
-    latest = table_versions(warehouse)  # route tables after progress: never behind it
+    latest = lookup_versions(warehouse)  # route tables after progress: never behind it
     pinned = {**latest, PROGRESS: progress_version}
     progress = commit_mark(warehouse, PROGRESS, progress_version)
     if progress is None:
         return pinned, latest  # its commit is cleaned up: nothing to compare, trust them
-    for table in ROUTE_TABLES:
+    for table in PINNED_TABLES:
         if table in latest:
             pinned[table] = _settled_version(warehouse, table, latest[table], progress)
     return pinned, latest
+
+
+def lookup_versions(warehouse: str | Path) -> dict[str, int]:
+    """The latest versions of what the lookup reads: the route tables, route_progress and
+    the group layout's topic_base and topic_overlay (left out when missing: the lookup
+    then names the migration)."""
+    versions = table_versions(warehouse)
+    for table in GROUP_TABLES:
+        delta = open_optional(warehouse, table)
+        if delta is not None:
+            versions[table] = delta.version()
+    return versions
 
 
 def _settled_version(warehouse: str | Path, table: str, version: int, progress: CommitMark) -> int:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from routing_lib.lookup.consistency import SnapshotNotSettledError, settled_versions
 from routing_lib.lookup.routes import RouteIndex
+from routing_lib.lookup.shared_index import SharedIndexes
 from routing_lib.lookup.snapshots import next_index
 from routing_lib.remoting.service_metrics import Metrics
 
@@ -72,8 +73,12 @@ class Refresher:
         metrics: Metrics,
         support_acting_master: bool = False,
         order_message_enable: bool = False,
+        shared: SharedIndexes | None = None,
     ) -> None:
+        """`shared`: where the base index files live that this service's processes share
+        (None: this process holds its own in memory)."""
         self.warehouse = warehouse
+        self.shared = shared
         self.holder = holder
         self.metrics = metrics
         self.support_acting_master = support_acting_master
@@ -95,6 +100,7 @@ class Refresher:
             pinned,
             support_acting_master=self.support_acting_master,
             order_message_enable=self.order_message_enable,
+            shared=self.shared,
         )
         # computed here, off the event loop, and kept up to date by the next builds
         built.index.route_count  # noqa: B018

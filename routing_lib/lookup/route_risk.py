@@ -21,22 +21,68 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from routing_lib.core.group_routes import MASTER_ID, PERM_WRITE
+from routing_lib.lookup.base_index import BaseIndex
+from routing_lib.lookup.route_topics import RouteTopics
 from routing_lib.lookup.routes import RouteIndex
+from routing_lib.lookup.topic_store import Entry, Queue
 
 NO_CLUSTER = "none"  # a broker group no longer in brokerAddrTable
+
+
+class TopicLists(Mapping[str, tuple[str, ...]]):
+    """cluster -> its topics, sorted; counted when built, named only when read (at 3 M
+    topics a list of names per index would cost seconds and hundreds of MB: the gauges
+    need the counts only, the console reads the names)."""
+
+    def __init__(
+        self,
+        base: BaseIndex | None,
+        ids: Mapping[str, npt.NDArray[Any]],
+        extra: Mapping[str, list[str]],
+    ) -> None:
+        self._base = base
+        self._ids = ids  # cluster -> base topic ids
+        self._extra = extra  # cluster -> names besides (the delta's topics, lost topics)
+        self.sizes = {
+            c: n
+            for c in sorted(set(ids) | set(extra))
+            if (n := len(ids.get(c, ())) + len(extra.get(c, ())))
+        }
+        self._named: dict[str, tuple[str, ...]] = {}
+
+    def __getitem__(self, cluster: str) -> tuple[str, ...]:
+        if cluster not in self.sizes:
+            raise KeyError(cluster)
+        named = self._named.get(cluster)
+        if named is None:
+            ids = self._ids.get(cluster)
+            names = (
+                self._base.topic_names(ids) if self._base is not None and ids is not None else []
+            )
+            named = self._named[cluster] = tuple(sorted({*names, *self._extra.get(cluster, ())}))
+        return named
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.sizes)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
 
 
 @dataclass(frozen=True)
 class RouteRisk:
     live_brokers: Mapping[str, int]  # cluster -> brokers in brokerLiveTable
-    without_writable: Mapping[str, tuple[str, ...]]  # cluster -> topics, sorted
-    single_group: Mapping[str, tuple[str, ...]]  # cluster -> topics, sorted
+    without_writable: TopicLists  # cluster -> topics, sorted
+    single_group: TopicLists  # cluster -> topics, sorted
     clusters: tuple[str, ...]  # every cluster of clusterAddrTable
 
     def topics_without_writable(self) -> list[str]:
@@ -44,6 +90,9 @@ class RouteRisk:
 
     def single_group_topics(self) -> list[str]:
         return sorted({t for topics in self.single_group.values() for t in topics})
+
+
+Groups = tuple[tuple[str, ...], tuple[str, ...]]  # a topic's broker groups and their clusters
 
 
 class RouteRisks:
@@ -58,8 +107,6 @@ class RouteRisks:
         self._lock = threading.Lock()
         self._index: RouteIndex | None = None
         self._risk: RouteRisk | None = None
-        # topics of the last index: topic -> (its broker groups, their clusters)
-        self._present: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         # topics gone with their groups: topic -> (groups, clusters, when noticed)
         self._lost: dict[str, tuple[tuple[str, ...], tuple[str, ...], float]] = {}
 
@@ -79,31 +126,17 @@ class RouteRisks:
             for name, b in brokers.items()
             if MASTER_ID in b["brokerAddrs"] or str(MASTER_ID) in b["brokerAddrs"]
         }
-        system = set(index.system_topics)
-        unwritable: dict[str, list[str]] = {}
-        single: dict[str, list[str]] = {}
-        present: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        for topic, entry in index.store.items():
-            if topic in system:
-                continue
-            groups: tuple[str, ...] = entry[0::2]
-            clusters = tuple(sorted({cluster_of.get(g, NO_CLUSTER) for g in groups}))
-            present[topic] = (groups, clusters)
-            writable = any(
-                queue[2] & PERM_WRITE and queue[1] > 0 and group in masters
-                for group, queue in zip(groups, entry[1::2], strict=True)
-            )
-            for cluster in clusters:
-                if not writable:
-                    unwritable.setdefault(cluster, []).append(topic)
-                if len(groups) == 1:
-                    single.setdefault(cluster, []).append(topic)
-        for topic, (groups, clusters) in self._present.items():
-            if topic not in present and not masters.intersection(groups):
-                self._lost[topic] = (groups, clusters, now)
+        system = frozenset(index.system_topics)
+        unwritable, single, (base_unwritable, base_single) = _topic_risks(
+            index.store, cluster_of, masters, system
+        )
+        if self._index is not None:
+            for topic, (groups, clusters) in _vanished(self._index, index).items():
+                if not masters.intersection(groups):
+                    self._lost[topic] = (groups, clusters, now)
         for topic, (groups, clusters, since) in list(self._lost.items()):
             if (
-                topic in present
+                topic in index.store
                 or masters.intersection(groups)
                 or now - since > self.forget_after_s
             ):
@@ -111,15 +144,15 @@ class RouteRisks:
                 continue
             for cluster in clusters:
                 unwritable.setdefault(cluster, []).append(topic)
-        self._present = present
         live: dict[str, int] = {}
         for row in index.live_brokers:
             live[row["clusterName"]] = live.get(row["clusterName"], 0) + 1
         clusters_known = tuple(sorted(index.cluster_topics))
+        base = index.store.base
         return RouteRisk(
             {c: live.get(c, 0) for c in sorted(set(live) | set(clusters_known))},
-            {c: tuple(sorted(ts)) for c, ts in sorted(unwritable.items())},
-            {c: tuple(sorted(ts)) for c, ts in sorted(single.items())},
+            TopicLists(base, base_unwritable, unwritable),
+            TopicLists(base, base_single, single),
             clusters_known,
         )
 
@@ -149,6 +182,93 @@ class RouteRisks:
         for cluster in sorted(set(clusters) | set(risk.live_brokers)):
             live.add_metric([cluster], risk.live_brokers.get(cluster, 0))
         for cluster in clusters:  # 0 too: an alert's expression has a series to compare
-            unwritable.add_metric([cluster], len(risk.without_writable.get(cluster, ())))
-            single.add_metric([cluster], len(risk.single_group.get(cluster, ())))
+            unwritable.add_metric([cluster], risk.without_writable.sizes.get(cluster, 0))
+            single.add_metric([cluster], risk.single_group.sizes.get(cluster, 0))
         return [live, unwritable, single]
+
+
+# -- the per-topic part, vectorised over the base index's holders --
+
+
+def _writable(queue: Queue, group: str, masters: frozenset[str] | set[str]) -> bool:
+    """A producer can write to this queue data: W perm, write queues, a master."""
+    return bool(queue[2] & PERM_WRITE) and queue[1] > 0 and group in masters
+
+
+def _groups_of(entry: Entry, cluster_of: Mapping[str, str]) -> Groups:
+    groups: tuple[str, ...] = entry[0::2]
+    return groups, tuple(sorted({cluster_of.get(g, NO_CLUSTER) for g in groups}))
+
+
+def _topic_risks(
+    topics: RouteTopics,
+    cluster_of: Mapping[str, str],
+    masters: set[str],
+    system: frozenset[str],
+) -> tuple[
+    dict[str, list[str]],
+    dict[str, list[str]],
+    tuple[dict[str, npt.NDArray[Any]], dict[str, npt.NDArray[Any]]],
+]:
+    """Per cluster: the topics without a writable queue and those on one group, as names
+    (the delta's topics) and base topic ids (numpy, over the base's holders)."""
+    unwritable: dict[str, list[str]] = {}
+    single: dict[str, list[str]] = {}
+    for topic, entry in topics.delta_items():
+        if topic in system:
+            continue
+        groups, clusters = _groups_of(entry, cluster_of)
+        writable = any(_writable(q, g, masters) for g, q in zip(groups, entry[1::2], strict=True))
+        for cluster in clusters:
+            if not writable:
+                unwritable.setdefault(cluster, []).append(topic)
+            if len(groups) == 1:
+                single.setdefault(cluster, []).append(topic)
+    base = topics.base
+    names = base.groups
+    known = sorted({cluster_of.get(g, NO_CLUSTER) for g in names})
+    cluster_id = np.array([known.index(cluster_of.get(g, NO_CLUSTER)) for g in names], np.int32)
+    is_master = np.array([g in masters for g in names], bool)
+    holders = topics.base_holders()  # present, topic not in the delta
+    if system:
+        is_system = np.zeros(base.topic_count, bool)
+        is_system[base.topic_ids(sorted(system))] = True
+        holders = holders & ~is_system[base.holder_topic]
+    perm = topics.holder_perms()
+    write = np.array([q[1] for q in base.queues], np.int64)[base.holder_queue]
+    can_write = holders & (perm & PERM_WRITE != 0) & (write > 0) & is_master[base.holder_group]
+    has_writable = np.zeros(base.topic_count, bool)
+    has_writable[base.holder_topic[can_write]] = True
+    one_group = topics.counts == 1
+    by_unwritable: dict[str, npt.NDArray[Any]] = {}
+    by_single: dict[str, npt.NDArray[Any]] = {}
+    holder_cluster = cluster_id[base.holder_group]
+    for c, cluster in enumerate(known):
+        in_cluster = np.zeros(base.topic_count, bool)
+        in_cluster[base.holder_topic[holders & (holder_cluster == c)]] = True
+        if (found := np.flatnonzero(in_cluster & ~has_writable)).size:
+            by_unwritable[cluster] = found
+        if (found := np.flatnonzero(in_cluster & one_group)).size:
+            by_single[cluster] = found
+    return unwritable, single, (by_unwritable, by_single)
+
+
+def _vanished(before: RouteIndex, after: RouteIndex) -> dict[str, Groups]:
+    """The topics of `before` (not its system topics) that `after` no longer has, with the
+    groups and clusters they were on."""
+    old, new = before.store, after.store
+    if old is new:
+        return {}
+    if old.base is new.base:  # the usual case: the candidates from two masks and the deltas
+        ids = np.flatnonzero(old.visible() & ~new.visible())
+        candidates = [*old.base.topic_names(ids), *old.delta, *new.delta]
+    else:  # another base index: compare the names
+        candidates = sorted(set(old.names()) - set(new.names()))
+    system = frozenset(before.system_topics)
+    cluster_of = {name: b["cluster"] for name, b in before.cluster_info["brokerAddrTable"].items()}
+    out: dict[str, Groups] = {}
+    for topic in candidates:
+        entry = old.get(topic)
+        if entry is not None and topic not in system and topic not in new:
+            out[topic] = _groups_of(entry, cluster_of)
+    return out

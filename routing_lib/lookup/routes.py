@@ -7,7 +7,8 @@ getAllTopicList, getTopicsByCluster and getSystemTopicList; and KVConfigManager'
 Java's HashMap/HashSet orders are unspecified; here lists and maps are sorted so that the
 bytes are deterministic (fastjson's MapSortField order for maps).
 
-Scale: topicQueueTable lives in a TopicStore (compact tuples, copy-on-write shards). A route
+Scale: topicQueueTable is a RouteTopics (route_topics.py): topic_base's index in flat arrays
+(shared by the worker processes), read through each group's overlay at request time. A route
 body is rendered per request by joining pre-rendered per-broker and per-queue fragments
 (tens of microseconds for a topic on 100 brokers), so no body per topic is held in memory and
 a new snapshot needs no rebuild of unchanged topics. Everything sized by brokers (cluster
@@ -20,10 +21,12 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
+
+import pyarrow as pa
 
 from routing_lib.core.broker_rows import latest_filters, shared_addresses
 from routing_lib.core.catalog import (
@@ -38,8 +41,11 @@ from routing_lib.core.dump import canonical_dump, kv_config_table
 from routing_lib.core.group_routes import MASTER_ID, PERM_WRITE
 from routing_lib.core.tables import Row
 from routing_lib.lookup import jsonbody, namesrv_config
-from routing_lib.lookup.topic_store import SHARDS, Entry, Queue, TopicStore, queues_of
-from routing_lib.lookup.topics import SYNC_BROKER_MEMBER_GROUP_PREFIX, is_system_topic
+from routing_lib.lookup.base_index import BaseIndex
+from routing_lib.lookup.route_topics import RouteTopics
+from routing_lib.lookup.topic_store import SHARDS, Entry, Queue, queues_of
+from routing_lib.lookup.topics import SYNC_BROKER_MEMBER_GROUP_PREFIX
+from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.read.warehouse import WarehouseSnapshot
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG
@@ -265,6 +271,14 @@ class _TopicViews:
         self.unit_lists: dict[UnitFilter, Body] = {}
 
 
+def topics_of_rows(rows: Iterable[Row]) -> RouteTopics:
+    """topicQueueTable from its rows (a hand-built or replayed snapshot): each row a base
+    row of a group with a trivial overlay."""
+    last = {(r["topic"], r["broker_name"]): r for r in rows}  # a repeated key: the last wins
+    table = pa.Table.from_pylist(list(last.values()), schema=arrow_schema(TOPIC_QUEUE))
+    return RouteTopics.of(BaseIndex.build(table, 0))
+
+
 def _names(entry: Entry | None) -> tuple[str, ...]:
     return () if entry is None else entry[0::2]
 
@@ -365,7 +379,7 @@ class RouteIndex:
     ) -> None:
         tables = snapshot.tables
         self._assemble(
-            TopicStore.of_rows(tables.get(TOPIC_QUEUE, ())),
+            topics_of_rows(tables.get(TOPIC_QUEUE, ())),
             {t: list(tables.get(t, ())) for t in SMALL_TABLES},
             snapshot.versions,
             snapshot.watermark,
@@ -376,7 +390,7 @@ class RouteIndex:
     @classmethod
     def assemble(
         cls,
-        store: TopicStore,
+        store: RouteTopics,
         rows: Mapping[str, list[Row]],
         versions: Mapping[str, int],
         watermark: int | None,
@@ -404,7 +418,7 @@ class RouteIndex:
 
     def _assemble(
         self,
-        store: TopicStore,
+        store: RouteTopics,
         rows: Mapping[str, list[Row]],
         versions: Mapping[str, int],
         watermark: int | None,
@@ -683,7 +697,7 @@ class RouteIndex:
         """getAllTopicList lists every topic of topicQueueTable, routable or not."""
         views = self._views
         if views.topics is None:
-            views.topics = tuple(sorted(self.store))
+            views.topics = tuple(self.store.names())
         return views.topics
 
     @property
@@ -706,7 +720,7 @@ class RouteIndex:
         found = views.cluster_topics.get(cluster)
         if found is None:
             names = self._broker_part.clusters[cluster]  # KeyError: no such cluster
-            found = tuple(sorted(t for t, e in self.store.items() if not names.isdisjoint(e[0::2])))
+            found = tuple(self.store.names_with_group_in(names))
             views.cluster_topics[cluster] = found
         return found
 
@@ -726,7 +740,7 @@ class RouteIndex:
         if views.system_topics is None:
             # What the broker side calls system topics (TopicValidator) joined with the names.
             topics = tuple(
-                sorted({t for t in self.store if is_system_topic(t)} | set(self._broker_part.names))
+                sorted(set(self.store.system_topic_names()) | set(self._broker_part.names))
             )
             views.system_topics = (topics, Body.of({"topicList": list(topics)}))
         return views.system_topics
@@ -774,11 +788,7 @@ class RouteIndex:
         queues)."""
         views = self._views
         if views.broker_counts is None:
-            counts: dict[str, int] = {}
-            for entry in self.store.values():
-                for name in entry[0::2]:
-                    counts[name] = counts.get(name, 0) + 1
-            views.broker_counts = MappingProxyType(counts)
+            views.broker_counts = MappingProxyType(self.store.group_topic_counts())
         return views.broker_counts
 
     @property
@@ -786,10 +796,7 @@ class RouteIndex:
         """Topics with a route (a queue on a known broker)."""
         views = self._views
         if views.route_count is None:
-            brokers = self._broker_part.brokers
-            views.route_count = sum(
-                1 for e in self.store.values() if any(n in brokers for n in e[0::2])
-            )
+            views.route_count = self.store.count_with_group_in(self._broker_part.brokers)
         return views.route_count
 
     @property

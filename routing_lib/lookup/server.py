@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -31,6 +32,7 @@ from routing_lib.lookup.processor import answer, no_kv_remark, no_route_remark
 from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
 from routing_lib.lookup.route_risk import RouteRisks
 from routing_lib.lookup.routes import Body, RouteIndex
+from routing_lib.lookup.shared_index import DIR_ENV, SharedIndexes
 from routing_lib.lookup.topics import validate_topic
 from routing_lib.lookup.workers import WORKERS_TASK, serve_workers
 from routing_lib.metrics_http import add_metrics_route
@@ -314,12 +316,18 @@ class LookupService(NetworkService):
         # the route gauges of the served snapshot (the console's health view lists the same)
         self.route_risks = RouteRisks()
         self.metrics.register(self._route_families)
+        # the base index files: the directory of `serve --workers` (workers.py), which
+        # every process of the service maps, else one of this service's own
+        shared_dir = os.environ.get(DIR_ENV)
+        self.owns_index_dir = not shared_dir
+        self.shared = SharedIndexes(Path(shared_dir)) if shared_dir else SharedIndexes.create()
         self.refresher = Refresher(
             warehouse,
             self.holder,
             self.metrics,
             support_acting_master,
             order_message_enable=order_message_enable,
+            shared=self.shared,
         )
         self.collector = collector
         self.console: Console | None = None  # with the HTTP server: the console's pages
@@ -403,6 +411,8 @@ class LookupService(NetworkService):
         )
         if self.collector is not None:
             await self.collector.close()
+        if self.owns_index_dir:  # mappings stay valid: a snapshot still held keeps its pages
+            self.shared.remove()
         log.info("lookup service stopped")
 
 

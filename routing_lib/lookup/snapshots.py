@@ -1,17 +1,22 @@
-"""Build the next RouteIndex from the warehouse: in proportion to what changed when it can.
+"""Build the next RouteIndex from the warehouse: in proportion to what changed.
 
-`load_index` reads every table at pinned versions (the first load, and the fall-back).
-`next_index` starts from the served index: topic_queue_table's change feed between the
-served version and the new one gives the (topic, broker) rows that changed, and only those
-topics get new entries (TopicStore copies only the shards they fall in). The other route
-tables are sized by brokers, not topics: a changed one is read whole at its new version
-(liveness changes every batch: a few hundred rows). Everything else is shared with the
-served index, which is never modified: a reader holding it sees one snapshot throughout.
+topicQueueTable is read as topic_base + topic_overlay (issue 36; route_topics.py): the base
+index (topic -> holders) is built from topic_base, and the overlay rows decide at read time
+which holders are present and with which perm. `load_index` reads the tables at pinned
+versions (the first load, and the fall-back). `next_index` starts from the served index:
 
-Falls back to `load_index` when the change feed cannot answer (not enabled on a version,
-files or commits cleaned up) or when more rows changed than `max_change_fraction` of those
-held and more than `min_full_rows` (a whole-table overwrite, a new fleet): then a full read
-is the cheaper way.
+* topic_base's change feed gives the (topic, broker) rows that changed: only those topics
+  get new base entries, in a small per-process delta over the shared base index;
+* topic_overlay's change feed gives the groups whose overlay changed (a fault: one row):
+  each flip is one vectorised update of the per-topic counts, no topic entry is rebuilt;
+* the other route tables are sized by brokers: a changed one is read whole (a few hundred
+  rows). topic_queue_table (what analysts read) is not read at all.
+
+When the delta holds more than `max_change_fraction` of the base's topics (and more than
+`min_full_rows`), or the
+change feed cannot answer (not enabled on a version, files or commits cleaned up), the base
+index is rebuilt at the new version (through `SharedIndexes` when the processes share one:
+the first process writes the file, the others map it).
 """
 
 from __future__ import annotations
@@ -19,33 +24,33 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 
-from routing_lib.core.catalog import TOPIC_QUEUE
+from routing_lib.core.catalog import TOPIC_BASE, TOPIC_OVERLAY
+from routing_lib.core.fact_rows import overlay_of_row
+from routing_lib.core.overlay import Overlay
 from routing_lib.core.tables import PROGRESS, Row
+from routing_lib.lookup import base_build
+from routing_lib.lookup.base_index import QUEUE_COLUMNS, BaseIndex
+from routing_lib.lookup.route_topics import RouteTopics
 from routing_lib.lookup.routes import SMALL_TABLES, RouteIndex
-from routing_lib.lookup.topic_store import (
-    SHARDS,
-    Entry,
-    Queue,
-    TopicStore,
-    entry_of,
-    queue_of,
-    queues_of,
-)
+from routing_lib.lookup.shared_index import SharedIndexes
+from routing_lib.lookup.topic_store import Entry, Queue, entry_of, queue_of, queues_of
 from routing_lib.read.warehouse import (
     ChangesUnavailableError,
+    WarehouseError,
+    open_version,
     read_changes,
     read_version,
     read_watermark,
 )
 
-QUEUE_COLUMNS = ("read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag")
 _REMOVES = frozenset({"delete", "update_preimage"})  # applied before a commit's inserts
 
 
@@ -54,51 +59,9 @@ class Built:
     index: RouteIndex
     how: str  # "full" or "incremental"
     reason: str = ""  # why a full load where an incremental one was possible
-    changed_rows: int = 0  # topic_queue_table rows the change feed gave
-    changed_topics: int = 0
-
-
-def store_of(table: pa.Table) -> TopicStore:
-    """A TopicStore from topic_queue_table's Arrow columns, without a Python object per row
-    where Arrow can do it: sorted by (topic, broker) and run-end encoded by topic, each
-    topic's entry is two list slices interleaved; broker names and queue settings come from
-    dictionaries (a few hundred distinct values for a million rows)."""
-    if table.num_rows == 0:
-        return TopicStore.build(())
-    table = table.sort_by([("topic", "ascending"), ("broker_name", "ascending")])
-    runs = pc.run_end_encode(table.column("topic").combine_chunks())
-    run_ends, topics = runs.run_ends.to_pylist(), runs.values.to_pylist()
-    brokers = table.column("broker_name").combine_chunks().dictionary_encode()
-    names = [sys.intern(n) for n in brokers.dictionary.to_pylist()]
-    broker_list = [names[i] for i in brokers.indices.to_pylist()]
-    queue_list = _queue_list(table)
-    del table, brokers, runs  # the Arrow buffers are not needed past here
-    shards: list[dict[str, Entry]] = [{} for _ in range(SHARDS)]
-    start = 0
-    for topic, end in zip(topics, run_ends, strict=True):
-        flat: list[str | Queue | None] = [None] * (2 * (end - start))
-        flat[0::2] = broker_list[start:end]
-        flat[1::2] = queue_list[start:end]
-        shards[TopicStore.shard_of(topic)][topic] = tuple(flat)
-        start = end
-    return TopicStore(tuple(shards), len(topics), len(broker_list))
-
-
-def _queue_list(table: pa.Table) -> list[Queue]:
-    """Each row's Queue, one shared tuple per distinct setting."""
-    columns = [table.column(c).combine_chunks() for c in QUEUE_COLUMNS]
-    if all(pc.min(c).as_py() >= 0 and pc.max(c).as_py() <= 0xFFFF for c in columns):
-        packed = columns[0].cast(pa.int64())
-        for column in columns[1:]:  # 16 bits each: one int64 key per distinct setting
-            packed = pc.add(pc.shift_left(packed, 16), column.cast(pa.int64()))
-        codes = packed.dictionary_encode()
-        queues = [
-            queue_of(k >> 48, (k >> 32) & 0xFFFF, (k >> 16) & 0xFFFF, k & 0xFFFF)
-            for k in codes.dictionary.to_pylist()
-        ]
-        return [queues[i] for i in codes.indices.to_pylist()]
-    # values outside 0..65535 (not a real broker's): row by row
-    return list(map(queue_of, *(c.to_pylist() for c in columns)))
+    changed_rows: int = 0  # topic_base rows the change feed gave
+    changed_topics: int = 0  # -1: not known (moved to another process's base index)
+    changed_groups: int = 0  # groups whose overlay changed
 
 
 def _give_back_memory() -> None:
@@ -116,18 +79,72 @@ def _small_rows(warehouse: str | Path, table: str, versions: Mapping[str, int]) 
     return rows
 
 
+def _require_group_layout(versions: Mapping[str, int]) -> None:
+    missing = [t for t in (TOPIC_BASE, TOPIC_OVERLAY) if t not in versions]
+    if missing:
+        raise WarehouseError(
+            f"the warehouse has no {' / '.join(missing)}: it predates the group-level layout "
+            "(issue 36); run `routectl migrate` on it"
+        )
+
+
+def base_index(
+    warehouse: str | Path, version: int, shared: SharedIndexes | None = None
+) -> BaseIndex:
+    """topic_base at `version` as a BaseIndex: a shared file when `shared` (mapped if a
+    process wrote it already; a large one written by a process of its own, base_build.py),
+    else in this process's memory."""
+    table = open_version(warehouse, TOPIC_BASE, version)
+    table_id = str(table.metadata().id)
+    try:
+        if shared is None:
+            return BaseIndex(base_build.record_batch(warehouse, version), version, table_id)
+        rows = _row_count(table)
+        if rows is not None and rows >= base_build.SUBPROCESS_ROWS:
+            return shared.publish(
+                table_id,
+                version,
+                lambda out: base_build.write_in_subprocess(warehouse, version, out),
+            )
+        return shared.publish(
+            table_id, version, lambda out: base_build.write(warehouse, version, out)
+        )
+    finally:
+        _give_back_memory()
+
+
+def _row_count(table: DeltaTable) -> int | None:
+    """The rows of the table's files by their statistics (None: not recorded)."""
+    actions = table.get_add_actions(flatten=True)
+    if "num_records" not in actions.schema.names:
+        return None
+    counts = pa.table(actions).column("num_records")
+    return None if counts.null_count else int(pc.sum(counts).as_py() or 0)
+
+
+def overlays_at(warehouse: str | Path, versions: Mapping[str, int]) -> dict[str, Overlay]:
+    rows = _small_rows(warehouse, TOPIC_OVERLAY, versions)
+    return {row["broker_name"]: overlay_of_row(row) for row in rows}
+
+
 def load_index(
     warehouse: str | Path,
     versions: Mapping[str, int],
     *,
     support_acting_master: bool = False,
     order_message_enable: bool = False,
+    shared: SharedIndexes | None = None,
 ) -> RouteIndex:
-    """Every table read whole at `versions`."""
-    store = store_of(read_version(warehouse, TOPIC_QUEUE, versions[TOPIC_QUEUE]))
-    _give_back_memory()
+    """Every table read whole at `versions` (topic_base: the newest shared base index at or
+    before its version brought up to it by the change feed, when another process wrote one
+    and the feed can)."""
+    _require_group_layout(versions)
+    version, overlays = versions[TOPIC_BASE], overlays_at(warehouse, versions)
+    topics = _from_shared(warehouse, version, overlays, shared)
+    if topics is None:
+        topics = RouteTopics.of(base_index(warehouse, version, shared), overlays)
     return RouteIndex.assemble(
-        store,
+        topics,
         {t: _small_rows(warehouse, t, versions) for t in SMALL_TABLES},
         versions,
         read_watermark(warehouse, versions[PROGRESS]),
@@ -136,34 +153,99 @@ def load_index(
     )
 
 
-def changed_entries(store: TopicStore, changes: pa.Table) -> dict[str, Entry | None]:
-    """The new entries of the topics the change-feed rows touch, applied commit by commit
-    (a commit's removals before its inserts: an overwrite removes and adds the same key);
-    topics whose entry came out unchanged are left out."""
-    n = changes.num_rows
-    if n == 0:
+def _from_shared(
+    warehouse: str | Path,
+    version: int,
+    overlays: Mapping[str, Overlay],
+    shared: SharedIndexes | None,
+    max_change_fraction: float = 0.25,
+) -> RouteTopics | None:
+    """topic_base at `version` over the newest base index another process of the service
+    wrote (a worker started later maps the primary's file instead of writing its own), or
+    None: none, or the change feed cannot cover the gap, or it changed too much."""
+    if shared is None:
+        return None
+    table_id = str(open_version(warehouse, TOPIC_BASE, version).metadata().id)
+    base = shared.newest(table_id, version)
+    if base is None:
+        return None
+    try:
+        topics = _rebased(warehouse, RouteTopics.of(base, overlays), base, version)
+    except ChangesUnavailableError:
+        return None
+    return topics if topics.delta_topics <= max_change_fraction * base.topic_count else None
+
+
+def _in_commit_order(changes: pa.Table, columns: tuple[str, ...]) -> list[dict[str, object]]:
+    """The change rows, a commit's removals before its inserts (an overwrite removes and
+    adds the same key), as dicts of `columns` + `_remove`."""
+    cols = {c: changes.column(c).to_pylist() for c in (*columns, "_change_type")}
+    versions = changes.column("_commit_version").to_pylist()
+    kinds = cols.pop("_change_type")
+    order = sorted(range(changes.num_rows), key=lambda i: (versions[i], kinds[i] not in _REMOVES))
+    return [{**{c: cols[c][i] for c in cols}, "_remove": kinds[i] in _REMOVES} for i in order]
+
+
+def changed_entries(
+    raw: Callable[[str], Entry | None], changes: pa.Table
+) -> dict[str, Entry | None]:
+    """The new base entries of the topics topic_base's change-feed rows touch (`raw`: a
+    topic's entry before them); topics whose entry came out unchanged are left out."""
+    if changes.num_rows == 0:
         return {}
-    cols = {
-        c: changes.column(c).to_pylist()
-        for c in ("topic", "broker_name", "_change_type", "_commit_version", *QUEUE_COLUMNS)
-    }
-    kinds, versions = cols["_change_type"], cols["_commit_version"]
-    order = sorted(range(n), key=lambda i: (versions[i], kinds[i] not in _REMOVES))
     work: dict[str, dict[str, Queue]] = {}
-    topics, brokers = cols["topic"], cols["broker_name"]
-    reads, writes = cols["read_queue_nums"], cols["write_queue_nums"]
-    perms, flags = cols["perm"], cols["topic_sys_flag"]
-    for i in order:
-        topic = topics[i]
+    for row in _in_commit_order(changes, ("topic", "broker_name", *QUEUE_COLUMNS)):
+        topic = str(row["topic"])
         queues = work.get(topic)
         if queues is None:
-            queues = work[topic] = queues_of(store.get(topic))
-        if kinds[i] in _REMOVES:
-            queues.pop(brokers[i], None)
+            queues = work[topic] = queues_of(raw(topic))
+        broker = str(row["broker_name"])
+        if row["_remove"]:
+            queues.pop(broker, None)
         else:
-            queues[sys.intern(brokers[i])] = queue_of(reads[i], writes[i], perms[i], flags[i])
+            queues[sys.intern(broker)] = queue_of(
+                *(int(row[c]) for c in QUEUE_COLUMNS)  # type: ignore[call-overload]
+            )
     entries = {t: entry_of(q) for t, q in work.items()}
-    return {t: e for t, e in entries.items() if e != store.get(t)}
+    return {t: e for t, e in entries.items() if e != raw(t)}
+
+
+def changed_overlays(changes: pa.Table) -> dict[str, Overlay | None]:
+    """Per group whose topic_overlay row changed: its overlay after them (None: no row)."""
+    out: dict[str, Overlay | None] = {}
+    if changes.num_rows == 0:
+        return out
+    columns = ("broker_name", "present", "perm_op", "covered")
+    for row in _in_commit_order(changes, columns):
+        out[str(row["broker_name"])] = None if row["_remove"] else overlay_of_row(row)
+    return out
+
+
+def _overlay_changes(
+    warehouse: str | Path, current: RouteTopics, old: int | None, new: int
+) -> dict[str, Overlay | None]:
+    if old == new:
+        return {}
+    if old is not None and old < new:
+        with contextlib.suppress(ChangesUnavailableError):
+            found = changed_overlays(read_changes(warehouse, TOPIC_OVERLAY, old + 1, new))
+            return {g: o for g, o in found.items() if o != current.overlays.get(g)}
+    # no change feed: the table is small (a row per group), compare it whole
+    now = overlays_at(warehouse, {TOPIC_OVERLAY: new})
+    gone: dict[str, Overlay | None] = {g: None for g in current.overlays if g not in now}
+    return {**gone, **{g: o for g, o in now.items() if current.overlays.get(g) != o}}
+
+
+def _rebased(
+    warehouse: str | Path, topics: RouteTopics, base: BaseIndex, version: int
+) -> RouteTopics:
+    """`topics`' overlays over another base index, brought to topic_base `version` by the
+    change feed from the base's version (ChangesUnavailableError: it cannot)."""
+    fresh = RouteTopics.of(base, topics.overlays)
+    if base.version == version:
+        return fresh
+    changes = read_changes(warehouse, TOPIC_BASE, base.version + 1, version)
+    return fresh.changed(changed_entries(fresh.raw, changes), {})
 
 
 def next_index(
@@ -175,15 +257,17 @@ def next_index(
     order_message_enable: bool = False,
     max_change_fraction: float = 0.25,
     min_full_rows: int = 1000,
+    shared: SharedIndexes | None = None,
 ) -> Built:
     """The index of `versions` (pinned, settled), from `current` where possible."""
+    _require_group_layout(versions)
     flags = {
         "support_acting_master": support_acting_master,
         "order_message_enable": order_message_enable,
     }
 
     def full(reason: str) -> Built:
-        return Built(load_index(warehouse, versions, **flags), "full", reason)
+        return Built(load_index(warehouse, versions, shared=shared, **flags), "full", reason)
 
     if current is None:
         return full("first load")
@@ -193,20 +277,34 @@ def next_index(
     ):
         return full("other route options")
     served = current.versions
-    old, new = served.get(TOPIC_QUEUE), versions[TOPIC_QUEUE]
-    if old is None or new < old:
-        return full(f"{TOPIC_QUEUE} version {old} -> {new}")
-    store, changed, rows = current.store, frozenset[str](), 0
+    old, new = served.get(TOPIC_BASE), versions[TOPIC_BASE]
+    if old is None or new < old or TOPIC_OVERLAY not in served:
+        return full(f"{TOPIC_BASE} version {old} -> {new}")
+    # the topics whose entries may differ from the served index's (None: any may)
+    changed: frozenset[str] | None = frozenset()
+    topics, rows = current.store, 0
+    newer = shared.newest(topics.base.table_id, new) if shared is not None else None
+    if newer is not None and newer.version > topics.base.version:
+        # another process wrote a newer base: use it (its delta is shorter, and the older
+        # file's pages go once no process maps it); which topics changed is not known
+        with contextlib.suppress(ChangesUnavailableError):
+            topics = _rebased(warehouse, topics, newer, new)
+            old, changed = new, None
     if new != old:
         try:
-            changes = read_changes(warehouse, TOPIC_QUEUE, old + 1, new)
+            changes = read_changes(warehouse, TOPIC_BASE, old + 1, new)
         except ChangesUnavailableError as exc:
             return full(f"no change feed: {exc}")
         rows = changes.num_rows
-        if rows > max(min_full_rows, max_change_fraction * store.row_count):
-            return full(f"{rows} changed rows of {store.row_count}")
-        entries = changed_entries(store, changes)
-        store, changed = store.replaced(entries), frozenset(entries)
+        entries = changed_entries(topics.raw, changes)
+        topics, changed = topics.changed(entries, {}), frozenset(entries)
+        limit = max(min_full_rows, max_change_fraction * topics.base.topic_count)
+        if topics.delta_topics > limit:  # the delta is large: a base at this version
+            base = base_index(warehouse, new, shared)
+            topics = _rebased(warehouse, topics, base, new)
+    groups = _overlay_changes(warehouse, topics, served.get(TOPIC_OVERLAY), versions[TOPIC_OVERLAY])
+    if groups:
+        topics = topics.changed({}, groups)
     small = {
         t: _small_rows(warehouse, t, versions)
         for t in SMALL_TABLES
@@ -218,12 +316,20 @@ def next_index(
         else read_watermark(warehouse, versions[PROGRESS])
     )
     index = RouteIndex.assemble(
-        store,
+        topics,
         small,
         versions,
         watermark,
         previous=current,
-        changed_topics=changed,
+        # a flip changes every topic of its group: nothing topic-keyed is carried over
+        changed_topics=None if groups else changed,
         **flags,
     )
-    return Built(index, "incremental", changed_rows=rows, changed_topics=len(changed))
+    _give_back_memory()  # the batch's Arrow reads: freed, but kept by the pools otherwise
+    return Built(
+        index,
+        "incremental",
+        changed_rows=rows,
+        changed_topics=len(changed) if changed is not None else -1,
+        changed_groups=len(groups),
+    )

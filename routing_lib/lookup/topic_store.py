@@ -1,4 +1,6 @@
-"""topicQueueTable held compactly and replaced copy-on-write, a few shards at a time.
+"""Topic entries held compactly and replaced copy-on-write, a few shards at a time: the
+lookup's per-process delta over the shared base index (route_topics.py: the topics topic_base
+changed since that index was built), and the entry format the whole lookup uses.
 
 A topic's entry is one flat tuple `(broker_name, queue, broker_name, queue, ...)` sorted by
 broker name, where `queue` is an interned `(read, write, perm, sys_flag)` tuple: 1 M rows of a
@@ -20,6 +22,7 @@ Queue = tuple[int, int, int, int]  # read_queue_nums, write_queue_nums, perm, to
 # "alternating", and unions would need a cast at every read of the hot lookup path
 Entry = tuple[Any, ...]
 
+_PERM_WRITE = 0x2
 SHARDS = 256
 _MASK = SHARDS - 1
 # Few distinct queue settings exist in a fleet: one tuple object each, shared by every row.
@@ -160,3 +163,14 @@ class TopicStore:
     def values(self) -> Iterator[Entry]:
         for shard in self._shards:
             yield from shard.values()
+
+    def group_write_counts(self) -> dict[str, tuple[int, int]]:
+        """Per group name: (topics it has queue datas of, of which writable); as
+        RouteTopics.group_write_counts counts them (a hand-built store's, row by row)."""
+        counts: dict[str, list[int]] = {}
+        for entry in self.values():
+            for name, queue in zip(entry[0::2], entry[1::2], strict=True):
+                slot = counts.setdefault(name, [0, 0])
+                slot[0] += 1
+                slot[1] += bool(queue[2] & _PERM_WRITE)
+        return {name: (n, w) for name, (n, w) in counts.items() if n}

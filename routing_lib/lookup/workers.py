@@ -4,7 +4,9 @@ One Python process answers on one core; the Java NameServer uses all of them. He
 first process (the primary) binds the remoting port with SO_REUSEPORT and serves it and
 HTTP; N-1 worker processes each bind their own SO_REUSEPORT socket on the same port, so the
 kernel spreads new connections over the N processes. Each process has its own refresher and
-index (built from the change feed, so a snapshot costs each process what changed).
+index (built from the change feed, so a snapshot costs each process what changed); the big
+part, topic_base's index, is a file in a directory of this service in /dev/shm that every
+process maps (shared_index.py), so it is in memory once.
 
 Workers are forked by a *zygote*: a process the primary forks first, before it has an event
 loop or a thread, which does nothing but fork a worker when the primary asks and report the
@@ -35,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import gc
 import logging
 import os
 import select
@@ -53,6 +56,7 @@ from prometheus_client import values
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import mark_process_dead
 
+from routing_lib.lookup.shared_index import DIR_ENV, SharedIndexes
 from routing_lib.remoting.service import serve_until_signal
 from routing_lib.remoting.service_metrics import MULTIPROC_ENV, Metrics
 
@@ -116,6 +120,23 @@ def multiprocess_metrics() -> Iterator[Path]:
         else:
             os.environ[MULTIPROC_ENV] = previous_env
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def shared_index_dir() -> Iterator[Path]:
+    """The base index files' directory every process of this service maps (in /dev/shm:
+    shared_index.py), named to the processes it forks by DIR_ENV; removed at exit."""
+    shared = SharedIndexes.create()
+    previous = os.environ.get(DIR_ENV)
+    os.environ[DIR_ENV] = str(shared.directory)
+    try:
+        yield shared.directory
+    finally:
+        if previous is None:
+            os.environ.pop(DIR_ENV, None)
+        else:
+            os.environ[DIR_ENV] = previous
+        shared.remove()
 
 
 def _die_with_parent(parent: int) -> None:
@@ -211,8 +232,9 @@ class _Zygote:
         self.stopping = True  # a SIGTERM from now on changes nothing
         try:
             self._stop_children()
-            if os.getppid() != self.primary:  # killed: it cannot remove its directory
+            if os.getppid() != self.primary:  # killed: it cannot remove its directories
                 shutil.rmtree(os.environ.get(MULTIPROC_ENV, ""), ignore_errors=True)
+                shutil.rmtree(os.environ.get(DIR_ENV, ""), ignore_errors=True)
         finally:
             sys.stderr.flush()
             os._exit(code)
@@ -322,6 +344,10 @@ class Workers:
         """Fork the zygote (only before this process starts an event loop or a thread)."""
         ours, theirs = socket.socketpair()
         primary = os.getpid()
+        # the objects made so far (the imported modules: ~60 MB) move out of the cyclic
+        # GC's reach: its passes would write to every one of them, copying each page the
+        # zygote and the workers share with this process into each of them
+        gc.freeze()
         pid = os.fork()
         if pid == 0:  # the zygote: not the primary's sockets
             for sock in [ours, *listening]:
@@ -450,7 +476,7 @@ def serve_workers(
 ) -> None:
     """The primary: bind, fork the zygote, serve (HTTP too) while count-1 workers serve the
     remoting port beside it, until SIGTERM; then stop them."""
-    with multiprocess_metrics() as metrics_dir:
+    with multiprocess_metrics() as metrics_dir, shared_index_dir():
         sock = shared_port_socket(options["host"], options["port"])
         port = sock.getsockname()[1]
 

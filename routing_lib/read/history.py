@@ -1,9 +1,15 @@
-"""History tables from Delta (delta-rs): as-of reconstruction and per-topic/broker views."""
+"""History tables from Delta (delta-rs): as-of reconstruction and per-topic/broker views.
+
+topic_route_history is derived from the group layout's change tables when read (issue 36,
+read/route_history.py); every other history table is read as stored."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from routing_lib.core.admin import ADMIN_EVENTS
 from routing_lib.core.as_of import as_of
@@ -14,19 +20,31 @@ from routing_lib.core.history import (
     TOPIC_ROUTE_HISTORY,
 )
 from routing_lib.core.tables import Row
+from routing_lib.read import route_history
 from routing_lib.read.arrow_filters import Filter, read_table
 from routing_lib.read.warehouse import WarehouseError, load_snapshot, open_optional, open_table
 
 
+def read_history_table(
+    warehouse: str | Path, table: str, filters: Sequence[Filter] | None = None
+) -> pa.Table:
+    """One history table as Arrow (the rows matching delta-rs `filters`): stored tables as
+    read, topic_route_history derived from the change tables."""
+    if table == TOPIC_ROUTE_HISTORY:
+        return route_history.read_history(warehouse, filters)
+    return read_table(open_table(warehouse, table), filters)
+
+
 def load_history(
-    warehouse: str | Path, filters: dict[str, list[Filter]] | None = None
+    warehouse: str | Path,
+    filters: Mapping[str, list[Filter]] | None = None,
+    tables: Sequence[str] = HISTORY_TABLES,
 ) -> dict[str, list[Row]]:
-    """Every history table (or the rows matching delta-rs `filters` per table)."""
-    out = {}
-    for table in HISTORY_TABLES:
-        delta = open_table(warehouse, table)
-        out[table] = read_table(delta, (filters or {}).get(table)).to_pylist()
-    return out
+    """Every history table (or `tables`; the rows matching delta-rs `filters` per table)."""
+    return {
+        table: read_history_table(warehouse, table, (filters or {}).get(table)).to_pylist()
+        for table in tables
+    }
 
 
 def as_of_dump(warehouse: str | Path, at: int) -> dict[str, Any]:
@@ -39,7 +57,10 @@ def as_of_dump(warehouse: str | Path, at: int) -> dict[str, Any]:
             f"--at {at} is after the published watermark {watermark}: "
             "the history is not final there yet"
         )
-    return as_of(load_history(warehouse), at)
+    # topicQueueTable at T from the base rows and overlays valid at T: no history derived
+    stored = [table for table in HISTORY_TABLES if table != TOPIC_ROUTE_HISTORY]
+    topic_queue = route_history.route_rows_at(warehouse, at)
+    return as_of(load_history(warehouse, tables=stored), at, topic_queue)
 
 
 def _overlaps(row: Row, start: int | None, end: int | None) -> bool:
@@ -52,9 +73,7 @@ def _overlaps(row: Row, start: int | None, end: int | None) -> bool:
 def topic_history(
     warehouse: str | Path, topic: str, start: int | None = None, end: int | None = None
 ) -> list[Row]:
-    rows = read_table(
-        open_table(warehouse, TOPIC_ROUTE_HISTORY), [("topic", "=", topic)]
-    ).to_pylist()
+    rows = route_history.topic_history_rows(warehouse, topic)
     return sorted(
         (r for r in rows if _overlaps(r, start, end)),
         key=lambda r: (r["valid_from"], r["broker_name"]),

@@ -16,6 +16,7 @@ from routing_lib import storage
 from routing_lib.core.catalog import CATALOG, PROGRESS, Reader, read_by
 from routing_lib.core.dump import canonical_dump
 from routing_lib.core.tables import ROUTE_TABLES, Row
+from routing_lib.layout import require_group_layout
 
 # Tables a warehouse written by an older version of the job lacks (it had no KV config): read
 # as empty, and left out of the versions until they appear (which then counts as a change).
@@ -49,6 +50,7 @@ def open_table(warehouse: str | Path, table: str) -> DeltaTable:
     try:
         return storage.open_delta(path)
     except TableNotFoundError:
+        require_group_layout(root)  # a per-topic warehouse: name `routectl migrate`
         raise WarehouseError(
             f"{path} is not a Delta table: is {root} a routelake warehouse "
             "(run `routectl backfill` or `routectl run` first)?"

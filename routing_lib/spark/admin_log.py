@@ -2,7 +2,8 @@
 the published tables from Python workers, at most once per micro-batch per worker.
 
 * fan-out (stage one, classify): a DELETE_TOPIC row gets a copy keyed to every brokerName that
-  holds the topic in the published topic_queue_table;
+  holds the topic in its published base (topic_base: present or absent, issue 36; an absent
+  group keeps its base, and a DELETE_TOPIC must reach it before it returns);
 * the admin log (the step): DELETE_TOPIC events of earlier micro-batches, from admin_events.
 
 Both read the tables the previous micro-batch committed: foreachBatch of batch M-1 finishes
@@ -20,7 +21,7 @@ from pyspark import TaskContext
 
 from routing_lib import storage
 from routing_lib.core.admin import ADMIN_EVENTS, ADMIN_KEY, delete_from_row
-from routing_lib.core.catalog import TOPIC_QUEUE
+from routing_lib.core.catalog import TOPIC_BASE
 from routing_lib.core.clock import Arrival
 from routing_lib.core.history import event_date
 from routing_lib.core.wire import unpack_event
@@ -59,11 +60,11 @@ def _bounded(cache: dict[_Key, _Value], key: _Key) -> dict[_Key, _Value]:
 
 
 def holders(warehouse: str, topic: str) -> list[str]:
-    """brokerNames holding `topic` in the published topic_queue_table."""
+    """brokerNames holding `topic` in the published topic_base (present or absent)."""
     key = (warehouse, _batch_id(), topic)
     cache = _bounded(_holders_cache, key)
     if key not in cache:
-        delta = _table(warehouse, TOPIC_QUEUE)
+        delta = _table(warehouse, TOPIC_BASE)
         rows = (
             []
             if delta is None

@@ -1,11 +1,17 @@
 """foreachBatch sink: one idempotent Delta commit per table per micro-batch.
 
-Route tables get a MERGE of the batch's row changes; dead letters and late events are
-appended, and the progress row last. Spark computes the batch (the stateful plan, persisted)
-and explodes each table's rows; delta-rs commits them from the driver: a Spark MERGE of a
-small micro-batch took ~0.4 s of job scheduling and log work on 2 cores, a delta-rs one tens
-of ms, and every batch's fixed cost delays when its routes are visible. Every commit carries
-a txn action (appId, version = batch id), and a table that has the batch's version already is
+Route tables get a MERGE of the batch's row changes (topic_base restricted to the touched
+groups' partitions; a name no Hive folder can hold: those partitions replaced by
+routing_lib/spark/group_files.py); history tables an insert by identity; dead letters and
+late events are appended. Then topic_queue_table is derived for the groups whose topic_base
+or topic_overlay rows changed (routing_lib/spark/derived_topic_queue.py: their partitions
+replaced from what the two tables hold now), and the progress row is committed last.
+
+Spark computes the batch (the stateful plan, persisted) and explodes each table's rows;
+delta-rs commits them from the driver: a Spark MERGE of a small micro-batch took ~0.4 s of
+job scheduling and log work on 2 cores, a delta-rs one tens of ms, and every batch's fixed
+cost delays when its routes are visible. Every commit carries a txn
+action (appId, version = batch id), and a table that has the batch's version already is
 skipped: a batch replayed after a crash writes nothing twice.
 """
 
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.table import TableMerger
 from pyspark.sql import DataFrame, SparkSession
@@ -29,20 +36,30 @@ from pyspark.sql import types as T
 from routing_lib import storage
 from routing_lib.core.catalog import (
     BROKER_LIVENESS_EVENTS,
-    CATALOG,
     DEAD_LETTER,
     PROGRESS,
+    STORED,
+    TOPIC_BASE,
+    TOPIC_OVERLAY,
+    TOPIC_QUEUE,
     TableSpec,
     WriteMode,
 )
 from routing_lib.core.history import EXPIRED
 from routing_lib.core.rows import WRITES, RowKind, RowOp
+from routing_lib.layout import require_group_layout
+from routing_lib.spark.derived_topic_queue import apply_base_changes, derive_partitions
+from routing_lib.spark.group_files import groups_predicate, hive_safe
 
 log = logging.getLogger("routelake.writer")
-# The tables whose rows the step emits (route_progress: the writer makes its row).
+# The tables whose rows the step emits (route_progress and topic_queue_table: the writer
+# makes their rows).
 STEP_TABLES: tuple[tuple[RowKind, TableSpec], ...] = tuple(
-    (spec.row_kind, spec) for spec in CATALOG if spec.row_kind is not None
+    (spec.row_kind, spec) for spec in STORED if spec.row_kind is not None
 )
+# The group layout's route tables: a change of either touches the group's topic_queue_table
+# partition.
+GROUP_TABLES = frozenset({TOPIC_BASE, TOPIC_OVERLAY})
 
 
 def create_table_sql(spec: TableSpec, path: str) -> str:
@@ -54,8 +71,9 @@ def create_table_sql(spec: TableSpec, path: str) -> str:
 
 
 def ensure_tables(spark: SparkSession, warehouse: str) -> None:
-    """Create every table (Change Data Feed on) that does not exist yet."""
-    for spec in CATALOG:
+    """Create every stored table (Change Data Feed on) that does not exist yet."""
+    require_group_layout(warehouse)  # never the group layout's tables beside per-topic ones
+    for spec in STORED:
         path = storage.join(warehouse, spec.name)  # a folder or an s3a:// URI
         if storage.is_dir(storage.join(path, "_delta_log")):
             continue
@@ -119,10 +137,13 @@ class DeltaRouteWriter:
             ]
             watermark = self.watermark_of_batch(batch_id)
             # Tables are independent Delta logs: commit them concurrently (the Arrow collects
-            # are Spark jobs from several threads), then publish the batch's progress row last.
+            # are Spark jobs from several threads), then derive topic_queue_table from the
+            # committed topic_base / topic_overlay, then publish the batch's progress row last.
+            touched: set[str] = set()
             with ThreadPoolExecutor(max_workers=4) as pool:
                 for future in [pool.submit(write) for write in writes]:
-                    future.result()
+                    touched |= future.result()
+            self.derive_topic_queue(batch_id, touched)
             written = time.monotonic()
             self.append_progress(batch_id, watermark, counts)
         finally:
@@ -144,24 +165,57 @@ class DeltaRouteWriter:
         if self.on_batch:
             self.on_batch(report)
 
-    def _write(self, batch: DataFrame, batch_id: int, kind: RowKind, spec: TableSpec) -> None:
-        """Commit one table's rows of the batch the way the catalog says."""
+    def _write(self, batch: DataFrame, batch_id: int, kind: RowKind, spec: TableSpec) -> set[str]:
+        """Commit one table's rows of the batch the way the catalog says; the groups whose
+        topic_base or topic_overlay rows it holds."""
         if spec.write_mode is WriteMode.APPEND:
             self._append(batch.filter(F.col("kind") == kind.value), batch_id, spec)
-        else:
-            self.merge_rows(
-                batch_id, spec, _exploded(_rows_of(batch, kind, spec.name), spec.ddl).toArrow
-            )
+            return set()
+        rows = _exploded(_rows_of(batch, kind, spec.name), spec.ddl).toArrow
+        return self.merge_rows(batch_id, spec, rows)
 
-    def merge_rows(self, batch_id: int, spec: TableSpec, rows: Callable[[], pa.Table]) -> None:
+    def derive_topic_queue(self, batch_id: int, groups: set[str]) -> None:
+        """Replace the touched groups' topic_queue_table partitions with what topic_base and
+        topic_overlay hold now, unless this batch's commit is in already (a replay)."""
+        if not groups:
+            return
+        target = self._unless_written(TOPIC_QUEUE, batch_id)
+        if target is None:
+            return
+        derive_partitions(
+            storage.open_delta(self.path(TOPIC_BASE)),
+            storage.open_delta(self.path(TOPIC_OVERLAY)),
+            target,
+            self.path(TOPIC_QUEUE),
+            groups,
+            self._commit(batch_id),
+        )
+
+    def merge_rows(self, batch_id: int, spec: TableSpec, rows: Callable[[], pa.Table]) -> set[str]:
         """MERGE one table's row changes of batch `batch_id` with delta-rs, unless the table
         has this batch already. `rows()` gives them as Arrow, op + the table's columns; it is
         called only when they are to be written (a replayed batch skips Spark's collect).
         Spark-free: the job passes its Spark rows' toArrow, tests their own Arrow rows. From the
-        driver, a small MERGE costs tens of ms instead of a Spark MERGE's several jobs (~0.4 s)."""
+        driver, a small MERGE costs tens of ms instead of a Spark MERGE's several jobs (~0.4 s).
+        Returns the groups a topic_base or topic_overlay change touches (read also when the
+        batch is in already: a replay derives their topic_queue_table partitions again)."""
+        touched: set[str] = set()
+        if spec.name in GROUP_TABLES:
+            collected = rows()
+            touched = {str(g) for g in pc.unique(collected.column("broker_name")).to_pylist()}
+
+            def rows() -> pa.Table:  # collected once
+                return collected
+
         target = self._unless_written(spec.name, batch_id)
         if target is None:
-            return
+            return touched
+        if spec.name == TOPIC_BASE and not all(map(hive_safe, touched)):
+            # a name no Hive folder can hold: its files placed by the writer
+            # (spark/group_files.py; the change feed then comes from the files added and
+            # removed, the whole partition, instead of a MERGE's change data)
+            apply_base_changes(target, self.path(TOPIC_BASE), rows(), self._commit(batch_id))
+            return touched
         schema = pa.schema(target.schema().to_arrow())
         source = (
             rows().select(["op", *schema.names]).cast(schema.insert(0, pa.field("op", pa.string())))
@@ -170,7 +224,7 @@ class DeltaRouteWriter:
             self._count_expiries(source)
         merge = target.merge(
             source,
-            _merge_condition(spec),
+            _merge_condition(spec, touched),
             source_alias="s",
             target_alias="t",
             # the source is in memory already: let delta-rs use its min/max to skip target
@@ -179,6 +233,7 @@ class DeltaRouteWriter:
             commit_properties=self._commit(batch_id),
         )
         _merge_clauses(spec, merge).execute()
+        return touched
 
     def _count_expiries(self, liveness: pa.Table) -> None:
         """Add the EXPIRED rows being written to broker_expiries, by (cluster, broker name)."""
@@ -265,11 +320,15 @@ class DeltaRouteWriter:
         )
 
 
-def _merge_condition(spec: TableSpec) -> str:
+def _merge_condition(spec: TableSpec, groups: set[str] | None = None) -> str:
     """A route table's rows match by key (null-safe, as a key column may be null), a history
-    table's by identity, event_date first (partition pruning)."""
+    table's by identity, event_date first (partition pruning). A table partitioned by group
+    (topic_base) is restricted to the touched groups' partitions: no other file is read."""
     if not spec.identity:
-        return " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in spec.keys)
+        by_key = " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in spec.keys)
+        if spec.partition_by == ("broker_name",) and groups:
+            return f"t.{groups_predicate(groups)} AND {by_key}"
+        return by_key
     identity = (*spec.partition_by, *spec.identity)
     return " AND ".join(f't."{c}" = s."{c}"' for c in identity)
 

@@ -16,6 +16,7 @@ import httpx
 import pyarrow as pa
 from deltalake import CommitProperties, Transaction, write_deltalake
 
+from routing_lib.core.catalog import TOPIC_BASE, TOPIC_OVERLAY, spec
 from routing_lib.core.replay import default_watermark, fleet_rows, replay
 from routing_lib.core.tables import (
     BROKER_ADDR,
@@ -191,6 +192,16 @@ class AppClient:
 APP_ID = "test-writer"
 
 
+def with_group_layout(route_tables: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """The tables plus what the lookup reads topicQueueTable from (issue 36): topic_base
+    holding topic_queue_table's rows, every group under a trivial overlay (no overlay row),
+    which derives exactly those rows."""
+    if TOPIC_QUEUE not in route_tables:
+        return route_tables
+    rows = route_tables[TOPIC_QUEUE]
+    return {**route_tables, TOPIC_BASE: rows, TOPIC_OVERLAY: []}
+
+
 class Warehouse:
     """Writes like the pipeline does: route tables, then the progress row, each commit
     carrying txn(appId, batch id)."""
@@ -207,10 +218,19 @@ class Warehouse:
     ) -> None:
         data = pa.Table.from_pylist(rows, schema=arrow_schema(table))
         commit = CommitProperties(app_transactions=[Transaction(APP_ID, batch)])
+        parts = list(spec(table).partition_by) or None
         if mode == "append":  # two calls: write_deltalake's overloads split on the mode
-            write_deltalake(self.root / table, data, mode="append", commit_properties=commit)
+            write_deltalake(
+                self.root / table, data, mode="append", partition_by=parts, commit_properties=commit
+            )
         else:
-            write_deltalake(self.root / table, data, mode="overwrite", commit_properties=commit)
+            write_deltalake(
+                self.root / table,
+                data,
+                mode="overwrite",
+                partition_by=parts,
+                commit_properties=commit,
+            )
 
     def progress(self, batch: int, watermark: int) -> None:
         self.write(PROGRESS, [{"batch_id": batch, "watermark": watermark}], batch, mode="append")
@@ -218,7 +238,7 @@ class Warehouse:
     def publish(
         self, batch: int, watermark: int, route_tables: dict[str, list[dict]], pause_s: float = 0.0
     ) -> None:
-        for table, rows in route_tables.items():
+        for table, rows in with_group_layout(route_tables).items():
             self.write(table, rows, batch)
             time.sleep(pause_s)  # a slow writer: the refresher polls in between
         self.progress(batch, watermark)

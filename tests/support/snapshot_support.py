@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from routing_lib.core.catalog import TOPIC_BASE, spec
 from routing_lib.core.tables import (
     BROKER_ADDR,
     BROKER_LIVE,
     CLUSTER_ADDR,
     ROUTE_TABLES,
-    TABLE_KEYS,
     TOPIC_QUEUE,
     Row,
 )
@@ -20,13 +20,22 @@ from tests.support.writer_support import Change
 
 
 def key_of(table: str, row: Row) -> tuple:
-    return tuple(row[k] for k in TABLE_KEYS[table])
+    return tuple(row[k] for k in spec(table).keys)
 
 
 def one_per_key(table: str, changes: Iterable[Change]) -> list[Change]:
     """The last change of each key: the step hands the writer one change per row (a MERGE
     refuses two source rows for one target row)."""
     return list({key_of(table, row): (op, row) for op, row in changes}.values())
+
+
+def group_layout(changes: dict[str, list[Change]]) -> dict[str, list[Change]]:
+    """A batch's changes plus topic_base's: the lookup reads topicQueueTable from topic_base
+    + topic_overlay (issue 36), and with no overlay row every group's base is its slice, so
+    topic_base gets topic_queue_table's changes."""
+    if TOPIC_QUEUE not in changes:
+        return changes
+    return {**changes, TOPIC_BASE: changes[TOPIC_QUEUE]}
 
 
 def upserts(tables: dict[str, list[Row]]) -> dict[str, list[Change]]:

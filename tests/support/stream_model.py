@@ -15,10 +15,13 @@ import random
 from collections import defaultdict
 
 from routing_lib.core.admin import ADMIN_KEY, group_key
+from routing_lib.core.catalog import TOPIC_BASE, TOPIC_OVERLAY, spec
 from routing_lib.core.clock import Arrival
 from routing_lib.core.codec import decode_clock
 from routing_lib.core.content import CONTENT, ContentBackend
 from routing_lib.core.dump import canonical_dump, project
+from routing_lib.core.fact_rows import overlay_of_row, queue_of_row
+from routing_lib.core.group_facts import topic_queue_rows
 from routing_lib.core.group_routes import DEFAULT_FLAGS, RouteFlags
 from routing_lib.core.replay import fleet_rows
 from routing_lib.core.rows import RowKind, RowOp, StepRow
@@ -32,7 +35,7 @@ from routing_lib.core.step import (
     admin_log_rows,
     step_group,
 )
-from routing_lib.core.tables import ROUTE_TABLES, TABLE_KEYS, Row, RowKey
+from routing_lib.core.tables import ROUTE_TABLES, TABLE_KEYS, TOPIC_QUEUE, Row, RowKey
 from routing_lib.core.topic_table import TopicTable
 from routing_lib.core.wire import Event, externalize, pack_event
 from schemas import DeleteTopicEvent, TickEvent
@@ -62,7 +65,11 @@ class StreamModel:
         self.published = 0
         self.late = 0
         # the published route tables: table -> key -> row
-        self.tables: dict[str, dict[RowKey, Row]] = {t: {} for t in ROUTE_TABLES}
+        # (with the group layout, topic_queue_table is derived from topic_base and topic_overlay
+        # per touched group, as the writer derives it)
+        self.tables: dict[str, dict[RowKey, Row]] = {
+            t: {} for t in (*ROUTE_TABLES, TOPIC_BASE, TOPIC_OVERLAY)
+        }
 
     def _topic_names(self, saved: SavedGroup) -> list[str]:
         return TopicTable.from_blob(CONTENT.resolve(saved.topics)).names()
@@ -113,7 +120,7 @@ class StreamModel:
         for out in written:
             if out.kind != RowKind.CHANGE or out.table is None:
                 continue
-            keys = TABLE_KEYS[out.table]
+            keys = spec(out.table).keys
             for row in json.loads(out.row_json):
                 key = tuple(row[k] for k in keys)
                 assert key not in source[out.table], (
@@ -127,6 +134,31 @@ class StreamModel:
                     target.pop(key, None)
                 else:
                     target[key] = row
+        if not self.config.per_topic:
+            touched = {
+                key[-1] for table in (TOPIC_BASE, TOPIC_OVERLAY) for key in source.get(table, {})
+            }
+            self._derive_topic_queue(touched)
+
+    def _derive_topic_queue(self, groups: set[str]) -> None:
+        """The writer's derivation: each touched group's topic_queue_table rows replaced by
+        effective(base, overlay)."""
+        if not groups:
+            return
+        base = {
+            (key[1], key[0]): queue_of_row(row)
+            for key, row in self.tables[TOPIC_BASE].items()
+            if key[1] in groups
+        }
+        overlays = {
+            key[0]: overlay_of_row(row)
+            for key, row in self.tables[TOPIC_OVERLAY].items()
+            if key[0] in groups
+        }
+        queue = self.tables[TOPIC_QUEUE]
+        for key in [k for k in queue if k[1] in groups]:
+            del queue[key]
+        queue.update(topic_queue_rows(base, overlays))
 
     def _step(self, key: str, rows: list[InputRow], context: BatchContext) -> list:
         return self._step_result(key, rows, context).rows

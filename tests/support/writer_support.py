@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from routing_lib.core.catalog import CATALOG, TableSpec, spec
+from routing_lib.core.catalog import STORED, TableSpec, spec
 from routing_lib.core.tables import Row
 from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.spark.delta_writer import DeltaRouteWriter
@@ -25,7 +25,7 @@ CHANGE_DATA_FEED = {"delta.enableChangeDataFeed": "true"}
 Change = tuple[str, Row]  # (op: a RowOp value, the row: all columns, or the key for a delete)
 
 
-def create_tables(root: Path, specs: Iterable[TableSpec] = CATALOG) -> None:
+def create_tables(root: Path, specs: Iterable[TableSpec] = STORED) -> None:
     for table in specs:
         DeltaTable.create(
             str(root / table.name),
@@ -40,28 +40,34 @@ class WriterWarehouse:
     to create first (none: they are there already)."""
 
     def __init__(
-        self, root: Path, specs: Iterable[TableSpec] = CATALOG, app_id: str = APP_ID
+        self, root: Path, specs: Iterable[TableSpec] = STORED, app_id: str = APP_ID
     ) -> None:
         self.root = root
         self.watermarks: dict[int, int] = {}
         self.writer = DeltaRouteWriter(str(root), app_id, self.watermarks.__getitem__)
         create_tables(root, specs)
 
-    def merge(self, table: str, changes: Iterable[Change], batch: int) -> None:
+    def merge(self, table: str, changes: Iterable[Change], batch: int) -> set[str]:
         """One table's changes in batch `batch`, as the step hands them to the writer. A table
-        without changes gets no commit, as in the job."""
+        without changes gets no commit, as in the job. The groups whose topic_base or
+        topic_overlay rows changed."""
         schema = arrow_schema(table).insert(0, pa.field("op", pa.string()))
         rows = pa.Table.from_pylist([{**row, "op": op} for op, row in changes], schema=schema)
         if rows.num_rows:
-            self.writer.merge_rows(batch, spec(table), lambda: rows)
+            return self.writer.merge_rows(batch, spec(table), lambda: rows)
+        return set()
 
     def progress(self, batch: int, watermark: int) -> None:
         self.watermarks[batch] = watermark
         self.writer.append_progress(batch, watermark, {})
 
     def publish(self, batch: int, watermark: int, changes: dict[str, list[Change]]) -> None:
+        """The writer's order: every table's changes, then topic_queue_table derived for the
+        groups whose topic_base / topic_overlay rows changed, then the progress row."""
+        touched: set[str] = set()
         for table, table_changes in changes.items():
-            self.merge(table, table_changes, batch)
+            touched |= self.merge(table, table_changes, batch)
+        self.writer.derive_topic_queue(batch, touched)
         self.progress(batch, watermark)
 
 

@@ -1,0 +1,238 @@
+"""topic_base as the lookup holds it: topic -> holders (group, queue data), in flat arrays.
+
+One `BaseIndex` is immutable and describes topic_base at one Delta version (issue 36): every
+group's configured topic table, whether the group is present or not. The arrays live in one
+Arrow IPC file (one record batch of one row whose columns are lists), so the worker
+processes of `serve --workers N` map the same file (`shared_index.py`) instead of each
+holding a copy; nothing here is a Python object per topic.
+
+    topics        sorted, unique topic names (large_string)          T
+    holder_start  CSR offsets: topic i's holders are [start[i], start[i+1])   T + 1
+    holder_group  the holder's group (index into `groups`)                   H
+    holder_queue  its queue data (index into the four queue columns)          H
+    holder_topic  its topic id                                               H
+    group_start   CSR offsets over `group_holders` by group                  G + 1
+    group_holders holder ids ordered by group (what a group's fault flips)   H
+
+Holders of a topic are ordered by group name (the order of a route's queueDatas). A topic is
+found by binary search over `topics` (bytes order = code point order = Python's `sorted`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from routing_lib.lookup.topic_store import Entry, Queue, queue_of
+
+QUEUE_COLUMNS = ("read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag")
+IntArray = npt.NDArray[np.int32]
+
+
+def _int32(values: npt.NDArray[Any]) -> pa.Array:
+    return pa.array(np.ascontiguousarray(values, dtype=np.int32))
+
+
+def _one_row(columns: dict[str, pa.Array]) -> pa.RecordBatch:
+    """A record batch of one row whose every column is a list holding one array."""
+    lists = {}
+    for name, values in columns.items():
+        offsets = pa.array([0, len(values)], pa.int64())
+        lists[name] = pa.LargeListArray.from_arrays(offsets, values)
+    return pa.RecordBatch.from_pydict(lists)
+
+
+def _numpy(array: pa.Array) -> IntArray:
+    """A zero-copy numpy view of an int32 Arrow array without nulls (read-only)."""
+    values: IntArray = array.to_numpy(zero_copy_only=True)
+    return values
+
+
+class BaseIndex:
+    """Read-only. `arrays()` are the file's; `groups` and the queue objects are small Python
+    lists made once per process (a few hundred groups, a few dozen queue settings)."""
+
+    __slots__ = (
+        "version",
+        "table_id",
+        "batch",
+        "topic_count",
+        "holder_count",
+        "groups",
+        "group_ids",
+        "queues",
+        "holder_start",
+        "holder_group",
+        "holder_queue",
+        "holder_topic",
+        "group_start",
+        "group_holders",
+        "_topics",
+        "_offsets",
+        "_data",
+        "_start",
+        "_hgroup",
+        "_hqueue",
+    )
+
+    def __init__(self, batch: pa.RecordBatch, version: int, table_id: str = "") -> None:
+        self.version = version  # topic_base's Delta version it describes
+        self.table_id = table_id  # topic_base's Delta table id (a recreated table: another)
+        self.batch = batch  # keeps the mapped buffers alive
+        col = {name: batch.column(name).values for name in batch.schema.names}
+        topics = col["topics"]
+        self._topics: pa.LargeStringArray = topics
+        self.topic_count = len(topics)
+        self.holder_start: IntArray = _numpy(col["holder_start"])
+        self.holder_group: IntArray = _numpy(col["holder_group"])
+        self.holder_queue: IntArray = _numpy(col["holder_queue"])
+        self.holder_topic: IntArray = _numpy(col["holder_topic"])
+        self.group_start: IntArray = _numpy(col["group_start"])
+        self.group_holders: IntArray = _numpy(col["group_holders"])
+        self.holder_count = len(self.holder_group)
+        self.groups: list[str] = [sys.intern(g) for g in col["groups"].to_pylist()]
+        self.group_ids = {name: g for g, name in enumerate(self.groups)}
+        self.queues: list[Queue] = [
+            queue_of(*q) for q in zip(*(col[c].to_pylist() for c in QUEUE_COLUMNS), strict=True)
+        ]
+        # memoryviews for the per-request path: indexing one is cheaper than numpy's
+        _, offsets, data = topics.buffers()
+        first = topics.offset
+        self._offsets = memoryview(offsets).cast("q")[first : first + self.topic_count + 1]
+        self._data = memoryview(data) if data is not None else memoryview(b"")
+        self._start = self.holder_start.data
+        self._hgroup = self.holder_group.data
+        self._hqueue = self.holder_queue.data
+
+    # -- building --
+
+    @staticmethod
+    def build(table: pa.Table, version: int, table_id: str = "") -> BaseIndex:
+        """From topic_base's rows (any order, one per (topic, broker_name)), vectorised."""
+        return BaseIndex(BaseIndex.record_batch(table), version, table_id)
+
+    @staticmethod
+    def record_batch(table: pa.Table) -> pa.RecordBatch:
+        table = table.select(["topic", "broker_name", *QUEUE_COLUMNS])
+        table = table.sort_by([("topic", "ascending"), ("broker_name", "ascending")])
+        rows = table.num_rows
+        topic = table.column("topic").combine_chunks().cast(pa.large_string())
+        if rows:
+            runs = pc.run_end_encode(topic, run_end_type=pa.int64())
+            topics, run_ends = runs.values, runs.run_ends.to_numpy()
+        else:
+            topics, run_ends = topic, np.zeros(0, np.int64)
+        holder_start = np.concatenate([[0], run_ends])
+        holder_topic = np.repeat(np.arange(len(topics)), np.diff(holder_start))
+        names = table.column("broker_name").combine_chunks().dictionary_encode()
+        holder_group = names.indices.to_numpy(zero_copy_only=False)
+        groups = names.dictionary
+        queue_ids, queue_columns = _queue_ids(table)
+        counts = np.bincount(holder_group, minlength=len(groups))
+        group_start = np.concatenate([[0], np.cumsum(counts)])
+        group_holders = np.argsort(holder_group, kind="stable")
+        return _one_row(
+            {
+                "topics": topics,
+                "holder_start": _int32(holder_start),
+                "holder_group": _int32(holder_group),
+                "holder_queue": _int32(queue_ids),
+                "holder_topic": _int32(holder_topic),
+                "groups": groups.cast(pa.large_string()),
+                "group_start": _int32(group_start),
+                "group_holders": _int32(group_holders),
+                **queue_columns,
+            }
+        )
+
+    # -- the file --
+
+    def save(self, path: Path) -> None:
+        """Write as an Arrow IPC file (the caller renames it into place)."""
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, self.batch.schema) as w:
+            w.write_batch(self.batch)
+
+    @staticmethod
+    def mapped(path: Path, version: int, table_id: str = "") -> BaseIndex:
+        """The index of an IPC file, memory-mapped: its pages are shared with every process
+        that maps the same file (the mapping outlives the file's unlink)."""
+        with pa.memory_map(str(path), "r") as source:
+            batch = pa.ipc.open_file(source).get_batch(0)
+        return BaseIndex(batch, version, table_id)
+
+    # -- reads --
+
+    def topic_name(self, i: int) -> str:
+        offsets = self._offsets
+        return bytes(self._data[offsets[i] : offsets[i + 1]]).decode()
+
+    def find(self, topic: str) -> int:
+        """The topic's id, or -1."""
+        try:
+            key = topic.encode()
+        except UnicodeEncodeError:  # a lone surrogate: no stored topic has one
+            return -1
+        offsets, data = self._offsets, self._data
+        lo, hi = 0, self.topic_count
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if bytes(data[offsets[mid] : offsets[mid + 1]]) < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < self.topic_count and bytes(data[offsets[lo] : offsets[lo + 1]]) == key:
+            return lo
+        return -1
+
+    def entry(self, i: int) -> Entry:
+        """Topic i's holders as a flat (group, queue, group, queue, ...) tuple."""
+        groups, queues, hgroup, hqueue = self.groups, self.queues, self._hgroup, self._hqueue
+        flat: list[str | Queue] = []
+        for h in range(self._start[i], self._start[i + 1]):
+            flat += (groups[hgroup[h]], queues[hqueue[h]])
+        return tuple(flat)
+
+    def topic_names(self, ids: npt.NDArray[Any] | None = None) -> list[str]:
+        """The names of topic ids `ids` (all, in order, when None)."""
+        topics = self._topics if ids is None else self._topics.take(pa.array(ids))
+        names: list[str] = topics.to_pylist()
+        return names
+
+    def topic_array(self) -> pa.LargeStringArray:
+        return self._topics
+
+    def holders_of_group(self, g: int) -> npt.NDArray[Any]:
+        return self.group_holders[self.group_start[g] : self.group_start[g + 1]]
+
+    def topic_ids(self, names: Sequence[str]) -> npt.NDArray[Any]:
+        """The ids of those of `names` in the index (a binary search each: a covered list or
+        the system topics, never the whole table)."""
+        found = [i for i in map(self.find, names) if i >= 0]
+        return np.array(found, np.int64)
+
+
+def _queue_ids(table: pa.Table) -> tuple[npt.NDArray[Any], dict[str, pa.Array]]:
+    """Each row's queue setting as an id into a small table of distinct settings (a few
+    dozen in a fleet): packed into one int64 per row when every value fits 16 bits (real
+    brokers' do), else unique over the four columns."""
+    columns = [table.column(c).combine_chunks().fill_null(0) for c in QUEUE_COLUMNS]
+    values = [c.to_numpy().astype(np.int64) for c in columns]
+    if not len(values[0]):
+        distinct, inverse = np.zeros((0, 4), np.int64), np.zeros(0, np.int64)
+    elif all(v.min() >= 0 and v.max() <= 0xFFFF for v in values):
+        packed = (values[0] << 48) | (values[1] << 32) | (values[2] << 16) | values[3]
+        keys, inverse = np.unique(packed, return_inverse=True)
+        distinct = np.stack(
+            [keys >> 48, (keys >> 32) & 0xFFFF, (keys >> 16) & 0xFFFF, keys & 0xFFFF], axis=1
+        )
+    else:
+        distinct, inverse = np.unique(np.stack(values, axis=1), axis=0, return_inverse=True)
+    out = {name: _int32(distinct[:, k]) for k, name in enumerate(QUEUE_COLUMNS)}
+    return inverse.reshape(-1), out

@@ -1,0 +1,109 @@
+"""Base indexes shared by the lookup's processes: Arrow IPC files in /dev/shm, mapped.
+
+`serve --workers N` runs N processes that each serve the same snapshots. The big part of a
+snapshot, topic_base's index (`BaseIndex`: 3 M holders at 300 groups x 10 000 topics), is
+immutable per topic_base version, so one process writes it once as a file in a directory of
+this service and every process maps it: the pages are in memory once (a tmpfs file's pages
+are shared by every mapping), each process adds only its small per-version parts (overlays,
+the delta since the file, the broker tables).
+
+Files are named by topic_base's table id and version. A process that needs a base (the first
+load, or its delta grew large) takes the directory's lock, maps the file of that version if
+another process wrote it meanwhile, else builds and writes it (to a temporary name, renamed
+into place: a reader never sees half a file). The writer then unlinks the older files but the
+newest `keep`: a process still serving an older one keeps its mapping (an unlinked file's
+pages live until the last mapping goes), and maps the newer one at its next build
+(`newest`), so an old version's memory is freed once no process uses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from routing_lib.lookup.base_index import BaseIndex
+
+DIR_ENV = "ROUTELAKE_LOOKUP_INDEX_DIR"  # set by the primary for the processes it forks
+SHM = Path("/dev/shm")
+_NAME = re.compile(r"base-(?P<table>[0-9A-Za-z-]+)-(?P<version>\d{20})\.arrow")
+
+
+def _shared_memory_dir() -> str | None:
+    """/dev/shm when this system has a writable one (a tmpfs: files live in memory)."""
+    return str(SHM) if SHM.is_dir() and os.access(SHM, os.W_OK) else None
+
+
+class SharedIndexes:
+    def __init__(self, directory: Path, keep: int = 2) -> None:
+        self.directory = directory
+        self.keep = keep
+
+    @staticmethod
+    def create() -> SharedIndexes:
+        """A fresh directory (in /dev/shm when there is one); `remove` it at the end."""
+        return SharedIndexes(
+            Path(tempfile.mkdtemp(prefix="routelake-lookup-index-", dir=_shared_memory_dir()))
+        )
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def path(self, table_id: str, version: int) -> Path:
+        return self.directory / f"base-{table_id}-{version:020d}.arrow"
+
+    def versions(self, table_id: str) -> list[int]:
+        """The versions of `table_id` with a file, oldest first."""
+        found = []
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.directory):
+                match = _NAME.fullmatch(name)
+                if match and match["table"] == table_id:
+                    found.append(int(match["version"]))
+        return sorted(found)
+
+    def newest(self, table_id: str, at_most: int) -> BaseIndex | None:
+        """The newest index of `table_id` at a version <= `at_most`, mapped (None: none)."""
+        for version in reversed(self.versions(table_id)):
+            if version <= at_most:
+                with contextlib.suppress(FileNotFoundError):  # unlinked meanwhile
+                    return BaseIndex.mapped(self.path(table_id, version), version, table_id)
+        return None
+
+    def publish(self, table_id: str, version: int, write: Callable[[Path], None]) -> BaseIndex:
+        """The index of `version`: mapped if a process wrote it, else written by `write` (to
+        a temporary name, renamed into place) and mapped."""
+        with self._locked():
+            path = self.path(table_id, version)
+            if not path.exists():
+                partial = path.with_suffix(f".{os.getpid()}.partial")
+                try:
+                    write(partial)
+                    os.replace(partial, path)
+                finally:
+                    partial.unlink(missing_ok=True)
+                self._prune(table_id)
+            return BaseIndex.mapped(path, version, table_id)
+
+    def _prune(self, table_id: str) -> None:
+        """Unlink every other table's files and this table's but the newest `keep`."""
+        keep = {self.path(table_id, v).name for v in self.versions(table_id)[-self.keep :]}
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.directory):
+                if _NAME.fullmatch(name) and name not in keep:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self.directory / name)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.directory / "build.lock", "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)

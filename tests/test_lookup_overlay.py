@@ -1,0 +1,259 @@
+"""The lookup serves topicQueueTable from topic_base + topic_overlay (issue 36): the overlay
+rows decide at read time which holders are present and with which perm, as RocketMQ's
+pickupTopicRouteData filters its maps. Over random batches of base changes and faults the
+incremental index equals a full load and the reference (topic_queue_rows of core); a fault
+of a large group is one overlay row: no base entry is rebuilt, the other groups' topics and
+rendered routes stay. Tables written with delta-rs from core rows (fact_rows.base_row /
+overlay_row) by the job's MERGE (tests/support/writer_support.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from routing_lib.core.catalog import TOPIC_BASE, TOPIC_OVERLAY
+from routing_lib.core.fact_rows import base_row, overlay_row
+from routing_lib.core.group_facts import topic_queue_rows
+from routing_lib.core.overlay import Overlay, PermOp
+from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, CLUSTER_ADDR, TOPIC_QUEUE, Row
+from routing_lib.core.topic_table import QueueData
+from routing_lib.lookup import base_build
+from routing_lib.lookup.consistency import settled_versions
+from routing_lib.lookup.route_risk import RouteRisks
+from routing_lib.lookup.routes import RouteIndex
+from routing_lib.lookup.shared_index import SharedIndexes
+from routing_lib.lookup.snapshots import load_index, next_index
+from routing_lib.read.warehouse import WarehouseSnapshot
+from tests.support.helpers import seeds
+from tests.support.lookup_support import addr, live
+from tests.support.writer_support import Change, WriterWarehouse
+from tests.test_lookup_snapshots import FLAGS, same_answers
+
+GROUPS = [f"broker-{g}" for g in range(5)]
+
+
+class Model:
+    """topic_base and topic_overlay as the job would hold them, and the broker tables."""
+
+    def __init__(self, rng: random.Random, topics: int = 30) -> None:
+        self.base: dict[tuple[str, str], QueueData] = {}
+        self.overlays: dict[str, Overlay] = {}
+        for group in GROUPS[:-1]:  # the last group: no base row at the first load (a
+            # group only the delta holds: its faults are applied at read time alone)
+            for t in rng.sample(range(topics), topics // 2):
+                self.base[group, f"T{t}"] = QueueData(4, 4, 6, rng.choice([0, 1, 3]))
+        self.brokers: dict[str, list[Row]] = {
+            BROKER_ADDR: [
+                addr(group, 0, f"127.0.0.{g + 1}:10911", f"c{g % 2}", acting=True)
+                for g, group in enumerate(GROUPS)
+            ],
+            CLUSTER_ADDR: [
+                {"cluster_name": f"c{g % 2}", "broker_name": group}
+                for g, group in enumerate(GROUPS)
+            ],
+            BROKER_LIVE: [
+                live(f"c{g % 2}", f"127.0.0.{g + 1}:10911", group) for g, group in enumerate(GROUPS)
+            ],
+        }
+
+    def tables(self) -> dict[str, list[Row]]:
+        """The route tables a NameServer would hold: topicQueueTable derived by core."""
+        return {
+            **self.brokers,
+            TOPIC_QUEUE: list(topic_queue_rows(self.base, self.overlays).values()),
+        }
+
+    def first_batch(self) -> dict[str, list[Change]]:
+        base = [("upsert", base_row(g, t, q)) for (g, t), q in self.base.items()]
+        return {
+            TOPIC_BASE: base,
+            **{t: [("upsert", r) for r in rs] for t, rs in self.brokers.items()},
+        }
+
+
+def random_batch(rng: random.Random, model: Model, step: int) -> dict[str, list[Change]]:
+    """Base rows changed and groups faulted, as the writer commits them: one change per key."""
+    base: dict[tuple[str, str], Change] = {}
+    overlays: dict[str, Change] = {}
+    for _ in range(rng.randint(0, 4)):  # topic changes: O(changed) base rows
+        group, topic = rng.choice(GROUPS), f"T{rng.randrange(36)}"
+        if (group, topic) in model.base and rng.random() < 0.4:
+            del model.base[group, topic]
+            base[group, topic] = ("delete", {"topic": topic, "broker_name": group})
+        else:
+            queue = QueueData(rng.choice([2, 4, 8]), 4, rng.choice([2, 4, 6]), 0)
+            model.base[group, topic] = queue
+            base[group, topic] = ("upsert", base_row(group, topic, queue))
+    for _ in range(rng.randint(0, 3)):  # faults: one overlay row each
+        group = rng.choice(GROUPS)
+        kind = rng.choice(["expire", "return", "wipe", "add", "split", "gone", "trivial"])
+        old = model.overlays.get(group, Overlay())
+        if kind == "gone":
+            model.overlays.pop(group, None)
+            overlays[group] = ("delete", {"broker_name": group})
+            continue
+        if kind == "expire":
+            new = Overlay(False, old.perm_op, old.covered)
+        elif kind == "return":
+            new = Overlay(True, rng.choice([PermOp.ID, PermOp.WIPE]), None)
+        elif kind == "wipe":
+            new = Overlay(old.present, PermOp.WIPE.then(old.perm_op), old.covered)
+        elif kind == "add":
+            new = Overlay(old.present, rng.choice([PermOp.RW, PermOp.R]), old.covered)
+        elif kind == "split":  # a split registration's chunks so far (some not in the base)
+            chosen = {f"T{t}" for t in rng.sample(range(40), rng.randint(0, 12))}
+            new = Overlay(True, old.perm_op, frozenset(chosen))
+        else:
+            new = Overlay()
+        model.overlays[group] = new
+        overlays[group] = ("upsert", overlay_row(group, new))
+    beat = [("upsert", {**r, "last_update_timestamp": step}) for r in model.brokers[BROKER_LIVE]]
+    model.brokers[BROKER_LIVE] = [row for _, row in beat]
+    out = {BROKER_LIVE: beat}
+    if base:
+        out[TOPIC_BASE] = list(base.values())
+    if overlays:
+        out[TOPIC_OVERLAY] = list(overlays.values())
+    return out
+
+
+@pytest.mark.parametrize("seed", seeds([1, 2, 3, 4]))
+def test_overlays_applied_at_read_time_equal_the_derived_table(tmp_path, seed):
+    rng = random.Random(seed)
+    flags = FLAGS[seed % 2]
+    model = Model(rng)
+    wh = WriterWarehouse(tmp_path)
+    wh.publish(0, 1_000, model.first_batch())
+    shared = SharedIndexes.create()
+    try:
+        pinned = settled_versions(tmp_path)[0]
+        current = next_index(tmp_path, None, pinned, shared=shared, **flags).index
+        flips = 0
+        risks, reference_risks = RouteRisks(), RouteRisks()
+        risks.of(current)
+        reference_risks.of(RouteIndex(WarehouseSnapshot(model.tables(), pinned, 1_000), **flags))
+        for step in range(1, 16):
+            wh.publish(step, 1_000 + step, random_batch(rng, model, step))
+            pinned, latest = settled_versions(tmp_path)
+            assert pinned == latest
+            built = next_index(tmp_path, current, pinned, shared=shared, **flags)
+            assert built.how == "incremental", built.reason
+            flips += built.changed_groups
+            reference = RouteIndex(WarehouseSnapshot(model.tables(), pinned, 1_000 + step), **flags)
+            same_answers(built.index, reference)
+            same_answers(built.index, load_index(tmp_path, pinned, **flags))
+            # the route risks, vectorised over the base's holders, as over the derived rows
+            risk, want = risks.of(built.index), reference_risks.of(reference)
+            assert dict(risk.without_writable) == dict(want.without_writable)
+            assert dict(risk.single_group) == dict(want.single_group)
+            # the console's per-group counts, vectorised likewise
+            assert built.index.store.group_write_counts() == reference.store.group_write_counts()
+            current = built.index
+        assert flips > 5  # the faults were applied as overlay flips
+    finally:
+        shared.remove()
+
+
+def big_fleet(groups: int, topics: int) -> Model:
+    model = Model(random.Random(0), topics=0)
+    model.base = {
+        (group, f"T{g}_{t}" if t % 10 else f"Shared{t}"): QueueData(8, 8, 6, 0)
+        for g, group in enumerate(GROUPS[:groups])
+        for t in range(topics)
+    }
+    return model
+
+
+def test_an_expiry_is_one_overlay_row_and_touches_no_other_group(tmp_path):
+    model = big_fleet(3, 2_000)
+    wh = WriterWarehouse(tmp_path)
+    wh.publish(0, 1_000, model.first_batch())
+    first = next_index(tmp_path, None, settled_versions(tmp_path)[0]).index
+    first.topics, first.route_count, first.broker_topic_counts  # noqa: B018  computed once
+    kept = {t: first.route_body(t).standard for t in ("T0_1", "T2_1", "Shared0")}
+    # broker-1 expires: its overlay row only (its base stays, as the job writes it)
+    wh.publish(1, 2_000, {TOPIC_OVERLAY: [("upsert", overlay_row("broker-1", Overlay(False)))]})
+    built = next_index(tmp_path, first, settled_versions(tmp_path)[0])
+    assert (built.how, built.changed_rows, built.changed_groups) == ("incremental", 0, 1)
+    after = built.index
+    assert after.store.base is first.store.base and len(after.store.delta) == 0
+    assert after.route_body("T1_1") is None  # only broker-1 held it: TOPIC_NOT_EXIST
+    assert "T1_1" not in after.topics and "T0_1" in after.topics
+    assert len(after.topics) == len(first.topics) - 1_800
+    assert {t: after.route_body(t).standard for t in ("T0_1", "T2_1")} == {
+        t: kept[t] for t in ("T0_1", "T2_1")
+    }
+    shared = json.loads(after.route_body("Shared0").standard)["queueDatas"]
+    assert [q["brokerName"] for q in shared] == ["broker-0", "broker-2"]
+    assert dict(after.broker_topic_counts) == {"broker-0": 2_000, "broker-2": 2_000}
+    # an admin WIPE_WRITE_PERM of broker-0: one row, every one of its queues read-only
+    wh.publish(
+        2, 3_000, {TOPIC_OVERLAY: [("upsert", overlay_row("broker-0", Overlay(True, PermOp.WIPE)))]}
+    )
+    wiped = next_index(tmp_path, after, settled_versions(tmp_path)[0]).index
+    assert json.loads(wiped.route_body("T0_7").standard)["queueDatas"][0]["perm"] == 4
+    assert json.loads(wiped.route_body("T2_7").standard)["queueDatas"][0]["perm"] == 6
+    # broker-1 returns with the table it left with: the same row flipped back
+    wh.publish(3, 4_000, {TOPIC_OVERLAY: [("upsert", overlay_row("broker-1", Overlay()))]})
+    back = next_index(tmp_path, wiped, settled_versions(tmp_path)[0])
+    assert back.changed_rows == 0 and back.index.store.base is first.store.base
+    assert back.index.route_body("T1_1") is not None
+    assert len(back.index.topics) == len(first.topics)
+    same_answers(back.index, load_index(tmp_path, settled_versions(tmp_path)[0]))
+
+
+def test_processes_share_the_newest_base_index_file(tmp_path):
+    """Two processes of a service (two chains of snapshots over one SharedIndexes): one
+    base index file, written by the first; a process that loads later maps it and applies
+    the change feed; a new file (one process's delta grew large) is taken up by the other
+    at its next build, and old files are unlinked but the newest two."""
+    rng = random.Random(3)
+    model = Model(rng)
+    wh = WriterWarehouse(tmp_path)
+    wh.publish(0, 1_000, model.first_batch())
+    shared = SharedIndexes.create()
+    try:
+        one = next_index(tmp_path, None, settled_versions(tmp_path)[0], shared=shared).index
+        table_id = one.store.base.table_id
+        assert shared.versions(table_id) == [one.store.base.version]
+        queue = QueueData(8, 8, 6, 0)  # a base change after the first process's file
+        model.base["broker-0", "T99"] = queue
+        wh.publish(1, 2_000, {TOPIC_BASE: [("upsert", base_row("broker-0", "T99", queue))]})
+        pinned = settled_versions(tmp_path)[0]
+        two = next_index(tmp_path, None, pinned, shared=shared).index  # a worker starting now
+        assert two.store.base.version == one.store.base.version < pinned[TOPIC_BASE]
+        assert shared.versions(table_id) == [one.store.base.version]  # no second file
+        same_answers(two, load_index(tmp_path, pinned))
+        for step in range(2, 6):
+            wh.publish(step, 1_000 * step, random_batch(rng, model, step))
+            pinned = settled_versions(tmp_path)[0]
+            # the first process rebuilds at every change (a tiny limit), the second follows
+            one = next_index(
+                tmp_path, one, pinned, shared=shared, max_change_fraction=0, min_full_rows=0
+            ).index
+            two = next_index(tmp_path, two, pinned, shared=shared).index
+            assert two.store.base.version == one.store.base.version
+            same_answers(two, load_index(tmp_path, pinned))
+        assert len(shared.versions(table_id)) <= 2
+    finally:
+        shared.remove()
+
+
+def test_a_large_base_index_is_built_by_a_process_of_its_own(tmp_path, monkeypatch):
+    """Past SUBPROCESS_ROWS the file is written by `python -m routing_lib.lookup.base_build`
+    (its transient memory leaves with that process); the index is the same."""
+    model = big_fleet(2, 300)
+    wh = WriterWarehouse(tmp_path)
+    wh.publish(0, 1_000, model.first_batch())
+    pinned = settled_versions(tmp_path)[0]
+    shared = SharedIndexes.create()
+    try:
+        monkeypatch.setattr(base_build, "SUBPROCESS_ROWS", 100)
+        monkeypatch.setattr(base_build, "write", None)  # not in this process
+        index = next_index(tmp_path, None, pinned, shared=shared).index
+        assert shared.versions(index.store.base.table_id) == [pinned[TOPIC_BASE]]
+        same_answers(index, load_index(tmp_path, pinned))
+    finally:
+        shared.remove()
