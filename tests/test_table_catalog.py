@@ -148,7 +148,9 @@ def test_housekeeping_covers_every_table_and_filters_the_partitioned_ones_by_day
 def test_readers_table_lists_are_the_catalogs():
     assert SNAPSHOT_TABLES == (*ROUTE_TABLES, PROGRESS) == read_by(Reader.DUMP)
     assert OPTIONAL_TABLES == {"kv_config_table"}
-    assert set(SMALL_TABLES) | {"topic_queue_table", PROGRESS} == set(read_by(Reader.LOOKUP))
+    # the lookup serves topicQueueTable from topic_base + topic_overlay (issue 36)
+    lookup = {"topic_queue_table", "topic_base", "topic_overlay", PROGRESS}
+    assert set(SMALL_TABLES) | lookup == set(read_by(Reader.LOOKUP))
     assert set(PINNED_TABLES) <= set(read_by(Reader.CONSOLE))
     # (+ the group layout's change tables, which topic_route_history is derived from)
     history = set(HISTORY_TABLES) | {"topic_base_changes", "topic_overlay_changes"}

@@ -499,8 +499,8 @@ GROUP_ROUTE_SPECS = (
         WriteMode.MERGE,
         RowKind.CHANGE,
         # the job fans DELETE_TOPIC out to the groups holding the topic in their base (present
-        # or not), and its writer derives topic_queue_table from it
-        frozenset({Reader.JOB}),
+        # or not), and its writer derives topic_queue_table from it; the lookup serves from it
+        frozenset({Reader.JOB, Reader.LOOKUP}),
         keys=("topic", "broker_name"),
         partition_by=("broker_name",),
         doc="each broker group's configured topic table (its base), kept while it is absent",
@@ -511,7 +511,8 @@ GROUP_ROUTE_SPECS = (
         _columns(("broker_name", STRING), *_OVERLAY_COLUMNS),
         WriteMode.MERGE,
         RowKind.CHANGE,
-        frozenset({Reader.JOB}),  # the writer derives topic_queue_table from it
+        # the writer derives topic_queue_table from it; the lookup applies it at read time
+        frozenset({Reader.JOB, Reader.LOOKUP}),
         keys=("broker_name",),
         doc="one row per broker group with a base: present, perm_op, covered",
     ),
