@@ -338,20 +338,23 @@ def _descends(pid: int, parents: dict[int, int]) -> bool:
 
 
 def _costs(work: Path, faults: int, peak_bytes: int) -> str:
-    """History rows per injected fault, the content store's size, the peak memory."""
+    """Stored route-history rows per injected fault (the group layout's change tables, from
+    which topic_route_history is derived), the content store's size, the peak memory."""
     from deltalake import DeltaTable
 
-    try:
-        actions = DeltaTable(str(work / "warehouse" / "topic_route_history")).get_add_actions()
-        history_rows = sum(actions.column("num_records").to_pylist())
-    except Exception:  # history off, or not created
-        history_rows = 0
+    history_rows = 0
+    for table in ("topic_base_changes", "topic_overlay_changes"):
+        try:
+            actions = DeltaTable(str(work / "warehouse" / table)).get_add_actions()
+            history_rows += sum(actions.column("num_records").to_pylist())
+        except Exception:  # history off, or not created
+            pass
     content = work / "checkpoint" / "content"
     content_bytes = sum(f.stat().st_size for f in content.rglob("*") if f.is_file())
     per_fault = f"{history_rows / faults:,.0f}" if faults else "n/a"
     return (
-        f"costs: {faults} faults injected, topic_route_history {history_rows:,} rows "
-        f"({per_fault} per fault, the first registrations included); content store "
+        f"costs: {faults} faults injected, route history stored as {history_rows:,} change "
+        f"rows ({per_fault} per fault, the first registrations included); content store "
         f"{content_bytes / 2**20:,.1f} MiB; peak memory (this process, the JVM, the workers) "
         f"{peak_bytes / 2**30:.2f} GiB"
     )
