@@ -115,6 +115,27 @@ class DeltaLog:
         return commits
 
 
+def master_registration(
+    at: int, group: str, address: str, topics: int, perm: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """A master's REGISTER of `topics` writable topics, some (`perm`) with another perm or
+    added; the dataVersion counts the changed ones, so a changed table is a new version."""
+    table = {f"topic-{i:05d}": {"topicName": f"topic-{i:05d}", "perm": 6} for i in range(topics)}
+    for name, value in (perm or {}).items():
+        table.setdefault(name, {"topicName": name})["perm"] = value
+    return {
+        "eventType": "REGISTER",
+        "eventTime": at,
+        "clusterName": "C",
+        "brokerAddr": address,
+        "brokerName": group,
+        "brokerId": 0,
+        "heartbeatTimeoutMillis": 30_000,
+        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1 + len(perm or {})},
+        "topicConfigTable": table,
+    }
+
+
 def _given(table: pa.Table) -> pa.Table:
     return table
 

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from bench.fault_writer import Commit, FaultWarehouse, step_changes
+from bench.fault_writer import Commit, FaultWarehouse, master_registration, step_changes
 from routing_lib.core.catalog import (
     TOPIC_BASE,
     TOPIC_BASE_CHANGES,
@@ -30,24 +30,10 @@ from routing_lib.spark.group_files import group_folder
 LONG_NAME = "small-b/'ü " + "n" * 244
 BIG, SMALL_A, SMALL_B = "big", "small-a", LONG_NAME
 ADDRESSES = {BIG: "10.0.0.1:10911", SMALL_A: "10.0.0.2:10911", SMALL_B: "10.0.0.3:10911"}
-TIMEOUT_MS = 30_000
 
 
 def register(at: int, group: str, topics: int, perm: dict[str, int] | None = None) -> dict:
-    table = {f"topic-{i:05d}": {"topicName": f"topic-{i:05d}", "perm": 6} for i in range(topics)}
-    for name, value in (perm or {}).items():
-        table.setdefault(name, {"topicName": name})["perm"] = value
-    return {
-        "eventType": "REGISTER",
-        "eventTime": at,
-        "clusterName": "C",
-        "brokerAddr": ADDRESSES[group],
-        "brokerName": group,
-        "brokerId": 0,
-        "heartbeatTimeoutMillis": TIMEOUT_MS,
-        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1 + len(perm or {})},
-        "topicConfigTable": table,
-    }
+    return master_registration(at, group, ADDRESSES[group], topics, perm)
 
 
 def _rows(table: pa.Table) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.fault_writer import FaultWarehouse
+from bench.fault_writer import FaultWarehouse, master_registration
 from routing_lib.lookup.consistency import settled_versions
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.snapshots import next_index
@@ -20,21 +20,7 @@ ADDRESSES = {BIG: "10.0.0.1:10911", SMALL: "10.0.0.2:10911"}
 
 
 def register(at: int, group: str, topics: int, perm: dict[str, int] | None = None) -> dict:
-    """A master's registration of `topics` topics (some with another perm)."""
-    table = {f"topic-{i:05d}": {"topicName": f"topic-{i:05d}", "perm": 6} for i in range(topics)}
-    for name, value in (perm or {}).items():
-        table.setdefault(name, {"topicName": name})["perm"] = value
-    return {
-        "eventType": "REGISTER",
-        "eventTime": at,
-        "clusterName": "C",
-        "brokerAddr": ADDRESSES[group],
-        "brokerName": group,
-        "brokerId": 0,
-        "heartbeatTimeoutMillis": 30_000,
-        "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1 + len(perm or {})},
-        "topicConfigTable": table,
-    }
+    return master_registration(at, group, ADDRESSES[group], topics, perm)
 
 
 def test_the_lookup_over_the_writers_group_layout_equals_the_derived_table(tmp_path: Path):
