@@ -11,6 +11,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -238,7 +239,8 @@ def test_a_retry_still_waiting_when_the_collector_stops_is_dropped(monkeypatch):
     assert sent == ["REGISTER", "CHANNEL_CLOSED"]
 
 
-async def _register_unregister_and_close(port: int) -> None:
+async def _register_and_unregister(port: int, close: bool = True) -> None:
+    """broker-a registers and unregisters, then closes its connection (unless not `close`)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     for request in (
         register("broker-a", A),
@@ -246,8 +248,9 @@ async def _register_unregister_and_close(port: int) -> None:
     ):
         writer.write(encode(request))
         assert FrameDecoder().feed(await reader.read(65536))[0].code == ResponseCode.SUCCESS
-    await asyncio.sleep(0.2)
-    writer.close()
+    if close:
+        await asyncio.sleep(0.2)
+        writer.close()
 
 
 DUE_DELAY_MS = 400  # a watermark delay for the test; TICKs otherwise come once an hour
@@ -259,7 +262,7 @@ def test_a_removal_gets_a_tick_once_it_is_under_the_watermark():
     the next regular one (an hour away here): the removal is applied without waiting for it."""
     publisher = _RefusingPublisher(refusals=0)
     _run_collector_with(
-        publisher, _register_unregister_and_close, stop_after_s=1.5, watermark_delay_ms=DUE_DELAY_MS
+        publisher, _register_and_unregister, stop_after_s=1.5, watermark_delay_ms=DUE_DELAY_MS
     )
     sent = [(e["eventType"], e["eventTime"]) for e in publisher.sent]
     [(_, unregistered)] = [e for e in sent if e[0] == "UNREGISTER"]
@@ -274,16 +277,7 @@ def test_a_due_tick_waits_for_a_slow_tick_in_flight_instead_of_being_skipped():
     """Kafka takes 700 ms to acknowledge each TICK: the one sent at the start is still in
     flight when the UNREGISTER's TICK is due; it is sent once that one is answered."""
     publisher = _RefusingPublisher(refusals=0, tick_ack_s=0.7)
-
-    async def unregister(port: int) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        for request in (
-            register("broker-a", A),
-            heartbeat("broker-a", A, RequestCode.UNREGISTER_BROKER),
-        ):
-            writer.write(encode(request))
-            assert FrameDecoder().feed(await reader.read(65536))[0].code == ResponseCode.SUCCESS
-
+    unregister = partial(_register_and_unregister, close=False)
     _run_collector_with(publisher, unregister, stop_after_s=1.5, watermark_delay_ms=100)
     [unregistered] = [e["eventTime"] for e in publisher.sent if e["eventType"] == "UNREGISTER"]
     first_tick, *ticks = [e["eventTime"] for e in publisher.sent if e["eventType"] == "TICK"]
@@ -294,7 +288,7 @@ def test_a_due_tick_waits_for_a_slow_tick_in_flight_instead_of_being_skipped():
 
 def test_without_a_watermark_delay_there_are_no_due_ticks():
     publisher = _RefusingPublisher(refusals=0)
-    _run_collector_with(publisher, _register_unregister_and_close, stop_after_s=0.8)
+    _run_collector_with(publisher, _register_and_unregister, stop_after_s=0.8)
     assert [e["eventType"] for e in publisher.sent].count("TICK") == 1  # the one at the start
 
 
