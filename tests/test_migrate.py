@@ -220,11 +220,18 @@ def test_migrated_warehouse_derives_the_stored_tables_and_the_job_goes_on(
     assert got == want
 
 
-def test_a_second_migration_changes_nothing(tmp_path: Path) -> None:
-    events, sizes = _batches(11)
-    model = Model(True)
+def _per_topic_run(seed: int, content_refs: bool = False) -> Model:
+    """The model after every batch of seed `seed`'s history, stepped in the per-topic layout
+    (what a warehouse of before issue 36 holds)."""
+    events, sizes = _batches(seed)
+    model = Model(content_refs)
     model.config = PER_TOPIC
     _run(model, events, sizes, 0, len(sizes))
+    return model
+
+
+def test_a_second_migration_changes_nothing(tmp_path: Path) -> None:
+    model = _per_topic_run(11, content_refs=True)
     old_warehouse(tmp_path, model)
     migrate(tmp_path, model.group_states())
     versions = {t: DeltaTable(str(tmp_path / t)).version() for t in (TOPIC_QUEUE, TOPIC_BASE)}
@@ -234,10 +241,7 @@ def test_a_second_migration_changes_nothing(tmp_path: Path) -> None:
 
 
 def test_a_migration_stopped_half_way_is_done_again(tmp_path: Path) -> None:
-    events, sizes = _batches(12)
-    model = Model(False)
-    model.config = PER_TOPIC
-    _run(model, events, sizes, 0, len(sizes))
+    model = _per_topic_run(12)
     old_warehouse(tmp_path, model)
     migrate(tmp_path, model.group_states())
     # as if it had stopped before its last write (topic_base marks a finished migration)
@@ -252,10 +256,7 @@ def test_a_migration_stopped_half_way_is_done_again(tmp_path: Path) -> None:
 
 
 def test_a_history_that_cannot_be_derived_stops_the_migration(tmp_path: Path) -> None:
-    events, sizes = _batches(13)
-    model = Model(False)
-    model.config = PER_TOPIC
-    _run(model, events, sizes, 0, len(sizes))
+    model = _per_topic_run(13)
     key, row = next((k, r) for k, r in model.history.items() if r["valid_to"] is not None)
     model.history[key] = {**row, "ended_by": "SOMETHING_ELSE"}
     old_warehouse(tmp_path, model)
@@ -266,10 +267,7 @@ def test_a_history_that_cannot_be_derived_stops_the_migration(tmp_path: Path) ->
 
 
 def test_a_state_that_disagrees_with_the_tables_stops_the_migration(tmp_path: Path) -> None:
-    events, sizes = _batches(14)
-    model = Model(False)
-    model.config = PER_TOPIC
-    _run(model, events, sizes, 0, len(sizes))
+    model = _per_topic_run(14)
     old_warehouse(tmp_path, model)
     states = model.group_states()
     present = next(g for g, s in states.items() if s.overlay.present and len(s.base))
@@ -299,10 +297,7 @@ def test_a_recent_batch_or_one_in_flight_refuses(tmp_path: Path) -> None:
 
 
 def _old(tmp_path: Path, seed: int) -> tuple[Path, Path, Model]:
-    events, sizes = _batches(seed)
-    model = Model(False)
-    model.config = PER_TOPIC
-    _run(model, events, sizes, 0, len(sizes))
+    model = _per_topic_run(seed)
     warehouse, checkpoint = tmp_path / "warehouse", tmp_path / "checkpoint"
     old_warehouse(warehouse, model)
     checkpoint.mkdir()  # a job that never saved a state: bases from topic_queue_table
