@@ -343,7 +343,7 @@ class KillTimeline:
 # -- the tests, in order --
 
 
-def test_both_nameservers_serve_the_broker(stack):
+def wait_until_both_serve_the_broker(stack) -> None:
     wait_for(
         lambda: serves_broker(stack.namesrv_port) and serves_broker(stack.lookup_port),
         FIRST_ROUTE_WAIT_S,
@@ -351,6 +351,10 @@ def test_both_nameservers_serve_the_broker(stack):
         step=0.5,
         alive=stack.all_alive,
     )
+
+
+def test_both_nameservers_serve_the_broker(stack):
+    wait_until_both_serve_the_broker(stack)
     [first, *_] = stack.events("REGISTER")
     assert "heartbeatTimeoutMillis" not in first  # the NameServer's 120 s applies
     assert first["channel"].startswith(f"{COLLECTOR_ID}@")
@@ -390,7 +394,7 @@ def test_a_restarted_collector_does_not_remove_the_live_broker(stack):
 def test_a_killed_broker_leaves_routelake_once_its_close_is_under_the_watermark(stack):
     """kill -9: the broker's TCP connections close; the Java NameServer drops it at once
     (onChannelDestroy), routelake once the collector's CHANNEL_CLOSED is under the watermark."""
-    assert serves_broker(stack.namesrv_port) and serves_broker(stack.lookup_port)
+    wait_until_both_serve_the_broker(stack)  # at once after the tests before it; also alone
     stack.broker.stop(signal.SIGKILL)
     killed, killed_ms = time.monotonic(), now_ms()
     gone: dict[str, float] = {}
