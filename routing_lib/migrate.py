@@ -33,7 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-from deltalake import write_deltalake
+from deltalake import CommitProperties, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from routing_lib import storage
@@ -55,6 +55,7 @@ from routing_lib.core.topic_table import QueueData
 from routing_lib.layout import old_layout_reason
 from routing_lib.migrate_facts import NotReproducible, migrate_group
 from routing_lib.read.arrow_schema import arrow_schema
+from routing_lib.spark.group_files import PARTITION, hive_safe, replace_groups
 
 # A progress row committed this recently says the job may still be running.
 DEFAULT_QUIET_S = 120.0
@@ -261,15 +262,30 @@ def _is_overlay(fact: GroupFact) -> bool:
 def write_tables(warehouse: str, tables: Mapping[str, pa.Table]) -> None:
     for name in WRITE_ORDER:
         path = storage.join(warehouse, name)
+        rows = tables[name].select(arrow_schema(name).names).cast(arrow_schema(name))
+        placed = _unsafe_groups(rows) if spec(name).partition_by == (PARTITION,) else set()
+        if placed:  # their rows go in a second commit, at folders the writer picks
+            unsafe = pc.is_in(rows.column(PARTITION), pa.array(sorted(placed)))
+            rows, placed_rows = rows.filter(pc.invert(unsafe)), rows.filter(unsafe)
         write_deltalake(
             storage.delta_uri(path),
-            tables[name].select(arrow_schema(name).names).cast(arrow_schema(name)),
+            rows,
             mode="overwrite",
             schema_mode="overwrite",
             partition_by=list(spec(name).partition_by),
             configuration=_CDF,
             storage_options=storage.delta_storage_options(path),
         )
+        if placed:
+            replace_groups(storage.open_delta(path), path, placed, placed_rows, CommitProperties())
+
+
+def _unsafe_groups(rows: pa.Table) -> set[str]:
+    """The groups whose names no Hive folder can hold: delta-rs's write_deltalake would fail
+    on them ("File name too long"), so their files are placed as the job places them
+    (routing_lib/spark/group_files.py)."""
+    names = pc.unique(rows.column(PARTITION)).to_pylist()
+    return {str(n) for n in names if not hive_safe(str(n))}
 
 
 def migrate(

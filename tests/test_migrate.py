@@ -37,7 +37,7 @@ from routing_lib.core.catalog import (
     TOPIC_ROUTE_HISTORY,
     spec,
 )
-from routing_lib.core.fact_rows import fact_row, facts_of_rows, queue_of_row
+from routing_lib.core.fact_rows import base_row, fact_row, facts_of_rows, queue_of_row
 from routing_lib.core.group_facts import (
     GroupOverlayChange,
     NormalisedHistory,
@@ -102,10 +102,15 @@ class Model(StreamModel):
         return group_states(self.states)
 
 
-def _batches(seed: int) -> tuple[list, list[int]]:
+def _batches(seed: int, renamed: dict[str, str] | None = None) -> tuple[list, list[int]]:
+    """Seed `seed`'s history in random batch sizes; `renamed`: brokerNames replaced."""
     rng = random.Random(seed)
     records = registration_modes(random_history(seed, rng), rng)
     records = with_admin_events(records, seed, every=rng.randint(4, 12))
+    renamed = renamed or {}
+    for record in records:
+        if record.get("brokerName") in renamed:
+            record["brokerName"] = renamed[record["brokerName"]]
     events = [parse_event(json.dumps(r)) for r in records]
     sizes, total = [], 0
     while total < len(events):
@@ -220,10 +225,12 @@ def test_migrated_warehouse_derives_the_stored_tables_and_the_job_goes_on(
     assert got == want
 
 
-def _per_topic_run(seed: int, content_refs: bool = False) -> Model:
+def _per_topic_run(
+    seed: int, content_refs: bool = False, renamed: dict[str, str] | None = None
+) -> Model:
     """The model after every batch of seed `seed`'s history, stepped in the per-topic layout
     (what a warehouse of before issue 36 holds)."""
-    events, sizes = _batches(seed)
+    events, sizes = _batches(seed, renamed)
     model = Model(content_refs)
     model.config = PER_TOPIC
     _run(model, events, sizes, 0, len(sizes))
@@ -238,6 +245,32 @@ def test_a_second_migration_changes_nothing(tmp_path: Path) -> None:
     again = migrate(tmp_path, model.group_states())
     assert again.already
     assert {t: DeltaTable(str(tmp_path / t)).version() for t in versions} == versions
+
+
+def test_a_group_name_no_folder_can_hold_is_migrated(tmp_path: Path) -> None:
+    """A brokerName of 255 characters of anything (the schema's limit) is no Hive folder name
+    (percent-encoded, far past a file name's 255 bytes): its rows are placed at the job's
+    g=<sha1> folder, the partition value in the log, and read back as the same rows."""
+    odd = ("ü/ %=" * 51)[:255]
+    model = _per_topic_run(15, renamed={"broker-0": odd})
+    assert any(row["broker_name"] == odd for row in model.tables[TOPIC_QUEUE].values())
+    old_warehouse(tmp_path, model)
+    migrate(tmp_path, model.group_states())
+    require_group_layout(tmp_path)
+    assert _keyed(_read(tmp_path, TOPIC_QUEUE), TOPIC_QUEUE) == model.tables[TOPIC_QUEUE]
+    odd_base = [r for r in _read(tmp_path, TOPIC_BASE) if r["broker_name"] == odd]
+    state = model.group_states()[odd]
+    assert odd_base and _keyed(odd_base, TOPIC_BASE) == _keyed(
+        [base_row(odd, topic, queue) for topic, queue in dict(state.base.rows()).items()],
+        TOPIC_BASE,
+    )
+    for table in (TOPIC_QUEUE, TOPIC_BASE):
+        files = pa.table(
+            DeltaTable(str(tmp_path / table)).get_add_actions(flatten=True)
+        ).to_pylist()
+        odd_files = [f["path"] for f in files if f["partition.broker_name"] == odd]
+        assert odd_files and all(p.startswith("g=") for p in odd_files)
+    assert migrate(tmp_path, model.group_states()).already
 
 
 def test_a_migration_stopped_half_way_is_done_again(tmp_path: Path) -> None:
