@@ -518,6 +518,51 @@ def test_refresher_keeps_last_good(tmp_path):
     assert [q["readQueueNums"] for q in orders if q["brokerName"] == "broker-a"] == [2]
 
 
+def test_refresher_serves_a_published_batch_before_the_next_poll(tmp_path):
+    """With a poll every 60 s, a batch is served within a few change checks of its progress
+    commit (the stat of route_progress's next commit file), not at the next poll; a route
+    table committed without progress is not a reason to poll."""
+    wh = WriterWarehouse(tmp_path)
+    wh.publish(0, 1_000, group_layout(upserts(tables())))
+    holder, metrics = SnapshotHolder(), Metrics()
+    refresher = Refresher(tmp_path, holder, metrics)
+    orders = ("upsert", tables(orders_queues=2)[TOPIC_QUEUE][0])
+
+    async def scenario() -> tuple[float, int]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(refresher.run(60.0, stop))
+        await wait_async(lambda: holder.current is not None)
+        await asyncio.to_thread(wh.merge, TOPIC_BASE, [orders], 1)
+        await asyncio.sleep(0.5)  # change checks run; the batch is not published yet
+        polls = sum(metrics.refreshes.values())
+        assert holder.current.index.watermark == 1_000
+        await asyncio.to_thread(wh.progress, 1, 2_000)
+        committed = time.monotonic()
+        await wait_async(lambda: holder.current.index.watermark == 2_000)
+        served_after = time.monotonic() - committed
+        stop.set()
+        await task
+        return served_after, polls
+
+    served_after, polls_before_progress = asyncio.run(scenario())
+    assert polls_before_progress == 1  # the first load only
+    assert served_after < 5.0, served_after  # a poll would have come after 60 s
+    assert not refresher.published_since_served()
+
+
+def test_refresher_has_no_change_check_on_object_storage():
+    refresher = Refresher("s3://bucket/warehouse", SnapshotHolder(), Metrics())
+    assert not refresher.published_since_served()
+    assert refresher._next_progress_commit is None
+
+
+async def wait_async(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
 # -- end to end: real Delta tables, real server --
 
 

@@ -6,6 +6,13 @@ reading only what changed (snapshots.next_index; a full read on the first load a
 change feed cannot answer). Readers take `holder.current` once per request and use only that
 object, so a request never mixes two snapshots; the refresher replaces it with one assignment
 on the event loop. Blocking work (delta-rs reads, the build) runs in a worker thread.
+
+Between two polls (every `poll_interval_s`), a local warehouse is watched for route_progress's
+next commit file every CHANGE_CHECK_INTERVAL_S (one stat): a published batch starts a poll at
+once instead of waiting up to a whole interval. The job publishes a batch by that commit
+(its progress row, written last), so nothing the lookup serves changes without it; the polls
+in between still catch the rest (maintenance commits, a table replaced). On object storage a
+check would be a request per interval: there only the polls run.
 """
 
 from __future__ import annotations
@@ -15,9 +22,12 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from routing_lib import storage
+from routing_lib.core.tables import PROGRESS
 from routing_lib.lookup.consistency import SnapshotNotSettledError, settled_versions
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.shared_index import SharedIndexes
@@ -26,6 +36,9 @@ from routing_lib.remoting.service_metrics import Metrics
 
 log = logging.getLogger("routelake.lookup")
 SWITCH_INTERVAL_S = 0.0005
+# How often a local warehouse is checked for a newly published batch between polls: a stat of
+# one file, so the served-after-commit delay is this plus the build, not the poll interval.
+CHANGE_CHECK_INTERVAL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,17 @@ class Refresher:
         self.support_acting_master = support_acting_master
         self.order_message_enable = order_message_enable
         self._last_error: str | None = None
+        self.change_check_interval_s = CHANGE_CHECK_INTERVAL_S
+        self._next_progress_commit = _next_commit_check(warehouse)
+
+    def published_since_served(self) -> bool:
+        """Has route_progress committed after the served snapshot's version (one stat)?
+        False before the first snapshot and on object storage: the polls find those."""
+        served = self.holder.current
+        if served is None or self._next_progress_commit is None:
+            return False
+        version = served.index.versions.get(PROGRESS)
+        return version is not None and self._next_progress_commit(version)
 
     def _load(self) -> tuple[str, Served | None]:
         current = self.holder.current
@@ -150,7 +174,35 @@ class Refresher:
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         while not stop.is_set():
             await self.refresh_once()
+            await self._until_next_poll(poll_interval_s, stop)
+
+    async def _until_next_poll(self, poll_interval_s: float, stop: asyncio.Event) -> None:
+        """Wait `poll_interval_s`, or less: until a batch is published (checked every
+        change_check_interval_s) or `stop`."""
+        due = time.monotonic() + poll_interval_s
+        while not stop.is_set():
+            left = due - time.monotonic()
+            if left <= 0:
+                return
+            step = min(left, self.change_check_interval_s)
+            if self._next_progress_commit is None:
+                step = left  # nothing cheap to check: wait for the poll
             try:
-                await asyncio.wait_for(stop.wait(), timeout=poll_interval_s)
+                await asyncio.wait_for(stop.wait(), timeout=step)
             except TimeoutError:
                 pass
+            if self.published_since_served():
+                return
+
+
+def _next_commit_check(warehouse: str | Path) -> Callable[[int], bool] | None:
+    """For a local warehouse: whether route_progress has a commit after a version (the
+    stat of its next commit file); None on object storage."""
+    if storage.is_remote(warehouse):
+        return None
+    log_dir = Path(warehouse) / PROGRESS / "_delta_log"  # as the reads open it
+
+    def committed_after(version: int) -> bool:
+        return (log_dir / f"{version + 1:020d}.json").exists()
+
+    return committed_after
