@@ -87,35 +87,68 @@ tmp_root=${TMPDIR:-/tmp}/routelake-test-$$
 mkdir -p .work "$tmp_root"
 trap 'stop_kafka; leave_cpu_group; rm -rf "$tmp_root"' EXIT
 
-# One pytest process: a selection as asked, or the whole suite. ROUTELAKE_TEST_LANES=1 runs the
-# whole suite in two lanes instead (below): measured on a clean clone (docs/testing.md), both
-# cores were then busy and the run was not shorter, so it is not the default.
-if [ $# -gt 0 ] || [ "${ROUTELAKE_TEST_LANES:-0}" != 1 ]; then
+# A selection as asked: one pytest process.
+if [ $# -gt 0 ]; then
   pytest_run .work/test-cpu.toml "$tmp_root/main" "$@"
   no_tests_is_failure $?
   exit $?
 fi
 
-# The whole suite in two lanes side by side: the modules of tests/side_lane.txt (waiting on
-# brokers, periods and outages of their own) in a second pytest process, so the second core
-# works while they wait. Each lane has its own cgroup (its CPU figures) and its own basetemp.
-mapfile -t side_lane < <(grep -v '^#' tests/side_lane.txt | grep .)
-ignores=()
-for module in "${side_lane[@]}"; do ignores+=(--ignore "$module"); done
-side_log=.work/test-side-lane.log
-(join_lane_group side; pytest_run .work/test-cpu-side.toml "$tmp_root/side" "${side_lane[@]}") \
-  >"$side_log" 2>&1 &
-side_pid=$!
-(join_lane_group main; pytest_run .work/test-cpu-main.toml "$tmp_root/main" "${ignores[@]}")
+# The whole suite, in parts (docs/testing.md "The whole suite in parts"): it is CPU-bound inside
+# each test and one pytest process keeps ~1.1 of the 2 cores busy, so
+# 1. the unit tier (~1 950 tests sharing nothing) in three pytest-xdist processes, as --quick;
+# 2. the rest in two lanes side by side: the modules of tests/side_lane.txt (brokers, outages,
+#    processes of their own, and in-process Spark modules that share nothing with the others,
+#    balanced by wall seconds) in a second pytest process, the others in the main one.
+#    ROUTELAKE_TEST_LANES=0: the rest in one process instead (a machine with one core).
+# Each part writes its figures; a module's parts are added up and checked against the budgets
+# at the end (tests/support/cpu_budget.py merge, check): a part alone may be within them.
+parts=(.work/test-cpu-unit.toml .work/test-cpu-main.toml)
+rm -f "${parts[@]}" .work/test-cpu-side.toml  # a part that writes none fails the merge
+echo "=============== unit tier (pytest -m unit -n 3) ==============="
+(join_lane_group unit; pytest_run .work/test-cpu-unit.toml "$tmp_root/unit" -m unit -n 3)
 no_tests_is_failure $?
-main_rc=$?
-wait "$side_pid"
-no_tests_is_failure $?
-side_rc=$?
+unit_rc=$?
+
+if [ "${ROUTELAKE_TEST_LANES:-1}" = 0 ]; then
+  echo "=============== the rest (pytest -m 'not unit') ==============="
+  (join_lane_group main; pytest_run .work/test-cpu-main.toml "$tmp_root/main" -m "not unit")
+  no_tests_is_failure $?
+  main_rc=$?
+  side_rc=0
+else
+  # Each lane has its own cgroup (its CPU figures) and its own basetemp; the side lane's output
+  # goes to a file, printed after the main lane's.
+  mapfile -t side_lane < <(grep -v '^#' tests/side_lane.txt | grep .)
+  ignores=()
+  for module in "${side_lane[@]}"; do ignores+=(--ignore "$module"); done
+  side_log=.work/test-side-lane.log
+  echo "=============== main lane (pytest -m 'not unit', beside the side lane: $side_log) ==============="
+  (join_lane_group side; pytest_run .work/test-cpu-side.toml "$tmp_root/side" -m "not unit" \
+    "${side_lane[@]}") >"$side_log" 2>&1 &
+  side_pid=$!
+  (join_lane_group main; pytest_run .work/test-cpu-main.toml "$tmp_root/main" -m "not unit" \
+    "${ignores[@]}")
+  no_tests_is_failure $?
+  main_rc=$?
+  wait "$side_pid"
+  no_tests_is_failure $?
+  side_rc=$?
+  echo
+  echo "=============== side lane (tests/side_lane.txt, run beside the main lane): $side_log ==============="
+  cat "$side_log"
+  parts+=(.work/test-cpu-side.toml)
+fi
+
 echo
-echo "=============== side lane (tests/side_lane.txt, run beside the above): $side_log ==============="
-cat "$side_log"
-.venv/bin/python -m tests.support.cpu_budget merge .work/test-cpu-main.toml .work/test-cpu-side.toml \
-  --output .work/test-cpu.toml >/dev/null 2>&1 || true
-echo "main lane exit $main_rc, side lane exit $side_rc (figures: .work/test-cpu.toml)"
-[ "$main_rc" -eq 0 ] && [ "$side_rc" -eq 0 ]
+echo "=============== the whole run: figures added up per module, checked against the budgets ==============="
+budget_rc=0
+if .venv/bin/python -m tests.support.cpu_budget merge "${parts[@]}" --output .work/test-cpu.toml; then
+  .venv/bin/python -m tests.support.cpu_budget check .work/test-cpu.toml tests/cpu_budget.toml
+  budget_rc=$?
+else
+  echo "a part wrote no figures (see its output above)" >&2
+  budget_rc=1
+fi
+echo "unit tier exit $unit_rc, main lane exit $main_rc, side lane exit $side_rc, budgets exit $budget_rc (figures: .work/test-cpu.toml)"
+[ "$unit_rc" -eq 0 ] && [ "$main_rc" -eq 0 ] && [ "$side_rc" -eq 0 ] && [ "$budget_rc" -eq 0 ]

@@ -229,16 +229,105 @@ def test_run_fails_with_the_wall_figure_when_a_module_exceeds_its_wall_budget(
     assert _run_with_budget(pytester, budget_s=60, wall_budget_s=0.1).ret == pytest.ExitCode.OK
 
 
-def test_figures_of_lanes_merge_into_one_file_with_wall_times(tmp_path):
-    lane_a, lane_b = tmp_path / "a.toml", tmp_path / "b.toml"
-    lane_a.write_text(
-        cpu_budget.render_figures({"tests/test_a.py": 12.5}, "cgroup a", {"tests/test_a.py": 30.0})
+def test_figures_of_a_runs_parts_merge_into_one_file_adding_a_modules_parts(tmp_path):
+    """The test command's parts (the unit tier, the lanes): a module with tests in two parts
+    (unit and not) is the sum of its parts."""
+    unit, lane = tmp_path / "unit.toml", tmp_path / "lane.toml"
+    unit.write_text(
+        cpu_budget.render_figures(
+            {"tests/test_a.py": 12.5, "tests/test_mixed.py": 1.0},
+            "cgroup a",
+            {"tests/test_a.py": 30.0, "tests/test_mixed.py": 2.0},
+        )
     )
-    lane_b.write_text(
-        cpu_budget.render_figures({"tests/test_b.py": 2.0}, "cgroup b", {"tests/test_b.py": 4.0})
+    lane.write_text(
+        cpu_budget.render_figures(
+            {"tests/test_b.py": 2.0, "tests/test_mixed.py": 40.0},
+            "cgroup b",
+            {"tests/test_b.py": 4.0, "tests/test_mixed.py": 50.0},
+        )
     )
     merged = tmp_path / "merged.toml"
-    assert cpu_budget.main(["merge", str(lane_a), str(lane_b), "--output", str(merged)]) == 0
-    assert cpu_budget.load_figures(merged) == {"tests/test_a.py": 12.5, "tests/test_b.py": 2.0}
-    assert cpu_budget.load_wall(merged) == {"tests/test_a.py": 30.0, "tests/test_b.py": 4.0}
+    assert cpu_budget.main(["merge", str(unit), str(lane), "--output", str(merged)]) == 0
+    assert cpu_budget.load_figures(merged) == {
+        "tests/test_a.py": 12.5,
+        "tests/test_b.py": 2.0,
+        "tests/test_mixed.py": 41.0,
+    }
+    assert cpu_budget.load_wall(merged) == {
+        "tests/test_a.py": 30.0,
+        "tests/test_b.py": 4.0,
+        "tests/test_mixed.py": 52.0,
+    }
     assert 'source = "cgroup a; cgroup b"' in merged.read_text()
+
+
+def test_check_fails_a_module_whose_parts_are_within_its_budget_but_not_their_sum(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.delenv(cpu_budget.WALL_SCALE_ENV, raising=False)
+    budget = tmp_path / "budget.toml"
+    budget.write_text(
+        'default_cpu_s = 300\ndefault_wall_s = 400\n[modules]\n"tests/test_mixed.py" = 30\n'
+        '[wall]\n"tests/test_mixed.py" = 60\n'
+    )
+    parts = []
+    for name, cpu_s, wall_s in (("unit", 20.0, 35.0), ("lane", 15.0, 20.0)):
+        part = tmp_path / f"{name}.toml"
+        part.write_text(
+            cpu_budget.render_figures(
+                {"tests/test_mixed.py": cpu_s}, name, {"tests/test_mixed.py": wall_s}
+            )
+        )
+        assert cpu_budget.main(["check", str(part), str(budget)]) == 0  # each part within
+        parts.append(str(part))
+    merged = tmp_path / "merged.toml"
+    assert cpu_budget.main(["merge", *parts, "--output", str(merged)]) == 0
+    capsys.readouterr()
+    assert cpu_budget.main(["check", str(merged), str(budget)]) == 1
+    out = capsys.readouterr().out
+    assert "35 CPU-s and 55 s of tests in 1 modules" in out
+    assert "BUDGET EXCEEDED by 1 module(s) over the whole run" in out
+    assert "tests/test_mixed.py: 35.0 CPU-s, over its budget of 30 CPU-s by 5.0" in out
+    assert "wall budget" not in out  # 55 s of wall is within 60
+    monkeypatch.setenv(cpu_budget.WALL_SCALE_ENV, "0.5")  # the wall budget halved: 30 s
+    assert cpu_budget.main(["check", str(merged), str(budget)]) == 1
+    assert "tests/test_mixed.py: 55.0 s wall, over its wall budget of 30 s wall by 25.0" in (
+        capsys.readouterr().out
+    )
+
+
+@pytest.mark.subprocess  # pytest-xdist's workers are child Pythons
+def test_xdist_workers_figures_reach_the_controller_added_up_per_module(pytester, monkeypatch):
+    """The test command runs the unit tier under pytest-xdist: each worker measures its own
+    tests and the controller writes and checks the sums."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the workers import the plugin from here
+    monkeypatch.delenv("ROUTELAKE_CPU_CGROUP", raising=False)
+    busy = BUSY_MODULE.format(seconds=0.2)
+    # two tests per module, so that both workers may run some of each module
+    pytester.makepyfile(
+        test_one=busy + busy.replace("test_busy", "test_busy_too"),
+        test_two=busy + busy.replace("test_busy", "test_busy_too"),
+    )
+    budget = pytester.path / "budget.toml"
+    budget.write_text('default_cpu_s = 1000\n[modules]\n"test_two.py" = 0.1\n')
+    figures = pytester.path / "figures.toml"
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "tests.support.cpu_budget",
+        f"--cpu-budget={budget}",
+        f"--cpu-figures={figures}",
+        "-n",
+        "2",
+        "-p",
+        "xdist",
+    )
+    result.assert_outcomes(passed=4)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # test_two.py: 0.4 CPU-s of 0.1
+    cpu, wall = cpu_budget.load_figures(figures), cpu_budget.load_wall(figures)
+    assert set(cpu) == {"test_one.py", "test_two.py"}
+    assert all(cpu[m] >= 0.39 and wall[m] >= cpu[m] - 0.05 for m in cpu), (cpu, wall)
+    assert "pytest-xdist workers" in figures.read_text()
+    result.stdout.fnmatch_lines(
+        ["*BUDGET EXCEEDED by 1 module(s)*", "*test_two.py: * CPU-s, over its budget of 0.1*"]
+    )

@@ -22,8 +22,20 @@ Where the CPU is read from, best first:
 A test's CPU is the reading after it (teardown included) minus the reading before it (setup
 included), so session and module fixtures count in the module whose test starts or stops them.
 
+Under pytest-xdist (`-n N`: the test command runs the unit tier so) each worker measures its own
+process tree (a cgroup would hold the other workers' CPU too) and hands its figures to the
+controller, which adds them up per module: a module's CPU and wall are then the sums over its
+tests, as in a run of one process.
+
 The wall budget (`[wall]`, `default_wall_s`) is checked the same way; on a machine shared with
 other work, `ROUTELAKE_WALL_BUDGET_SCALE=3` (say) widens every wall budget.
+
+A run in parts (the test command's unit tier, then its two lanes) writes one figures file per
+part; `merge` adds them up per module (a module may have tests in two parts) and `check` checks
+the sums against the budgets, which no part alone can do:
+
+    .venv/bin/python -m tests.support.cpu_budget merge A.toml B.toml --output ALL.toml
+    .venv/bin/python -m tests.support.cpu_budget check ALL.toml tests/cpu_budget.toml
 
 After a full run, regenerate both budgets from the figures the run wrote:
 
@@ -62,6 +74,8 @@ DEFAULT_WALL_BUDGET_S = 400.0
 WALL_SCALE_ENV = "ROUTELAKE_WALL_BUDGET_SCALE"
 # How many modules the summary lists by waiting time (wall minus CPU).
 WAITERS_SHOWN = 15
+# The key of an xdist worker's figures in what it sends back to the controller (workeroutput).
+WORKER_OUTPUT_KEY = "routelake_cpu_budget"
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -280,16 +294,36 @@ def load_wall(path: Path) -> dict[str, float]:
     return {str(k): float(v) for k, v in tomllib.loads(path.read_text()).get("wall", {}).items()}
 
 
+def add_figures(into: dict[str, float], part: Mapping[str, float]) -> None:
+    """Adds `part`'s seconds to `into`'s, module by module."""
+    for module, seconds in part.items():
+        into[module] = into.get(module, 0.0) + seconds
+
+
 def merge_figures(paths: list[Path]) -> str:
-    """One figures file from the files of runs side by side (the test command's lanes)."""
+    """One figures file from the files of the parts of one run (the test command's unit tier
+    and lanes): a module's seconds are added up over the parts that ran some of its tests."""
     figures: dict[str, float] = {}
     wall: dict[str, float] = {}
     sources: list[str] = []
     for path in paths:
-        figures.update(load_figures(path))
-        wall.update(load_wall(path))
+        add_figures(figures, load_figures(path))
+        add_figures(wall, load_wall(path))
         sources.append(str(tomllib.loads(path.read_text()).get("source", "unknown")))
     return render_figures(figures, "; ".join(dict.fromkeys(sources)), wall)
+
+
+def check_file(figures_path: Path, budget_path: Path, environ: Mapping[str, str]) -> list[str]:
+    """The report of checking a figures file (a whole run's, merged) against both budgets: the
+    total, then one line per overrun; overruns are the lines after the first."""
+    figures, wall = load_figures(figures_path), load_wall(figures_path)
+    overruns = check(figures, load_budget(budget_path))
+    overruns += check(wall, load_wall_budget(budget_path, wall_scale(environ)))
+    lines = [
+        f"{sum(figures.values()):.0f} CPU-s and {sum(wall.values()):.0f} s of tests in "
+        f"{len(figures)} modules ({figures_path}), checked against {budget_path}"
+    ]
+    return lines + [str(overrun) for overrun in overruns]
 
 
 def render_budget(
@@ -347,8 +381,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     budget_path = config.getoption("--cpu-budget")
     figures_path = config.getoption("--cpu-figures")
-    # pytest-xdist workers: the controller sees no test run; not measured there
-    if (budget_path or figures_path) and not hasattr(config, "workerinput"):
+    if not (budget_path or figures_path):
+        return
+    worker_output = getattr(config, "workeroutput", None)  # set in a pytest-xdist worker only
+    if worker_output is not None:  # its figures go to the controller, which checks and writes
+        worker = CpuRecorder(tree_meter(), None, None, None, worker_output=worker_output)
+        config.pluginmanager.register(worker, "cpu_budget_recorder")
+    else:
         recorder = CpuRecorder(
             choose_meter(os.environ),
             load_budget(Path(budget_path)) if budget_path else None,
@@ -365,8 +404,13 @@ class CpuRecorder:
         budget: Budget | None,
         figures_path: Path | None,
         wall_budget: Budget | None = None,
+        worker_output: dict[str, object] | None = None,
     ) -> None:
         self.meter = meter
+        self.source = meter.source  # what the figures were read from (xdist: the workers')
+        # an xdist worker's: the dict its figures go in at the end, for the controller
+        self.worker_output = worker_output
+        self.workers_reported = 0
         self.budget = budget
         self.wall_budget = wall_budget
         self.figures_path = figures_path
@@ -382,10 +426,28 @@ class CpuRecorder:
         self.figures[module] = self.figures.get(module, 0.0) + self.meter.read() - before
         self.wall[module] = self.wall.get(module, 0.0) + time.monotonic() - began
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: object, error: object) -> None:
+        """The controller of a pytest-xdist run: a worker's figures, added to the others'."""
+        part = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
+        if not isinstance(part, dict):  # a worker that crashed sends nothing
+            return
+        add_figures(self.figures, part["cpu"])
+        add_figures(self.wall, part["wall"])
+        self.workers_reported += 1
+        self.source = f"{part['source']}, in each of {self.workers_reported} pytest-xdist workers"
+
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.worker_output is not None:
+            self.worker_output[WORKER_OUTPUT_KEY] = {
+                "cpu": self.figures,
+                "wall": self.wall,
+                "source": self.meter.source,
+            }
+            return
         if self.figures_path is not None:
             self.figures_path.parent.mkdir(parents=True, exist_ok=True)
-            self.figures_path.write_text(render_figures(self.figures, self.meter.source, self.wall))
+            self.figures_path.write_text(render_figures(self.figures, self.source, self.wall))
         if self.budget is not None:
             self.overruns = check(self.figures, self.budget)
         if self.wall_budget is not None:
@@ -394,12 +456,12 @@ class CpuRecorder:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.worker_output is not None:
+            return
         report = terminalreporter
         total = sum(self.figures.values())
         report.section("CPU per test module")
-        report.write_line(
-            f"{total:.0f} CPU-s in {len(self.figures)} modules, from {self.meter.source}"
-        )
+        report.write_line(f"{total:.0f} CPU-s in {len(self.figures)} modules, from {self.source}")
         for module, seconds in sorted(self.figures.items(), key=lambda kv: -kv[1])[:10]:
             budget = f" (budget {self.budget.of(module):g})" if self.budget else ""
             wall = f", {self.wall.get(module, 0.0):.0f} s wall"
@@ -443,13 +505,29 @@ def main(argv: list[str] | None = None) -> int:
     regenerate.add_argument("budget", type=Path)
     regenerate.add_argument("--default-cpu-s", type=float, default=DEFAULT_BUDGET_S)
     regenerate.add_argument("--default-wall-s", type=float, default=DEFAULT_WALL_BUDGET_S)
-    merge = commands.add_parser("merge", help="merge the figures of runs side by side into one")
+    merge = commands.add_parser(
+        "merge", help="add up the figures of a run's parts (unit tier, lanes) into one file"
+    )
     merge.add_argument("figures", type=Path, nargs="+")
     merge.add_argument("--output", type=Path, required=True)
+    check_command = commands.add_parser(
+        "check", help="check a (merged) figures file against the budgets; exit 1 on an overrun"
+    )
+    check_command.add_argument("figures", type=Path)
+    check_command.add_argument("budget", type=Path)
     args = parser.parse_args(argv)
     if args.command == "merge":
         args.output.write_text(merge_figures(args.figures))
         return 0
+    if args.command == "check":
+        total, *overruns = check_file(args.figures, args.budget, os.environ)
+        print(total)
+        if overruns:
+            print(f"BUDGET EXCEEDED by {len(overruns)} module(s) over the whole run (CPU or wall):")
+            print("\n".join(f"  {line}" for line in overruns))
+            if any("s wall" in line for line in overruns):
+                print(wall_overrun_hint(os.getloadavg()[1], os.cpu_count() or 1))
+        return 1 if overruns else 0
     source = str(tomllib.loads(args.figures.read_text()).get("source", "unknown"))
     text = render_budget(
         load_figures(args.figures),
