@@ -227,10 +227,19 @@ class _KvPart:
 
 
 class _LivePart:
+    """brokerLiveTable changes with every batch (each broker's last update): its body is
+    rendered when first asked for (GET /brokers/live), not with every snapshot."""
+
     def __init__(self, rows: list[Row], watermark: int | None) -> None:
         dump = canonical_dump({BROKER_LIVE: rows}, watermark)
         self.live_brokers: tuple[JsonObj, ...] = tuple(dump["brokerLiveTable"])
-        self.body = Body.of(list(self.live_brokers))
+        self._body: Body | None = None
+
+    @property
+    def body(self) -> Body:
+        if self._body is None:  # two readers may both render it: the same bytes
+            self._body = Body.of(list(self.live_brokers))
+        return self._body
 
 
 class _FilterPart:
