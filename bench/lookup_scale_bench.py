@@ -81,6 +81,52 @@ def tree_pss_mb(pid: int) -> float:
     return sum(_field_kb(f"/proc/{p}/smaps_rollup", "Pss:") for p in _tree(pid)) / 1024
 
 
+def memory_detail(pid: int) -> list[str]:
+    """Per process of the tree: what its PSS is made of (smaps_rollup), and its largest
+    private mappings (smaps): where a worker's own memory goes."""
+    lines = []
+    for p in _tree(pid):
+        fields = {}
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines()[1:]:
+                name, value = line.split(":", 1)
+                fields[name] = int(value.split()[0]) // 1024
+        except OSError:
+            continue
+        lines.append(
+            f"  pid {p}: "
+            + ", ".join(
+                f"{k} {fields.get(k, 0)}"
+                for k in (
+                    "Rss",
+                    "Pss",
+                    "Shared_Clean",
+                    "Shared_Dirty",
+                    "Private_Clean",
+                    "Private_Dirty",
+                    "Anonymous",
+                )
+            )
+            + " MB"
+        )
+        private: dict[str, int] = {}
+        name = ""
+        try:
+            for line in Path(f"/proc/{p}/smaps").read_text().splitlines():
+                head = line.split()
+                if head and "-" in head[0] and ":" not in head[0]:
+                    name = head[5] if len(head) > 5 else "[anon]"
+                elif head and head[0] in ("Private_Clean:", "Private_Dirty:"):
+                    private[name] = private.get(name, 0) + int(head[1])
+        except OSError:
+            continue
+        top = sorted(private.items(), key=lambda kv: -kv[1])[:6]
+        lines.append(
+            "    private: " + ", ".join(f"{Path(n).name} {kb // 1024} MB" for n, kb in top)
+        )
+    return lines
+
+
 def http_get(port: int, path: str) -> tuple[int, dict[str, str]]:
     """Status and headers (names lower-cased)."""
     try:
@@ -163,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--changes", type=int, default=20, help="topic rows per batch")
     parser.add_argument("--workers", type=int, default=None, help="routectl serve --workers")
     parser.add_argument("--keep", action="store_true", help="keep the warehouse")
+    parser.add_argument(
+        "--memory-detail", action="store_true", help="per process: PSS parts, private mappings"
+    )
     args = parser.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="lookup-scale-"))
@@ -208,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         ready_s = time.monotonic() - started
         time.sleep(1.0)
         rss_ready, pss_ready = tree_rss_mb(server.pid), tree_pss_mb(server.pid)
+        if args.memory_detail:
+            print("\n".join(memory_detail(server.pid)), flush=True)
         print(
             f"first load: ready after {ready_s:.1f} s (process start included), "
             f"RSS {rss_ready:,.0f} MB (peak while loading {max(peak, rss_ready):,.0f} MB), "
@@ -258,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         latencies, errors, missing = parent_end.recv()
         client.join(10)
         rss_end, pss_end = tree_rss_mb(server.pid), tree_pss_mb(server.pid)
+        if args.memory_detail:
+            print("\n".join(memory_detail(server.pid)), flush=True)
         ms = [x * 1000 for x in latencies]
         print(
             f"{args.batches} batches (liveness of every broker, {args.changes} topic_base rows, "

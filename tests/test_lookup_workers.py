@@ -339,3 +339,45 @@ def test_two_workers_map_one_base_index_and_remove_it_at_the_end(tmp_path):
         wait_until(lambda: lookup.http.get("/healthz").headers["x-routelake-watermark"] == "2000")
         assert all(lookup.route_requests(10).values())
     assert not Path(path).parent.exists()
+
+
+_FIRST_SNAPSHOT = """
+import sys
+from pathlib import Path
+import routing_lib.cli, routing_lib.lookup.server  # what `routectl serve` has imported
+from routing_lib.lookup.workers import PRELOAD
+for module in PRELOAD:
+    __import__(module)
+before = set(sys.modules)
+from routing_lib.lookup.consistency import settled_versions
+from routing_lib.lookup.shared_index import SharedIndexes
+from routing_lib.lookup.snapshots import next_index
+from routing_lib.lookup.processor import answer
+from routing_lib.remoting.frames import RemotingCommand
+from routing_lib.remoting.protocol import RequestCode
+warehouse, index_dir = sys.argv[1], Path(sys.argv[2])
+index = next_index(warehouse, None, settled_versions(warehouse)[0],
+                   shared=SharedIndexes(index_dir)).index
+index.route_count, index.broker_topic_counts
+for code, fields in ((RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Orders"}),
+                     (RequestCode.GET_BROKER_CLUSTER_INFO, {})):
+    answer(index, RemotingCommand(code=code, ext_fields=fields))
+print(" ".join(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_a_worker_imports_nothing_on_its_first_snapshot_the_zygote_lacks(tmp_path):
+    """The modules a process imports on its first Delta read and answers (pandas and
+    ~350 more, ~25 MB) are imported before the zygote forks (workers.PRELOAD): the workers
+    share those pages with it instead of each importing its own copy."""
+    Warehouse(tmp_path / "wh").publish(0, 1000, tables())
+    (tmp_path / "index").mkdir()
+    run = subprocess.run(
+        [sys.executable, "-c", _FIRST_SNAPSHOT, str(tmp_path / "wh"), str(tmp_path / "index")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == [], run.stdout
