@@ -37,6 +37,7 @@ from routing_lib.read.warehouse import WarehouseSnapshot
 from routing_lib.remoting.frames import (
     RPC_ONEWAY,
     RPC_RESPONSE,
+    FrameDecoder,
     RemotingCommand,
     SerializeType,
     encode,
@@ -813,3 +814,45 @@ def test_a_request_whose_answer_raises_gets_system_error(tmp_path, monkeypatch):
             == ResponseCode.SUCCESS
         )
         client.close()
+
+
+def test_pipelined_requests_are_answered_in_one_write(tmp_path, monkeypatch):
+    """Requests that arrive in one read are answered with one write (a send() each cost more
+    than answering), every answer there and in order."""
+    Warehouse(tmp_path).publish(0, 1_764_000_050_000, tables())
+    writes: list[int] = []
+    real_write, real_writelines = asyncio.StreamWriter.write, asyncio.StreamWriter.writelines
+
+    def counted_write(self, data):
+        writes.append(1)
+        return real_write(self, data)
+
+    def counted_writelines(self, data):
+        pieces = list(data)
+        writes.append(len(pieces))
+        return real_writelines(self, pieces)
+
+    monkeypatch.setattr(asyncio.StreamWriter, "write", counted_write)
+    monkeypatch.setattr(asyncio.StreamWriter, "writelines", counted_writelines)
+    with ServerThread(tmp_path) as server:
+        wait_until(lambda: server.service.holder.current is not None)
+        requests = [
+            RemotingCommand(
+                code=RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                version=NAMESRV_VERSION,
+                opaque=100 + i,
+                ext_fields={"topic": "Orders" if i % 2 else "Lonely"},
+            )
+            for i in range(8)
+        ]
+        with socket.create_connection(("127.0.0.1", server.service.port), timeout=5) as sock:
+            writes.clear()
+            sock.sendall(b"".join(encode(r) for r in requests))
+            decoder, answers = FrameDecoder(), []
+            while len(answers) < len(requests):
+                answers += decoder.feed(sock.recv(65536))
+    assert [a.opaque for a in answers] == [r.opaque for r in requests]
+    assert [a.code for a in answers] == [
+        ResponseCode.SUCCESS if i % 2 else ResponseCode.TOPIC_NOT_EXIST for i in range(8)
+    ]
+    assert writes == [8], writes  # one writelines of the 8 answers

@@ -230,7 +230,9 @@ class RemotingListener:
             else:
                 reason, timeout = "request_timeout", max(0.0, frame_deadline - loop.time())
             try:
-                data = await asyncio.wait_for(reader.read(READ_CHUNK), timeout)
+                # asyncio.timeout, not wait_for: no task per read (wait_for makes one in 3.11)
+                async with asyncio.timeout(timeout):
+                    data = await reader.read(READ_CHUNK)
             except TimeoutError:
                 self.rejections("remoting", reason, peer)
                 return ConnectionEnd.IDLE if frame_deadline is None else ConnectionEnd.FAILED
@@ -266,33 +268,43 @@ class RemotingListener:
         peer: object,
         pending: set[asyncio.Task[None]],
     ) -> bool:
-        """Answer (or start answering) each command; False: the connection must close."""
-        for command in commands:
-            if writer.is_closing():
-                return False  # the peer went away mid-batch: its answers have no reader
-            if (
-                command.frame_bytes > self.limits.max_frame_bytes
-                and command.code not in self.large_frame_codes
-            ):
-                self.rejections(
-                    "remoting",
-                    "frame_too_large",
-                    peer,
-                    f"{command.frame_bytes} bytes, code {command.code}",
-                )
-                return False
-            started = time.perf_counter()
-            reply = self._respond(command)
-            if inspect.isawaitable(reply):
-                task = asyncio.ensure_future(self._finish(reply, command, writer, started))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-                if len(pending) >= MAX_PENDING:
-                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                continue
-            self._write(writer, command, reply, started)
-            if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                await self._drain(writer, peer)
+        """Answer (or start answering) each command; False: the connection must close.
+        The answers given at once are written together, one write per read of pipelined
+        requests (a write is a send() system call: one per answer cost more than answering)."""
+        out: list[bytes] = []
+        out_bytes = 0
+        try:
+            for command in commands:
+                if writer.is_closing():
+                    return False  # the peer went away mid-batch: its answers have no reader
+                if (
+                    command.frame_bytes > self.limits.max_frame_bytes
+                    and command.code not in self.large_frame_codes
+                ):
+                    self.rejections(
+                        "remoting",
+                        "frame_too_large",
+                        peer,
+                        f"{command.frame_bytes} bytes, code {command.code}",
+                    )
+                    return False
+                started = time.perf_counter()
+                reply = self._respond(command)
+                if inspect.isawaitable(reply):
+                    task = asyncio.ensure_future(self._finish(reply, command, writer, started))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                    if len(pending) >= MAX_PENDING:
+                        out_bytes = _flush(writer, out)
+                        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                out_bytes += self._encode(out, command, reply, started)
+                if out_bytes > WRITE_HIGH_WATER:
+                    out_bytes = _flush(writer, out)
+                    if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                        await self._drain(writer, peer)
+        finally:  # what was answered is sent, also when the connection closes after it
+            _flush(writer, out)
         await self._drain(writer, peer)
         return True
 
@@ -333,6 +345,16 @@ class RemotingListener:
         response: Reply,
         started: float,
     ) -> None:
+        out: list[bytes] = []
+        self._encode(out, command, response, started)
+        _flush(writer, out)
+
+    def _encode(
+        self, out: list[bytes], command: RemotingCommand, response: Reply, started: float
+    ) -> int:
+        """Append the response's frame to `out` (nothing for None) and count the request:
+        the bytes appended."""
+        size = 0
         if response is not None:
             try:
                 head = encode_head(response)
@@ -348,10 +370,10 @@ class RemotingListener:
                 head = b"" if response is None else encode_head(response)
             if response is not None:
                 if len(response.body) < SHARE_BODY_BYTES:
-                    writer.write(head + response.body)  # one write: cheaper for small answers
+                    out.append(head + response.body)  # one piece: cheaper for small answers
                 else:  # the index's shared bytes: written, not copied into each frame
-                    writer.write(head)
-                    writer.write(response.body)
+                    out += (head, response.body)
+                size = len(head) + len(response.body)
         request = str(command.code) if command.code in self.known_codes else "other"
         self.metrics.observe(
             "remoting",
@@ -359,12 +381,14 @@ class RemotingListener:
             str(response.code) if response else "none",
             time.perf_counter() - started,
         )
+        return size
 
     async def _drain(self, writer: asyncio.StreamWriter, peer: object) -> None:
         """Back-pressure per connection: a slow reader waits here, nobody else does; one that
         reads nothing for the idle timeout is closed."""
         try:
-            await asyncio.wait_for(writer.drain(), self.limits.idle_timeout_s)
+            async with asyncio.timeout(self.limits.idle_timeout_s):  # no task, unlike wait_for
+                await writer.drain()
         except TimeoutError:
             self.rejections("remoting", "write_timeout", peer)
             raise ConnectionResetError("answers not read") from None
@@ -375,6 +399,14 @@ class RemotingListener:
         self._frame_log.log(
             name, logging.WARNING, "remoting: closing connection from %s: %s", peer, exc
         )
+
+
+def _flush(writer: asyncio.StreamWriter, out: list[bytes]) -> int:
+    """Write the pieces in `out` at once (uvloop: one writev) and empty it: 0 bytes left."""
+    if out and not writer.is_closing():
+        writer.writelines(out)
+    out.clear()
+    return 0
 
 
 def _internal_error(command: RemotingCommand) -> Reply:
