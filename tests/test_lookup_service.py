@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
 
 from routing_lib.core.catalog import TOPIC_BASE
 from routing_lib.core.replay import default_watermark, fleet_rows, replay
@@ -856,3 +857,41 @@ def test_pipelined_requests_are_answered_in_one_write(tmp_path, monkeypatch):
         ResponseCode.SUCCESS if i % 2 else ResponseCode.TOPIC_NOT_EXIST for i in range(8)
     ]
     assert writes == [8], writes  # one writelines of the 8 answers
+
+
+@pytest.mark.parametrize("multiprocess", [False, True])
+def test_requests_counted_together_count_as_one_by_one(multiprocess):
+    """A read's requests are counted with one write per value (observe_many): the counters
+    and the latency histogram (every bucket, the sum) come out as observe() one by one."""
+    observed = [
+        ("105", "0", 0.00004),
+        ("105", "17", 0.0003),
+        ("105", "0", 0.0001),  # on a bucket bound: counted in it (le)
+        ("other", "3", 7.5),  # above the last bound: +Inf only
+        ("105", "0", 0.002),
+    ]
+
+    def exposition(count) -> str:
+        with contextlib.ExitStack() as stack:
+            if multiprocess:
+                from routing_lib.lookup.workers import multiprocess_metrics
+
+                stack.enter_context(multiprocess_metrics())
+            metrics = Metrics()
+            count(metrics)
+            text = generate_latest(metrics.registry).decode()
+            return "\n".join(line for line in text.splitlines() if "lookup_request" in line)
+
+    def one_by_one(metrics: Metrics) -> None:
+        for request, code, seconds in observed:
+            metrics.observe("remoting", request, code, seconds)
+
+    def together(metrics: Metrics) -> None:
+        metrics.observe_many("remoting", observed[:2])
+        metrics.observe_many("remoting", observed[2:])
+
+    expected = exposition(one_by_one)
+    assert 'seconds_bucket{le="0.0001",protocol="remoting"} 2.0' in expected  # le: bound in
+    requests = [line for line in expected.splitlines() if "_requests_total{" in line]
+    assert len(requests) == 3, requests
+    assert exposition(together) == expected

@@ -272,6 +272,7 @@ class RemotingListener:
         The answers given at once are written together, one write per read of pipelined
         requests (a write is a send() system call: one per answer cost more than answering)."""
         out: list[bytes] = []
+        observed: list[tuple[str, str, float]] = []  # counted once per read, as written
         out_bytes = 0
         try:
             for command in commands:
@@ -295,18 +296,30 @@ class RemotingListener:
                     pending.add(task)
                     task.add_done_callback(pending.discard)
                     if len(pending) >= MAX_PENDING:
-                        out_bytes = _flush(writer, out)
+                        out_bytes = self._flush(writer, out, observed)
                         await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                     continue
-                out_bytes += self._encode(out, command, reply, started)
+                out_bytes += self._encode(out, observed, command, reply, started)
                 if out_bytes > WRITE_HIGH_WATER:
-                    out_bytes = _flush(writer, out)
+                    out_bytes = self._flush(writer, out, observed)
                     if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
                         await self._drain(writer, peer)
         finally:  # what was answered is sent, also when the connection closes after it
-            _flush(writer, out)
+            self._flush(writer, out, observed)
         await self._drain(writer, peer)
         return True
+
+    def _flush(
+        self,
+        writer: asyncio.StreamWriter,
+        out: list[bytes],
+        observed: list[tuple[str, str, float]],
+    ) -> int:
+        """Write the answers in `out` at once and count their requests: 0 bytes left."""
+        _flush(writer, out)
+        self.metrics.observe_many("remoting", observed)
+        observed.clear()
+        return 0
 
     def _failed(self, command: RemotingCommand) -> Reply:
         """Answering raised (called from its except block): logged, SYSTEM_ERROR answered."""
@@ -346,14 +359,21 @@ class RemotingListener:
         started: float,
     ) -> None:
         out: list[bytes] = []
-        self._encode(out, command, response, started)
+        observed: list[tuple[str, str, float]] = []
+        self._encode(out, observed, command, response, started)
         _flush(writer, out)
+        self.metrics.observe_many("remoting", observed)
 
     def _encode(
-        self, out: list[bytes], command: RemotingCommand, response: Reply, started: float
+        self,
+        out: list[bytes],
+        observed: list[tuple[str, str, float]],
+        command: RemotingCommand,
+        response: Reply,
+        started: float,
     ) -> int:
-        """Append the response's frame to `out` (nothing for None) and count the request:
-        the bytes appended."""
+        """Append the response's frame to `out` (nothing for None) and the request's
+        (request, code, seconds) to `observed`: the bytes appended."""
         size = 0
         if response is not None:
             try:
@@ -375,12 +395,8 @@ class RemotingListener:
                     out += (head, response.body)
                 size = len(head) + len(response.body)
         request = str(command.code) if command.code in self.known_codes else "other"
-        self.metrics.observe(
-            "remoting",
-            request,
-            str(response.code) if response else "none",
-            time.perf_counter() - started,
-        )
+        code = str(response.code) if response else "none"
+        observed.append((request, code, time.perf_counter() - started))
         return size
 
     async def _drain(self, writer: asyncio.StreamWriter, peer: object) -> None:
