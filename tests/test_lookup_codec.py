@@ -277,3 +277,47 @@ def test_templated_json_heads_equal_rendered_ones():
         rendered = struct.pack(">ii", 4 + len(header) + len(cmd.body), len(header)) + header
         assert encode_head(cmd) == rendered
         assert decode(encode(cmd)) == cmd
+
+
+def _json_frame(header: str) -> bytes:
+    raw = header.encode()
+    return struct.pack(">ii", 4 + len(raw), len(raw)) + raw
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        # the usual: a client asking again; the second is decoded from the kept header
+        [
+            '{"code":105,"extFields":{"topic":"T"},"flag":0,"opaque":11,"version":479}',
+            '{"code":105,"extFields":{"topic":"T"},"flag":0,"opaque":12,"version":479}',
+        ],
+        # "opaque" only in extFields: not the top-level field, never decoded from a kept one
+        [
+            '{"code":105,"extFields":{"opaque":5},"flag":0}',
+            '{"code":105,"extFields":{"opaque":7},"flag":0}',
+        ],
+        # an escaped top-level key beside a plain nested one: decoded in full each time
+        [
+            '{"\\u006fpaque":5,"code":105,"extFields":{"opaque":5}}',
+            '{"\\u006fpaque":5,"code":105,"extFields":{"opaque":9}}',
+        ],
+        # two opaques (the last wins in JSON), a zero: decoded in full
+        [
+            '{"code":105,"opaque":3,"opaque":4}',
+            '{"code":105,"opaque":0,"extFields":{"topic":"T"}}',
+            '{"code":105,"opaque":1,"extFields":{"topic":"T"}}',
+        ],
+    ],
+)
+def test_kept_json_headers_decode_as_in_full(headers):
+    """Headers decoded from a kept one (the same bytes but the opaque's digits) equal a
+    full decode, and look-alikes where the digits are not the top-level opaque do too."""
+    for header in headers:
+        got = decode(_json_frame(header))
+        parsed = json.loads(header)
+        assert got.opaque == (parsed.get("opaque") or 0), header
+        assert dict(got.ext_fields) == {
+            k: str(v) for k, v in (parsed.get("extFields") or {}).items()
+        }, header
+        assert got.code == 105
