@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 
+import pyarrow as pa
 import pytest
 
 from routing_lib.core.catalog import TOPIC_BASE, TOPIC_OVERLAY
@@ -20,8 +21,10 @@ from routing_lib.core.overlay import Overlay, PermOp
 from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, CLUSTER_ADDR, TOPIC_QUEUE, Row
 from routing_lib.core.topic_table import QueueData
 from routing_lib.lookup import base_build
+from routing_lib.lookup.base_index import BaseIndex
 from routing_lib.lookup.consistency import settled_versions
 from routing_lib.lookup.route_risk import RouteRisks
+from routing_lib.lookup.route_topics import RouteTopics
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.shared_index import SharedIndexes
 from routing_lib.lookup.snapshots import load_index, next_index
@@ -257,3 +260,41 @@ def test_a_large_base_index_is_built_by_a_process_of_its_own(tmp_path, monkeypat
         same_answers(index, load_index(tmp_path, pinned))
     finally:
         shared.remove()
+
+
+def test_route_count_by_groups_with_and_without_every_present_group():
+    """count_with_group_in: the topics with a present holder in the given groups, whether
+    every group holding a present topic is among them (the count of visible topics, the
+    usual case) or not (counted holder by holder), delta topics included."""
+    # g0: T0 T1 T2; g1: T1 T2 T3; g2: T3 T4 (T1-T3 on two groups)
+    pairs = [("T0", "g0"), ("T1", "g0"), ("T2", "g0"), ("T1", "g1"), ("T2", "g1")]
+    pairs += [("T3", "g1"), ("T3", "g2"), ("T4", "g2")]
+    table = pa.table(
+        {
+            "topic": [t for t, _ in pairs],
+            "broker_name": [g for _, g in pairs],
+            **{c: [8] * len(pairs) for c in ("read_queue_nums", "write_queue_nums")},
+            "perm": [6] * len(pairs),
+            "topic_sys_flag": [0] * len(pairs),
+        }
+    )
+    base = BaseIndex.build(table, 1)
+    q = (8, 8, 6, 0)
+    cases = [
+        ({}, {"g0", "g1", "g2"}, 5),
+        ({"g2": Overlay(present=False)}, {"g0", "g1"}, 4),  # g2 absent and not asked
+        ({}, {"g0", "g1"}, 4),  # g2 present but not asked: T4 not counted
+        ({"g1": Overlay(covered=frozenset({"T3"}))}, {"g1"}, 1),
+        ({"g0": Overlay(present=False)}, {"g1", "g2"}, 4),
+    ]
+    for overlays, groups, expected in cases:
+        topics = RouteTopics.of(base, overlays)
+        assert topics.count_with_group_in(groups) == expected, (overlays, groups)
+        # a topic the delta holds (T9 on g0 and g2; T0 gone) counts by its present holders
+        changed = topics.changed({"T9": ("g0", q, "g2", q), "T0": None}, {})
+        want = (
+            expected
+            - ("g0" in groups and "g0" not in overlays)
+            + any(g in groups and overlays.get(g, Overlay()).present for g in ("g0", "g2"))
+        )
+        assert changed.count_with_group_in(groups) == want, (overlays, groups)

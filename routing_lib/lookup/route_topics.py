@@ -320,8 +320,18 @@ class RouteTopics:
         return topics, extra
 
     def count_with_group_in(self, groups: Iterable[str]) -> int:
-        topics, extra = self._topics_of(groups)
-        return int(np.count_nonzero(topics)) + len(extra)
+        wanted = frozenset(groups)
+        if all(name in wanted for name in self._holding_groups()):
+            # every present holder's group is wanted (the usual case: the groups in
+            # brokerAddrTable): the topics with a present holder, counted already
+            extra = sum(1 for _, e in self.delta_items() if not wanted.isdisjoint(e[0::2]))
+            return int(np.count_nonzero(self.visible())) + extra
+        topics, extra_topics = self._topics_of(wanted)
+        return int(np.count_nonzero(topics)) + len(extra_topics)
+
+    def _holding_groups(self) -> list[str]:
+        """The base's groups that may have a present holder (their overlay keeps some)."""
+        return [g for g in self.base.groups if self.overlays.get(g, TRIVIAL).present]
 
     def names_with_group_in(self, groups: Iterable[str]) -> list[str]:
         topics, extra = self._topics_of(groups)
