@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -298,3 +299,32 @@ def test_route_count_by_groups_with_and_without_every_present_group():
             + any(g in groups and overlays.get(g, Overlay()).present for g in ("g0", "g2"))
         )
         assert changed.count_with_group_in(groups) == want, (overlays, groups)
+
+
+def test_a_mapped_base_index_is_resident_from_the_start(tmp_path):
+    """Mapping a base index file maps every page of it into the process at once (its pages
+    are in memory anyway): the process's RSS counts the index from the first snapshot, it
+    does not grow as requests touch topics."""
+    pairs = [(f"T{i:06d}", f"g{i % 7}") for i in range(60_000)]
+    table = pa.table(
+        {
+            "topic": [t for t, _ in pairs],
+            "broker_name": [g for _, g in pairs],
+            **{c: [8] * len(pairs) for c in ("read_queue_nums", "write_queue_nums")},
+            "perm": [6] * len(pairs),
+            "topic_sys_flag": [0] * len(pairs),
+        }
+    )
+    path = tmp_path / "base.arrow"
+    BaseIndex.build(table, 1).save(path)
+    index = BaseIndex.mapped(path, 1)
+    resident = 0
+    mapping = None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and not fields[0].endswith(":"):
+            mapping = fields[5] if len(fields) > 5 else None
+        elif fields[0] == "Rss:" and mapping == str(path):
+            resident += int(fields[1]) * 1024
+    assert resident >= path.stat().st_size - 4096, (resident, path.stat().st_size)
+    assert index.find("T000042") == 42

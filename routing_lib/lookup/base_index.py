@@ -165,6 +165,8 @@ class BaseIndex:
         that maps the same file (the mapping outlives the file's unlink)."""
         with pa.memory_map(str(path), "r") as source:
             batch = pa.ipc.open_file(source).get_batch(0)
+            source.seek(0)
+            _touch_every_page(source.read_buffer(source.size()))
         return BaseIndex(batch, version, table_id)
 
     # -- reads --
@@ -216,6 +218,18 @@ class BaseIndex:
         the system topics, never the whole table)."""
         found = [i for i in map(self.find, names) if i >= 0]
         return np.array(found, np.int64)
+
+
+PAGE_BYTES = 4096
+
+
+def _touch_every_page(buffer: pa.Buffer) -> None:
+    """Read a byte of each page of a mapped file (zero-copy buffer): the pages are in memory
+    anyway (a /dev/shm file), this maps them into this process now (~10 ms per 40 MB), so
+    its RSS counts the index from the first snapshot on instead of growing as requests touch
+    it, and no request waits for a page fault."""
+    if buffer.size:
+        np.frombuffer(buffer, np.uint8)[::PAGE_BYTES].max()
 
 
 def _queue_ids(table: pa.Table) -> tuple[npt.NDArray[Any], dict[str, pa.Array]]:
