@@ -38,6 +38,7 @@ from routing_lib.core.overlay import Overlay
 from routing_lib.core.tables import PROGRESS, Row
 from routing_lib.lookup import base_build
 from routing_lib.lookup.base_index import QUEUE_COLUMNS, BaseIndex
+from routing_lib.lookup.progress_watermark import ProgressWatermarks
 from routing_lib.lookup.route_topics import RouteTopics
 from routing_lib.lookup.routes import SMALL_TABLES, RouteIndex
 from routing_lib.lookup.shared_index import SharedIndexes
@@ -48,10 +49,11 @@ from routing_lib.read.warehouse import (
     open_version,
     read_changes,
     read_version,
-    read_watermark,
 )
 
 _REMOVES = frozenset({"delete", "update_preimage"})  # applied before a commit's inserts
+# route_progress's latest row per version read: the next build reads only the new commits
+WATERMARKS = ProgressWatermarks()
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,7 @@ def load_index(
         topics,
         {t: _small_rows(warehouse, t, versions) for t in SMALL_TABLES},
         versions,
-        read_watermark(warehouse, versions[PROGRESS]),
+        WATERMARKS.watermark(warehouse, versions[PROGRESS]),
         support_acting_master=support_acting_master,
         order_message_enable=order_message_enable,
     )
@@ -313,7 +315,7 @@ def next_index(
     watermark = (
         current.watermark
         if versions[PROGRESS] == served.get(PROGRESS)
-        else read_watermark(warehouse, versions[PROGRESS])
+        else WATERMARKS.watermark(warehouse, versions[PROGRESS], since=served.get(PROGRESS))
     )
     index = RouteIndex.assemble(
         topics,
