@@ -402,6 +402,9 @@ class RemotingListener:
     async def _drain(self, writer: asyncio.StreamWriter, peer: object) -> None:
         """Back-pressure per connection: a slow reader waits here, nobody else does; one that
         reads nothing for the idle timeout is closed."""
+        transport = writer.transport
+        if not transport.get_write_buffer_size() and not transport.is_closing():
+            return  # all sent: nothing to wait for (the usual case; no timer per read)
         try:
             async with asyncio.timeout(self.limits.idle_timeout_s):  # no task, unlike wait_for
                 await writer.drain()
