@@ -95,6 +95,10 @@ class BatchReport:
     # batch has no liveness rows to write (the job writes no history, or nothing happened).
     # A replayed batch whose rows are in already counts nothing again.
     broker_expiries: dict[tuple[str, str], int] | None = None
+    # inside "tables", per table: "<table> collect" (Spark computing and collecting its rows
+    # to the driver) and "<table> commit" (delta-rs); the writes run concurrently, so these
+    # overlap and may add up to more than "tables"
+    table_seconds: dict[str, float] = field(default_factory=dict)
 
 
 class DeltaRouteWriter:
@@ -113,6 +117,7 @@ class DeltaRouteWriter:
         self.on_batch = on_batch  # callback(BatchReport), for metrics and logs
         self._dead_letter_reasons: dict[str, int] = {}  # this batch's, read as they are written
         self.broker_expiries: dict[tuple[str, str], int] | None = None  # idem
+        self._table_seconds: dict[str, float] = {}  # idem
 
     def path(self, table: str) -> str:
         return storage.join(self.warehouse, table)
@@ -121,6 +126,7 @@ class DeltaRouteWriter:
         started = time.monotonic()
         self._dead_letter_reasons = {}
         self.broker_expiries = None
+        self._table_seconds = {}
         batch = batch.persist()
         try:
             # One Spark action runs the plan: the stats rows (one per step call) say what
@@ -143,7 +149,9 @@ class DeltaRouteWriter:
             with ThreadPoolExecutor(max_workers=4) as pool:
                 for future in [pool.submit(write) for write in writes]:
                     touched |= future.result()
+            derive_started = time.monotonic()
             self.derive_topic_queue(batch_id, touched)
+            self._spent(f"{TOPIC_QUEUE} derive", derive_started)
             written = time.monotonic()
             self.append_progress(batch_id, watermark, counts)
         finally:
@@ -161,6 +169,7 @@ class DeltaRouteWriter:
             },
             self._dead_letter_reasons,
             self.broker_expiries,
+            self._table_seconds,
         )
         if self.on_batch:
             self.on_batch(report)
@@ -168,11 +177,27 @@ class DeltaRouteWriter:
     def _write(self, batch: DataFrame, batch_id: int, kind: RowKind, spec: TableSpec) -> set[str]:
         """Commit one table's rows of the batch the way the catalog says; the groups whose
         topic_base or topic_overlay rows it holds."""
+        started = time.monotonic()
         if spec.write_mode is WriteMode.APPEND:
             self._append(batch.filter(F.col("kind") == kind.value), batch_id, spec)
+            self._spent(f"{spec.name} commit", started)
             return set()
-        rows = _exploded(_rows_of(batch, kind, spec.name), spec.ddl).toArrow
-        return self.merge_rows(batch_id, spec, rows)
+        exploded = _exploded(_rows_of(batch, kind, spec.name), spec.ddl)
+
+        def rows() -> pa.Table:
+            collect_started = time.monotonic()
+            collected = exploded.toArrow()
+            self._spent(f"{spec.name} collect", collect_started)
+            return collected
+
+        touched = self.merge_rows(batch_id, spec, rows)
+        collect = self._table_seconds.get(f"{spec.name} collect", 0.0)
+        self._table_seconds[f"{spec.name} commit"] = time.monotonic() - started - collect
+        return touched
+
+    def _spent(self, name: str, since: float) -> None:
+        """Record a part of the batch's table work (each name is written by one thread)."""
+        self._table_seconds[name] = self._table_seconds.get(name, 0.0) + time.monotonic() - since
 
     def derive_topic_queue(self, batch_id: int, groups: set[str]) -> None:
         """Replace the touched groups' topic_queue_table partitions with what topic_base and
