@@ -101,3 +101,18 @@ def test_text_pyarrow_refuses_is_parsed_by_spark(spark):
     got = rows.table_rows(kind, spec).to_pylist()
     assert got == _by_spark(rows, bundles, spec)
     assert got[0]["broker_name"] == "g" and got[0]["perm"] == 6
+
+
+def test_a_table_read_in_parts_is_the_same(spark, monkeypatch):
+    """Bundles read a few at a time (the reader's parts bound its copies) give the rows of
+    one read, in order."""
+    import routing_lib.spark.batch_rows as batch_rows
+
+    kind, spec = next((k, s) for k, s in MERGED if s.name == "topic_base_changes")
+    bundles = pa.concat_tables([_bundles(kind, spec, rows_per_bundle=3 + n) for n in range(4)])
+    rows = BatchRows(spark, bundles)
+    whole = rows.table_rows(kind, spec).to_pylist()
+    monkeypatch.setattr(batch_rows, "_PART_BYTES", 1)  # every bundle a part of its own
+    assert len(rows._parts(rows._indices(kind, spec.name))) == bundles.num_rows
+    assert rows.table_rows(kind, spec).to_pylist() == whole
+    assert whole == _by_spark(rows, bundles, spec)

@@ -35,6 +35,8 @@ from routing_lib.core.rows import RowKind
 from routing_lib.read.arrow_schema import arrow_field
 from routing_lib.spark.stateful import OUTPUT_SCHEMA
 
+# the text one call of the JSON reader parses (its blocks parsed on threads)
+_PART_BYTES = 64 << 20
 # a block of the JSON reader holds whole lines; one line is one step call's bundle (a
 # 10 000-topic group's rows: a few MB)
 _MIN_BLOCK_BYTES = 16 << 20
@@ -59,11 +61,16 @@ class BatchRows:
     def table_rows(self, kind: RowKind, spec: TableSpec) -> pa.Table:
         """The table's rows of the batch: op + the table's columns, one row per array element
         of its bundles (what `from_json` + explode made of them)."""
-        bundles = self._of(kind, spec.name)
+        wanted = self._indices(kind, spec.name)
         try:
-            return _parsed(bundles, spec)
+            # read in parts of about _PART_BYTES of text: the copies the reader needs (the
+            # bundles taken, their lines) stay that small whatever the batch
+            parts = [_parsed(self.rows.take(part), spec) for part in self._parts(wanted)]
         except pa.ArrowException:  # text pyarrow's reader refuses: Spark's from_json reads it
-            return exploded(self.frame(bundles), spec.ddl).toArrow()
+            return exploded(self.frame(self.rows.take(wanted)), spec.ddl).toArrow()
+        if not parts:
+            return _parsed(self.rows.take(wanted), spec)  # no bundle: the empty table
+        return pa.concat_tables(parts)
 
     def of_kind(self, kind: RowKind) -> DataFrame:
         """The rows of one kind as a Spark DataFrame (the Spark path of the appended tables)."""
@@ -73,10 +80,27 @@ class BatchRows:
         return self.spark.createDataFrame(rows.to_pandas(), OUTPUT_SCHEMA)
 
     def _of(self, kind: RowKind, table: str | None = None) -> pa.Table:
+        return self.rows.take(self._indices(kind, table))
+
+    def _indices(self, kind: RowKind, table: str | None = None) -> pa.Array:
         keep = pc.equal(self.rows.column("kind"), kind.value)
         if table is not None:
             keep = pc.and_(keep, pc.equal(self.rows.column("table"), table))
-        return self.rows.filter(keep)
+        return pc.indices_nonzero(pc.fill_null(keep, False))
+
+    def _parts(self, indices: pa.Array) -> list[pa.Array]:
+        """`indices` cut into runs whose bundles hold about _PART_BYTES of text or less (a
+        bigger bundle alone)."""
+        sizes = pc.binary_length(pc.take(self.rows.column("row_json"), indices)).to_pylist()
+        parts, start, held = [], 0, 0
+        for i, size in enumerate(sizes):
+            if held and held + (size or 0) > _PART_BYTES:
+                parts.append(indices[start:i])
+                start, held = i, 0
+            held += size or 0
+        if start < len(sizes):
+            parts.append(indices[start:])
+        return parts
 
 
 def _parsed(bundles: pa.Table, spec: TableSpec) -> pa.Table:
