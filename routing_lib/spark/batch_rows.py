@@ -21,8 +21,10 @@ Dead letters and late events (their raw bytes, rare) keep the Spark path the sam
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
@@ -61,15 +63,14 @@ class BatchRows:
     def table_rows(self, kind: RowKind, spec: TableSpec) -> pa.Table:
         """The table's rows of the batch: op + the table's columns, one row per array element
         of its bundles (what `from_json` + explode made of them)."""
-        wanted = self._indices(kind, spec.name)
         try:
             # read in parts of about _PART_BYTES of text: the copies the reader needs (the
-            # bundles taken, their lines) stay that small whatever the batch
-            parts = [_parsed(self.rows.take(part), spec) for part in self._parts(wanted)]
+            # bundles selected, their lines) stay that small whatever the batch
+            parts = [_parsed(part, spec) for part in self._parts(kind, spec.name)]
         except pa.ArrowException:  # text pyarrow's reader refuses: Spark's from_json reads it
-            return exploded(self.frame(self.rows.take(wanted)), spec.ddl).toArrow()
+            return exploded(self.frame(self._of(kind, spec.name)), spec.ddl).toArrow()
         if not parts:
-            return _parsed(self.rows.take(wanted), spec)  # no bundle: the empty table
+            return _parsed(self._of(kind, spec.name), spec)  # no bundle: the empty table
         return pa.concat_tables(parts)
 
     def of_kind(self, kind: RowKind) -> DataFrame:
@@ -80,27 +81,32 @@ class BatchRows:
         return self.spark.createDataFrame(rows.to_pandas(), OUTPUT_SCHEMA)
 
     def _of(self, kind: RowKind, table: str | None = None) -> pa.Table:
-        return self.rows.take(self._indices(kind, table))
+        return self.rows.filter(_selected(self.rows, kind, table))
 
-    def _indices(self, kind: RowKind, table: str | None = None) -> pa.Array:
-        keep = pc.equal(self.rows.column("kind"), kind.value)
-        if table is not None:
-            keep = pc.and_(keep, pc.equal(self.rows.column("table"), table))
-        return pc.indices_nonzero(pc.fill_null(keep, False))
+    def _parts(self, kind: RowKind, table: str) -> Iterator[pa.Table]:
+        """The table's bundles in parts of about _PART_BYTES of text or less (a bigger bundle
+        alone). Record batch by record batch, and a batch in zero-copy slices: selecting
+        rows copies only those (a take on the whole column would copy all of it)."""
+        for batch in self.rows.to_batches():
+            keep = _selected(batch, kind, table)
+            sizes = pc.if_else(keep, pc.binary_length(batch.column("row_json")), 0)
+            held = np.cumsum(np.nan_to_num(sizes.to_numpy(zero_copy_only=False)))
+            start = 0
+            while start < batch.num_rows:
+                base = held[start - 1] if start else 0
+                # the rows up to the part's size, at least one
+                end = max(int(np.searchsorted(held, base + _PART_BYTES, "right")), start + 1)
+                part = batch.slice(start, end - start).filter(keep.slice(start, end - start))
+                if part.num_rows:
+                    yield pa.Table.from_batches([part])
+                start = end
 
-    def _parts(self, indices: pa.Array) -> list[pa.Array]:
-        """`indices` cut into runs whose bundles hold about _PART_BYTES of text or less (a
-        bigger bundle alone)."""
-        sizes = pc.binary_length(pc.take(self.rows.column("row_json"), indices)).to_pylist()
-        parts, start, held = [], 0, 0
-        for i, size in enumerate(sizes):
-            if held and held + (size or 0) > _PART_BYTES:
-                parts.append(indices[start:i])
-                start, held = i, 0
-            held += size or 0
-        if start < len(sizes):
-            parts.append(indices[start:])
-        return parts
+
+def _selected(rows: pa.Table | pa.RecordBatch, kind: RowKind, table: str | None) -> pa.Array:
+    keep = pc.equal(rows.column("kind"), kind.value)
+    if table is not None:
+        keep = pc.and_(keep, pc.equal(rows.column("table"), table))
+    return pc.fill_null(keep, False)
 
 
 def _parsed(bundles: pa.Table, spec: TableSpec) -> pa.Table:
