@@ -64,7 +64,7 @@ class BaseRowChange(NamedTuple):
 GroupFact = GroupOverlayChange | BaseRowChange
 
 
-def _base_changes(old: TopicTable, new: TopicTable) -> tuple[list[str], list[str]]:
+def base_changes(old: TopicTable, new: TopicTable) -> tuple[list[str], list[str]]:
     """(topics gone from the base, topics added or changed), sorted: history's interval ends
     and starts of the two tables (C-level set operations), an end without a start is a
     topic gone."""
@@ -94,7 +94,7 @@ def state_facts(
         return []
     facts: list[GroupFact] = []
     if before.base is not after.base:
-        gone, changed = _base_changes(before.base, after.base)
+        gone, changed = base_changes(before.base, after.base)
         facts += [BaseRowChange(group, topic, None, time, seq, cause) for topic in gone]
         if changed:
             rows = after.base.rows()

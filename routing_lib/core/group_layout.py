@@ -2,7 +2,7 @@
 writes to topic_base, topic_overlay and their change tables.
 
 * `topic_base` (CHANGE): the step's net upserts and deletes of the group's base rows, found
-  with C-level set operations on the two base tables (core/group_facts.py `state_facts`): a
+  with C-level set operations on the two base tables (core/group_facts.py `base_changes`): a
   fault leaves the base object as it was and writes none;
 * `topic_overlay` (CHANGE): the group's one row after the step, when it changed; a group has
   a row while its base holds a topic (a delete when it holds none any more);
@@ -24,8 +24,14 @@ from routing_lib.core.catalog import (
     TOPIC_OVERLAY,
     TOPIC_OVERLAY_CHANGES,
 )
-from routing_lib.core.fact_rows import base_row, fact_row, overlay_row
-from routing_lib.core.group_facts import NET, BaseRowChange, GroupFact, state_facts
+from routing_lib.core.fact_rows import (
+    base_change_row,
+    base_row,
+    fact_columns,
+    fact_row,
+    overlay_row,
+)
+from routing_lib.core.group_facts import BaseRowChange, GroupFact, base_changes
 from routing_lib.core.overlay import GroupTopics
 from routing_lib.core.rows import RowKind, RowOp
 from routing_lib.core.tables import Row
@@ -48,17 +54,15 @@ def add_route_rows(bundles: Bundles, group: str, before: GroupTopics, after: Gro
         return 0
     written = 0
     if before.base is not after.base:
-        for fact in state_facts(
-            group, GroupTopics(before.base), GroupTopics(after.base), 0, 0, (NET, None)
-        ):
-            assert isinstance(fact, BaseRowChange)  # the overlays passed are the same
-            if fact.row is None:
-                key = {"topic": fact.topic, "broker_name": group}
-                bundles[RowKind.CHANGE, TOPIC_BASE, RowOp.DELETE].append(key)
-            else:
-                row = base_row(group, fact.topic, fact.row)
-                bundles[RowKind.CHANGE, TOPIC_BASE, RowOp.UPSERT].append(row)
-            written += 1
+        gone, changed = base_changes(before.base, after.base)  # what state_facts would say
+        if gone:
+            deletes = bundles[RowKind.CHANGE, TOPIC_BASE, RowOp.DELETE]
+            deletes += [{"topic": topic, "broker_name": group} for topic in gone]
+        if changed:
+            rows = after.base.rows()
+            upserts = bundles[RowKind.CHANGE, TOPIC_BASE, RowOp.UPSERT]
+            upserts += [base_row(group, topic, rows[topic]) for topic in changed]
+        written += len(gone) + len(changed)
     old, new = _overlay_of(group, before), _overlay_of(group, after)
     if new != old:
         if new is None:
@@ -71,6 +75,18 @@ def add_route_rows(bundles: Bundles, group: str, before: GroupTopics, after: Gro
 
 def add_history_rows(bundles: Bundles, facts: Iterable[GroupFact]) -> None:
     """One change row per fact, appended by identity."""
+    shared: tuple[object, ...] | None = None  # the transition whose columns `common` holds
+    common: Row = {}
+    base_changes: list[Row] | None = None  # the bundle, taken once there is a row for it
     for fact in facts:
-        table = TOPIC_BASE_CHANGES if isinstance(fact, BaseRowChange) else TOPIC_OVERLAY_CHANGES
-        bundles[RowKind.HISTORY, table, RowOp.APPEND].append(fact_row(fact))
+        if isinstance(fact, BaseRowChange):
+            # a transition's facts share their columns: built once (a cold registration
+            # has 10 000 base facts)
+            key = (fact.group, fact.event_time, fact.seq, fact.cause)
+            if key != shared:
+                shared, common = key, fact_columns(fact)
+            if base_changes is None:
+                base_changes = bundles[RowKind.HISTORY, TOPIC_BASE_CHANGES, RowOp.APPEND]
+            base_changes.append(base_change_row(common, fact.topic, fact.row))
+        else:
+            bundles[RowKind.HISTORY, TOPIC_OVERLAY_CHANGES, RowOp.APPEND].append(fact_row(fact))

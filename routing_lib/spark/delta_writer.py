@@ -7,8 +7,9 @@ late events are appended. Then topic_queue_table is derived for the groups whose
 or topic_overlay rows changed (routing_lib/spark/derived_topic_queue.py: their partitions
 replaced from what the two tables hold now), and the progress row is committed last.
 
-Spark computes the batch (the stateful plan, persisted) and explodes each table's rows;
-delta-rs commits them from the driver: a Spark MERGE of a small micro-batch took ~0.4 s of
+Spark computes the batch (the stateful plan) and one action brings its rows to the driver,
+where each table's rows are parsed in Arrow (routing_lib/spark/batch_rows.py); delta-rs
+commits them from the driver: a Spark MERGE of a small micro-batch took ~0.4 s of
 job scheduling and log work on 2 cores, a delta-rs one tens of ms, and every batch's fixed
 cost delays when its routes are visible. Every commit carries a txn
 action (appId, version = batch id), and a table that has the batch's version already is
@@ -31,7 +32,6 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.table import TableMerger
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from routing_lib import storage
 from routing_lib.core.catalog import (
@@ -48,6 +48,7 @@ from routing_lib.core.catalog import (
 from routing_lib.core.history import EXPIRED
 from routing_lib.core.rows import WRITES, RowKind, RowOp
 from routing_lib.layout import require_group_layout
+from routing_lib.spark.batch_rows import BatchRows
 from routing_lib.spark.derived_topic_queue import apply_base_changes, derive_partitions
 from routing_lib.spark.group_files import groups_predicate, hive_safe
 
@@ -95,6 +96,10 @@ class BatchReport:
     # batch has no liveness rows to write (the job writes no history, or nothing happened).
     # A replayed batch whose rows are in already counts nothing again.
     broker_expiries: dict[tuple[str, str], int] | None = None
+    # inside "tables", per table: "<table> parse" (its rows from the batch's JSON bundles)
+    # and "<table> commit" (delta-rs); the writes run concurrently, so these overlap and may
+    # add up to more than "tables"; "topic_queue_table derive"
+    table_seconds: dict[str, float] = field(default_factory=dict)
 
 
 class DeltaRouteWriter:
@@ -113,6 +118,11 @@ class DeltaRouteWriter:
         self.on_batch = on_batch  # callback(BatchReport), for metrics and logs
         self._dead_letter_reasons: dict[str, int] = {}  # this batch's, read as they are written
         self.broker_expiries: dict[tuple[str, str], int] | None = None  # idem
+        self._table_seconds: dict[str, float] = {}  # idem
+        # (batch id, rows): the topic_base partitions a batch's commit wrote whole (new
+        # groups, or groups whose names no Hive folder holds), handed to the derivation
+        # of topic_queue_table instead of reading them back
+        self._written_base: tuple[int, pa.Table] | None = None
 
     def path(self, table: str) -> str:
         return storage.join(self.warehouse, table)
@@ -121,33 +131,33 @@ class DeltaRouteWriter:
         started = time.monotonic()
         self._dead_letter_reasons = {}
         self.broker_expiries = None
-        batch = batch.persist()
-        try:
-            # One Spark action runs the plan: the stats rows (one per step call) say what
-            # each call counted and which tables its other rows go to.
-            stats = batch.filter(F.col("kind") == RowKind.STATS.value).select("row_json").collect()
-            stepped = time.monotonic()
-            counts, per_table = _read_stats(r["row_json"] for r in stats)
-            if (RowKind.HISTORY, BROKER_LIVENESS_EVENTS) in per_table:
-                self.broker_expiries = {}  # filled by merge_rows if it writes them
-            writes = [
-                partial(self._write, batch, batch_id, kind, spec)
-                for kind, spec in STEP_TABLES
-                if (kind, spec.name) in per_table
-            ]
-            watermark = self.watermark_of_batch(batch_id)
-            # Tables are independent Delta logs: commit them concurrently (the Arrow collects
-            # are Spark jobs from several threads), then derive topic_queue_table from the
-            # committed topic_base / topic_overlay, then publish the batch's progress row last.
-            touched: set[str] = set()
-            with ThreadPoolExecutor(max_workers=4) as pool:
-                for future in [pool.submit(write) for write in writes]:
-                    touched |= future.result()
-            self.derive_topic_queue(batch_id, touched)
-            written = time.monotonic()
-            self.append_progress(batch_id, watermark, counts)
-        finally:
-            batch.unpersist()
+        self._table_seconds = {}
+        # One Spark action runs the plan and brings every output row to the driver; the
+        # stats rows (one per step call) say what each call counted and which tables its
+        # other rows go to.
+        rows = BatchRows.collect(batch)
+        stepped = time.monotonic()
+        counts, per_table = _read_stats(rows.stats_json())
+        if (RowKind.HISTORY, BROKER_LIVENESS_EVENTS) in per_table:
+            self.broker_expiries = {}  # filled by merge_rows if it writes them
+        writes = [
+            partial(self._write, rows, batch_id, kind, spec)
+            for kind, spec in STEP_TABLES
+            if (kind, spec.name) in per_table
+        ]
+        watermark = self.watermark_of_batch(batch_id)
+        # Tables are independent Delta logs: commit them concurrently (Arrow parsing and
+        # delta-rs release the GIL), then derive topic_queue_table from the committed
+        # topic_base / topic_overlay, then publish the batch's progress row last.
+        touched: set[str] = set()
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            for future in [pool.submit(write) for write in writes]:
+                touched |= future.result()
+        derive_started = time.monotonic()
+        self.derive_topic_queue(batch_id, touched)
+        self._spent(f"{TOPIC_QUEUE} derive", derive_started)
+        written = time.monotonic()
+        self.append_progress(batch_id, watermark, counts)
         finished = time.monotonic()
         report = BatchReport(
             batch_id,
@@ -161,18 +171,34 @@ class DeltaRouteWriter:
             },
             self._dead_letter_reasons,
             self.broker_expiries,
+            self._table_seconds,
         )
         if self.on_batch:
             self.on_batch(report)
 
-    def _write(self, batch: DataFrame, batch_id: int, kind: RowKind, spec: TableSpec) -> set[str]:
+    def _write(self, rows: BatchRows, batch_id: int, kind: RowKind, spec: TableSpec) -> set[str]:
         """Commit one table's rows of the batch the way the catalog says; the groups whose
         topic_base or topic_overlay rows it holds."""
+        started = time.monotonic()
         if spec.write_mode is WriteMode.APPEND:
-            self._append(batch.filter(F.col("kind") == kind.value), batch_id, spec)
+            self._append(rows.of_kind(kind), batch_id, spec)
+            self._spent(f"{spec.name} commit", started)
             return set()
-        rows = _exploded(_rows_of(batch, kind, spec.name), spec.ddl).toArrow
-        return self.merge_rows(batch_id, spec, rows)
+
+        def table_rows() -> pa.Table:
+            parse_started = time.monotonic()
+            parsed = rows.table_rows(kind, spec)
+            self._spent(f"{spec.name} parse", parse_started)
+            return parsed
+
+        touched = self.merge_rows(batch_id, spec, table_rows)
+        parse = self._table_seconds.get(f"{spec.name} parse", 0.0)
+        self._table_seconds[f"{spec.name} commit"] = time.monotonic() - started - parse
+        return touched
+
+    def _spent(self, name: str, since: float) -> None:
+        """Record a part of the batch's table work (each name is written by one thread)."""
+        self._table_seconds[name] = self._table_seconds.get(name, 0.0) + time.monotonic() - since
 
     def derive_topic_queue(self, batch_id: int, groups: set[str]) -> None:
         """Replace the touched groups' topic_queue_table partitions with what topic_base and
@@ -182,6 +208,7 @@ class DeltaRouteWriter:
         target = self._unless_written(TOPIC_QUEUE, batch_id)
         if target is None:
             return
+        written, self._written_base = self._written_base, None
         derive_partitions(
             storage.open_delta(self.path(TOPIC_BASE)),
             storage.open_delta(self.path(TOPIC_OVERLAY)),
@@ -189,6 +216,7 @@ class DeltaRouteWriter:
             self.path(TOPIC_QUEUE),
             groups,
             self._commit(batch_id),
+            written[1] if written is not None and written[0] == batch_id else None,
         )
 
     def merge_rows(self, batch_id: int, spec: TableSpec, rows: Callable[[], pa.Table]) -> set[str]:
@@ -210,11 +238,13 @@ class DeltaRouteWriter:
         target = self._unless_written(spec.name, batch_id)
         if target is None:
             return touched
+        commit = self._commit(batch_id)
         if spec.name == TOPIC_BASE and not all(map(hive_safe, touched)):
             # a name no Hive folder can hold: its files placed by the writer
             # (spark/group_files.py; the change feed then comes from the files added and
             # removed, the whole partition, instead of a MERGE's change data)
-            apply_base_changes(target, self.path(TOPIC_BASE), rows(), self._commit(batch_id))
+            written = apply_base_changes(target, self.path(TOPIC_BASE), rows(), commit)
+            self._written_base = (batch_id, written)
             return touched
         schema = pa.schema(target.schema().to_arrow())
         source = (
@@ -222,6 +252,15 @@ class DeltaRouteWriter:
         )
         if spec.name == BROKER_LIVENESS_EVENTS:  # the rows are on the driver: count expiries
             self._count_expiries(source)
+        inserts = _inserted(spec, source)
+        if inserts.num_rows and _new_partitions(target, spec, source):
+            # No row of the target can match: a MERGE would insert `inserts` and nothing
+            # else, so an append does (its change feed: the files added, the same rows). A
+            # cold start's 3 M topic_base and topic_base_changes rows come this way.
+            write_deltalake(target, inserts, mode="append", commit_properties=commit)
+            if spec.name == TOPIC_BASE:  # the touched groups' partitions, whole
+                self._written_base = (batch_id, inserts)
+            return touched
         merge = target.merge(
             source,
             _merge_condition(spec, touched),
@@ -230,7 +269,7 @@ class DeltaRouteWriter:
             # the source is in memory already: let delta-rs use its min/max to skip target
             # files (one run each, 10 000-topic backfill: 36.0 -> 33.3 s)
             streamed_exec=False,
-            commit_properties=self._commit(batch_id),
+            commit_properties=commit,
         )
         _merge_clauses(spec, merge).execute()
         return touched
@@ -333,6 +372,31 @@ def _merge_condition(spec: TableSpec, groups: set[str] | None = None) -> str:
     return " AND ".join(f't."{c}" = s."{c}"' for c in identity)
 
 
+def _insert_ops(spec: TableSpec) -> tuple[RowOp, ...]:
+    """The ops whose rows a MERGE inserts when no target row matches (_merge_clauses)."""
+    return (RowOp.UPSERT, RowOp.APPEND) if spec.identity else (RowOp.UPSERT,)
+
+
+def _inserted(spec: TableSpec, source: pa.Table) -> pa.Table:
+    """The rows a MERGE of `source` (op + columns) inserts into a target none of them match."""
+    ops = pa.array([op.value for op in _insert_ops(spec)], pa.string())
+    return source.filter(pc.is_in(source.column("op"), value_set=ops)).drop_columns(["op"])
+
+
+def _new_partitions(target: DeltaTable, spec: TableSpec, source: pa.Table) -> bool:
+    """Whether the target holds no file in any partition the rows go to (an unpartitioned
+    table: no file at all), so that no row of it can match them: every MERGE condition
+    includes the partition column (_merge_condition)."""
+    files = pa.table(target.get_add_actions(flatten=True))
+    if files.num_rows == 0:
+        return True
+    if len(spec.partition_by) != 1:
+        return False
+    (column,) = spec.partition_by
+    held = files.column(f"partition.{column}")
+    return not pc.any(pc.is_in(held, value_set=pc.unique(source.column(column)))).as_py()
+
+
 def _merge_clauses(spec: TableSpec, merge: TableMerger) -> TableMerger:
     """Route tables: upserts and deletes by key. History tables: opened intervals and events
     inserted, intervals closed later by identity (valid_from stays fixed)."""
@@ -360,18 +424,6 @@ def _from_source(columns: Iterable[str]) -> dict[str, str]:
 def _op_is(*ops: RowOp) -> str:
     """A MERGE predicate on the source row's op."""
     return "s.op IN ({})".format(", ".join(f"'{op.value}'" for op in ops))
-
-
-def _rows_of(batch: DataFrame, kind: RowKind, table: str) -> DataFrame:
-    return batch.filter((F.col("kind") == kind.value) & (F.col("table") == table))
-
-
-def _exploded(bundles: DataFrame, ddl: str) -> DataFrame:
-    """(op, JSON array of rows) bundles -> one (op, columns...) row per array element."""
-    rows = T.ArrayType(T.StructType.fromDDL(ddl))
-    return bundles.select("op", F.explode(F.from_json("row_json", rows)).alias("r")).select(
-        "op", "r.*"
-    )
 
 
 def _read_stats(stats_json: Iterable[str]) -> tuple[dict[str, int], set[tuple[RowKind, str]]]:

@@ -81,15 +81,35 @@ def derive_partitions(
     location: str,
     groups: Collection[str],
     commit: CommitProperties,
+    written: pa.Table | None = None,
 ) -> None:
     """Replace the groups' topic_queue_table partitions (`target`, at `location`) with their
-    effective rows, in one commit (`commit`: the batch's txn action)."""
+    effective rows, in one commit (`commit`: the batch's txn action). `written`: topic_base
+    rows this process has just committed as whole partitions (those groups are not read
+    back: a cold start's 3 M rows are in memory already)."""
     if not groups:
         return
     wanted = sorted(groups)
-    base_rows = read_groups(base, wanted)  # the touched groups' files only
+    base_rows = _base_rows(base, wanted, written)
     overlay_rows = read_table(overlay, [("broker_name", "in", wanted)]).to_pylist()
     replace_groups(target, location, wanted, effective_rows(base_rows, overlay_rows), commit)
+
+
+def _base_rows(base: DeltaTable, groups: list[str], written: pa.Table | None) -> pa.Table:
+    """The groups' topic_base rows: those in `written` from memory, the others from their
+    files only."""
+    if written is None or written.num_rows == 0:
+        return read_groups(base, groups)
+    schema = pa.schema(base.schema().to_arrow())
+    in_memory = set(pc.unique(written.column("broker_name")).to_pylist())
+    unread = [g for g in groups if g not in in_memory]
+    mine = written.filter(pc.is_in(written.column("broker_name"), pa.array(groups, pa.string())))
+    return pa.concat_tables(
+        [
+            read_groups(base, unread).select(schema.names).cast(schema),
+            mine.select(schema.names).cast(schema),
+        ]
+    )
 
 
 def _keys(rows: pa.Table) -> pa.ChunkedArray:
@@ -103,10 +123,11 @@ def _keys(rows: pa.Table) -> pa.ChunkedArray:
 
 def apply_base_changes(
     base: DeltaTable, location: str, changes: pa.Table, commit: CommitProperties
-) -> None:
+) -> pa.Table:
     """A batch's topic_base upserts and deletes (`op` + the columns; a delete the key only):
     each touched group's partition replaced by its rows without the changed keys, plus the
-    upserts, in one commit (a group's partition is one file: a MERGE would copy it too)."""
+    upserts, in one commit (a group's partition is one file: a MERGE would copy it too).
+    Returns the touched groups' rows as committed."""
     groups = {str(g) for g in pc.unique(changes.column("broker_name")).to_pylist()}
     current = read_groups(base, groups)
     schema = pa.schema(base.schema().to_arrow())
@@ -116,3 +137,4 @@ def apply_base_changes(
     upserts = changes.filter(pc.equal(changes.column("op"), "upsert")).select(schema.names)
     rows = pa.concat_tables([kept.select(schema.names).cast(schema), upserts.cast(schema)])
     replace_groups(base, location, groups, rows, commit)
+    return rows

@@ -72,6 +72,10 @@ def build_spark(config: Config, app_name: str = "routelake") -> SparkSession:
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.driver.memory", os.environ.get("ROUTELAKE_DRIVER_MEMORY", "6g"))
+        # The writer brings each micro-batch's rows to the driver in one action
+        # (spark/batch_rows.py): a cold start of 300 x 10 000 topics is ~1.1 GB of them, past
+        # the 1 GiB default; the driver's memory is the bound.
+        .config("spark.driver.maxResultSize", "0")
     )
     classpath = s3a_classpath(config)
     if classpath:
