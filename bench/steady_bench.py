@@ -29,6 +29,7 @@ import statistics
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from bench.backfill_bench import HEARTBEATS_PER_PERIOD, PERIOD_MS, SEED
 
@@ -87,7 +88,8 @@ class _Batches(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if not record.msg.startswith("batch %d published"):
             return
-        batch_id, watermark, seconds, phases, counts = record.args  # type: ignore[misc]
+        args: Any = record.args  # ("batch %d published: ...", its five values)
+        batch_id, watermark, seconds, phases, counts = args
         row = self.batches.setdefault(batch_id, {})
         row.update(watermark=watermark, seconds=seconds, input=counts.get("input_rows", 0))
         row.update({k: float(v) for k, v in re.findall(r"(\w+) ([\d.]+)s", phases)})

@@ -24,13 +24,16 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
+from typing import Any
 
 import pandas as pd
 
 from bench.backfill_bench import HEARTBEATS_PER_PERIOD, PERIOD_MS, SEED
+from routing_lib import ingest
 from routing_lib.content_files import ContentSettings
 from routing_lib.core.group_routes import DEFAULT_FLAGS
 from routing_lib.ingest import classify
+from routing_lib.known_records import KnownRecords
 from routing_lib.spark.stateful import StepSettings, make_step
 from routing_lib.spark.watermark import SPARK_LEAD_MS
 from tests.support.step_support import group_state
@@ -63,6 +66,15 @@ def batches(args):
         yield batch
 
 
+def _known_tables():
+    """A fresh KnownTables, when the code measured has them (an older tree may not)."""
+    try:
+        from routing_lib.known_tables import KnownTables
+    except ImportError:
+        return None
+    return KnownTables()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--brokers", type=int, default=300)
@@ -72,11 +84,23 @@ def main() -> None:
     parser.add_argument("--batch-events", type=int, default=500)
     parser.add_argument("--watermark-delay-ms", type=int, default=10_000)
     parser.add_argument("--skip-s", type=float, default=60)
+    parser.add_argument(
+        "--stage-one-workers",
+        type=int,
+        default=1,
+        help="Python workers classifying each batch ([kafka] min_partitions): each has its "
+        "own known records and tables",
+    )
     parser.add_argument("--profile", help="cProfile of the batches past --skip-s to this file")
     args = parser.parse_args()
 
     store = ContentSettings(tempfile.mkdtemp(prefix="steady-replay-content-"), 4096)
     step = make_step(StepSettings("/nonexistent-checkpoint", DEFAULT_FLAGS, content=store))
+    # stage one's per-process memories, one pair per Python worker ([kafka] min_partitions)
+    workers: list[tuple[Any, Any]] = [
+        (getattr(ingest, "KNOWN_RECORDS", None), getattr(ingest, "KNOWN_TABLES", None)),
+        *[(KnownRecords(), _known_tables()) for _ in range(args.stage_one_workers - 1)],
+    ]
     states: dict[str, tuple | None] = {}
     timeouts: dict[str, int] = {}
     max_event_time, first_event_time, offset = 0, None, 0
@@ -87,13 +111,19 @@ def main() -> None:
         spark_watermark = watermark + SPARK_LEAD_MS if watermark else 0
         event_s = (watermark - first_event_time) / 1000 if first_event_time and watermark else 0
         profiling = profiler is not None and event_s >= args.skip_s
-        if profiling:
+        if profiler is not None and profiling:
             profiler.enable()
         started = time.process_time()
-        classified = [
-            classify(line, "steady-0", offset + i, None, 0, store=store)
-            for i, line in enumerate(lines)
-        ]
+        classified = []
+        cut = -(-len(lines) // len(workers))
+        for part in range(len(workers)):
+            # Spark hands each range of offsets to whichever Python worker is free: rotate
+            ingest.KNOWN_RECORDS, ingest.KNOWN_TABLES = workers[(part + number) % len(workers)]
+            first = part * cut
+            classified += [
+                classify(line, "steady-0", offset + first + i, None, 0, store=store)
+                for i, line in enumerate(lines[first : first + cut])
+            ]
         offset += len(lines)
         stage_one = time.process_time() - started
         by_group: dict[str, list] = defaultdict(list)
@@ -114,7 +144,7 @@ def main() -> None:
             if state.exists and state._timeout_timestamp > 0:
                 timeouts[group] = state._timeout_timestamp
         stepped = time.process_time() - started
-        if profiling:
+        if profiler is not None and profiling:
             profiler.disable()
         registers = sum(line.startswith(b'{"eventType":"REGISTER"') for line in lines)
         rows.append((number, event_s, stage_one, stepped, len(by_group) + len(due), registers))
