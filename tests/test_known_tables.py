@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from routelake_dev.simulator import EventEncoder, iter_history
 from routing_lib import ingest
 from routing_lib.known_records import KnownRecords
 from routing_lib.known_tables import KnownTables, table_span
-from routelake_dev.simulator import EventEncoder, iter_history
 from tests.support.bad_records import _GOOD, _HEARTBEAT, BAD_RECORDS, INTEGER_RANGE_RECORDS
 
 
