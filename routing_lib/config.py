@@ -48,6 +48,7 @@ class KafkaConfig:
     topic: str
     starting_offsets: str
     max_offsets_per_trigger: int
+    min_partitions: int
     trigger_interval: str
     data_dir: str
     outage_timeout_s: float

@@ -19,9 +19,11 @@ from routing_lib.core.content import MissingContentError
 from routing_lib.core.rows import internal_error_reason
 from routing_lib.core.wire import externalize, pack_event
 from routing_lib.known_records import KnownRecords, cut_event_time
+from routing_lib.known_tables import KnownTables
 from schemas.route_event import (
     INT64_MAX,
     INT64_MIN,
+    AnyEvent,
     TickEvent,
     ValidationFailure,
     parse_pipeline_event,
@@ -46,6 +48,9 @@ FUTURE_ARCHIVE_HINT = (
 # Per process (a Spark Python worker lives across micro-batches): re-sent records skip
 # validation (routing_lib/known_records.py).
 KNOWN_RECORDS = KnownRecords()
+# And registrations that are new records with a known topic table (a topic change re-sent by
+# each slave, a restart, a role switch) validate only their head (routing_lib/known_tables.py).
+KNOWN_TABLES = KnownTables()
 
 
 @dataclass(frozen=True)
@@ -139,8 +144,14 @@ def _classify(
     max_future_skew_ms: int,
     clock: str,
 ) -> Classified:
+    packed = None
+    event: AnyEvent
     try:
-        event = parse_pipeline_event(raw)
+        split = KNOWN_TABLES.classify(raw)
+        if split is not None:  # a registration whose table is known: its head validated
+            event, packed = split
+        else:
+            event = parse_pipeline_event(raw)
         if now_ms is not None and event.eventTime > now_ms + max_future_skew_ms:
             raise ValidationFailure(skew_reason(event.eventTime, now_ms, max_future_skew_ms, clock))
     except ValidationFailure as failure:
@@ -148,7 +159,13 @@ def _classify(
     if isinstance(event, TickEvent):
         return Classified(TICK_KEY, event.eventTime, source, position, None, None, None)
     return Classified(
-        group_key(event), event.eventTime, source, position, pack_event(event), None, None
+        group_key(event),
+        event.eventTime,
+        source,
+        position,
+        packed if packed is not None else pack_event(event),
+        None,
+        None,
     )
 
 

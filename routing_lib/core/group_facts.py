@@ -64,15 +64,27 @@ class BaseRowChange(NamedTuple):
 GroupFact = GroupOverlayChange | BaseRowChange
 
 
+# The last pair of base tables compared and the result: a step compares the same two tables
+# twice when one transition changed the base (its facts, then the step's net rows:
+# core/group_layout.py). Tables are immutable, so identity decides; the pair is held, so the
+# ids cannot be reused while it is here.
+_last_compared: list[tuple[TopicTable, TopicTable, tuple[list[str], list[str]]]] = []
+
+
 def base_changes(old: TopicTable, new: TopicTable) -> tuple[list[str], list[str]]:
     """(topics gone from the base, topics added or changed), sorted: history's interval ends
     and starts of the two tables (C-level set operations), an end without a start is a
-    topic gone."""
+    topic gone. The lists are shared: read them only."""
+    if _last_compared and _last_compared[0][0] is old and _last_compared[0][1] is new:
+        return _last_compared[0][2]
     ended, started = _topic_route_changes(old, new)
     if not started:
-        return ended, []
-    starting = set(started)
-    return [topic for topic in ended if topic not in starting], started
+        result: tuple[list[str], list[str]] = (ended, [])
+    else:
+        starting = set(started)
+        result = ([topic for topic in ended if topic not in starting], started)
+    _last_compared[:] = [(old, new, result)]
+    return result
 
 
 def transition_facts(group: str, t: Transition, seq: int) -> list[GroupFact]:

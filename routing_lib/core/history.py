@@ -39,8 +39,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from itertools import repeat
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import itemgetter, ne
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from routing_lib.core.catalog import ADMIN_EVENTS as ADMIN_EVENTS
@@ -289,6 +289,12 @@ def _topic_route_changes(old: TopicTable, new: TopicTable) -> tuple[list[str], l
     old_rows, new_rows = old.rows(), new.rows()
     if old_rows == new_rows:
         return [], []
+    names = list(old_rows)
+    if names == list(new_rows):
+        # the same topics in the same order (a topic change that rewrote some rows): the
+        # topics whose rows differ end and start, compared pairwise in C, no sets of pairs
+        changed = sorted(compress(names, map(ne, old_rows.values(), new_rows.values())))
+        return changed, list(changed)
     # (topic, queue) pairs of one side not in the other: the topic is gone or its row changed
     ended = sorted(topic for topic, _ in old_rows.items() - new_rows.items())
     started = sorted(topic for topic, _ in new_rows.items() - old_rows.items())

@@ -138,7 +138,7 @@ def kafka_stream(
     store: ContentSettings | None = None,
 ) -> DataFrame:
     outage_ms = int(kafka.outage_timeout_s * 1000)
-    raw = (
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
         .option("subscribe", kafka.topic)
@@ -151,8 +151,11 @@ def kafka_stream(
         .option("kafka.default.api.timeout.ms", str(outage_ms))
         .option("kafka.request.timeout.ms", str(min(outage_ms, 30_000)))  # may not exceed it
         .option("kafkaConsumer.pollTimeoutMs", str(outage_ms))
-        .load()
     )
+    if kafka.min_partitions > 0:
+        # several stage-one tasks per batch, each a contiguous range of offsets
+        reader = reader.option("minPartitions", str(kafka.min_partitions))
+    raw = reader.load()
     return raw.select("value", "topic", "partition", "offset").mapInPandas(
         make_kafka_classifier(max_future_skew_ms, warehouse, store), CLASSIFIED_SCHEMA
     )
