@@ -1,12 +1,12 @@
 """history._topic_route_changes against the set-of-pairs definition, on tables with the same
 topics in the same order (its pairwise fast path) and on tables that differ in topics or
-order (the set path), and group_facts._base_changes' memo of the last pair."""
+order (the set path), and group_facts.base_changes' memo of the last pair."""
 
 from __future__ import annotations
 
 import random
 
-from routing_lib.core.group_facts import _base_changes
+from routing_lib.core.group_facts import base_changes
 from routing_lib.core.history import _topic_route_changes
 from routing_lib.core.topic_table import QueueData, TopicTable
 
@@ -45,9 +45,9 @@ def test_base_changes_memo_is_by_identity() -> None:
     old = TopicTable({"a": QueueData(8, 8, 6, 0), "b": QueueData(8, 8, 6, 0)})
     new = old.updated({"b": QueueData(8, 8, 4, 0)})
     other = old.updated({"a": QueueData(4, 4, 6, 0)})
-    assert _base_changes(old, new) == ([], ["b"])
-    assert _base_changes(old, new) == ([], ["b"])  # the memo's answer
-    assert _base_changes(old, other) == ([], ["a"])  # another pair: computed again
-    assert _base_changes(new, old.without(["b"])) == (["b"], [])  # a topic gone
+    assert base_changes(old, new) == ([], ["b"])
+    assert base_changes(old, new) == ([], ["b"])  # the memo's answer
+    assert base_changes(old, other) == ([], ["a"])  # another pair: computed again
+    assert base_changes(new, old.without(["b"])) == (["b"], [])  # a topic gone
     equal_copy = TopicTable(dict(new.rows()))  # equal, not the same object
-    assert _base_changes(old, equal_copy) == ([], ["b"])
+    assert base_changes(old, equal_copy) == ([], ["b"])
