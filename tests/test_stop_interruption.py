@@ -45,9 +45,12 @@ def test_other_java_errors_are_not_shortened():
 BatchFunction = Callable[[Any, int], None]
 
 
-def _stop_during_action(spark: Any, wrap: Callable[[BatchFunction], BatchFunction]) -> str:
-    """Start a query whose first batch runs a slow Spark action, stop it 1 s into that action;
-    the query's status message after the stop."""
+def _stop_during_action(
+    spark: Any, wrap: Callable[[BatchFunction], BatchFunction], action: str = "collect"
+) -> str:
+    """Start a query whose first batch runs a slow Spark action (`collect`, or `toArrow` as
+    the writer's BatchRows.collect), stop it 1 s into that action; the query's status
+    message after the stop."""
     from pyspark.sql import functions as F
 
     in_action = threading.Event()
@@ -61,7 +64,7 @@ def _stop_during_action(spark: Any, wrap: Callable[[BatchFunction], BatchFunctio
 
     def write(batch: Any, batch_id: int) -> None:
         in_action.set()
-        spark.range(1).select(slow("id")).collect()
+        getattr(spark.range(1).select(slow("id")), action)()
 
     query = (
         spark.readStream.format("rate")
@@ -81,8 +84,9 @@ def _stop_during_action(spark: Any, wrap: Callable[[BatchFunction], BatchFunctio
 
 
 @pytest.mark.spark
-def test_a_stop_during_an_action_ends_the_query_as_stopped(spark):
-    assert _stop_during_action(spark, stop_interruptible) == "Stopped"
+@pytest.mark.parametrize("action", ["collect", "toArrow"])
+def test_a_stop_during_an_action_ends_the_query_as_stopped(spark, action):
+    assert _stop_during_action(spark, stop_interruptible, action) == "Stopped"
 
 
 @pytest.mark.spark

@@ -47,8 +47,20 @@ def interruption_of(error: BaseException) -> str | None:
         name = str(throwable.getClass().getName())
         if name in INTERRUPTIONS:
             return name
+        if name == "org.apache.spark.SparkException" and _cancelled_by_stop(
+            str(throwable.getMessage())
+        ):
+            # An Arrow collect (DataFrame.toArrow, the writer's one action) is not waited for
+            # on the stream thread, so the stop cancels its job instead of interrupting a
+            # wait: that cancellation is the stop's interruption.
+            return "java.lang.InterruptedException"
         throwable = throwable.getCause()
     return None
+
+
+def _cancelled_by_stop(message: str) -> bool:
+    """A job cancelled because its streaming query was stopped (Spark 4.0's message)."""
+    return "[SPARK_JOB_CANCELLED]" in message and "was stopped" in message
 
 
 def interruption_message(java_class: str, errmsg: str) -> str:
