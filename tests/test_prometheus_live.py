@@ -352,8 +352,14 @@ def test_prometheus_sees_a_broker_group_expire_and_the_alert_fire_and_resolve(
             120,
             "broker-b to expire",
         )
+        # The job counts the expiry once its batch's progress row is in, which is also when
+        # the lookup may load the snapshot: the two are scraped apart, so wait a few scrapes.
         expiries = f'routelake_job_broker_expiries_total{{cluster="{CLUSTER}",broker="broker-b"}}'
-        assert (value(api, expiries) or 0) >= 1
+        wait_for(
+            lambda: alive(stack) and (value(api, expiries) or 0) >= 1,
+            30,
+            "the job's scraped expiry counter of broker-b",
+        )
         assert value(api, unwritable) == 1
         firing = wait_for(
             lambda: alive(stack) and [a for a in api.alerts(ALERT) if a["state"] == "firing"],
