@@ -25,7 +25,9 @@ realtime: the RIP-29 run: the same live run for --duration seconds of event time
   default: past the 120 s expiry, so their routes vanish), then go on as before (each returns
   with its next REGISTER, within one 30 s period, as RocketMQ brokers do). Also printed: the
   longest batch, and how long after the partition ended every group was live again in the
-  published broker_live_table.
+  published broker_live_table; and, from a `routectl serve` the bench runs on the warehouse,
+  how long after each cut-off group's expiry deadline the lookup stopped serving it and how
+  long after its return it served it again (bench/partition_lookup.py).
 
     .venv/bin/python -m bench.stream_bench realtime --duration 420 --fault-interval-ms 1800000 \
         --partition-at 180 --partition-fraction 0.5 --partition-s 150
@@ -43,6 +45,7 @@ import uuid
 from pathlib import Path
 
 from bench.backfill_bench import HEARTBEATS_PER_PERIOD, PERIOD_MS, SEED, fleet_lines
+from bench.partition_lookup import LookupWatch
 
 WARM_UP_S = 20
 
@@ -189,8 +192,13 @@ def freshness(args, config) -> None:
     encode, known, sent = EventEncoder(), set(), 0
     partition = _Partition.from_args(args, fleet, wall_start_ms)
     started = time.monotonic()
+    lookup = None
     if partition is not None:
         partition.watch(live_path, started, wall_start_ms)
+        lookup = LookupWatch(
+            partition.names, partition.start_ms, partition.end_ms, started, wall_start_ms
+        )
+        lookup.start(work / "warehouse", Path(live_path))
     for event in fleet.events():
         wait_s = (event["eventTime"] - wall_start_ms) / 1000 - (time.monotonic() - started)
         if wait_s > 0:
@@ -204,6 +212,8 @@ def freshness(args, config) -> None:
             continue
         producer.send(topic, key=event["brokerName"].encode(), value=encode(event))
         sent += 1
+        if lookup is not None:
+            lookup.sent(event)
         if event["eventType"] == "REGISTER" and _version_key(event) not in known:
             known.add(_version_key(event))
             if elapsed >= WARM_UP_S and len(sent_at) < args.changes:
@@ -215,6 +225,9 @@ def freshness(args, config) -> None:
         _report_lag(work, config, sent, ended - started, event["eventTime"], behind_s)
         if partition is not None:
             print(partition.report(batches))
+        if lookup is not None:
+            print(lookup.report(), flush=True)
+            lookup.stop()
         print(_costs(work, len(fleet.faults), memory.peak_bytes))
     stop.set()
     job_thread.join(120)
