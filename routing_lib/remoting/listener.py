@@ -108,6 +108,8 @@ class RemotingListener:
         self.rejections = rejections
         self.log = log
         self.known_codes = known_codes
+        # the metric label of each known request code, made once
+        self._request_names = {code: str(code) for code in known_codes}
         self.max_frame_bytes = max_frame_bytes or limits.max_frame_bytes
         self.large_frame_codes = large_frame_codes
         self.pending_timeout_s = pending_timeout_s
@@ -291,7 +293,8 @@ class RemotingListener:
                     return False
                 started = time.perf_counter()
                 reply = self._respond(command)
-                if inspect.isawaitable(reply):
+                # an answer at once is the usual case: tested first (isawaitable costs more)
+                if type(reply) is not RemotingCommand and inspect.isawaitable(reply):
                     task = asyncio.ensure_future(self._finish(reply, command, writer, started))
                     pending.add(task)
                     task.add_done_callback(pending.discard)
@@ -394,8 +397,8 @@ class RemotingListener:
                 else:  # the index's shared bytes: written, not copied into each frame
                     out += (head, response.body)
                 size = len(head) + len(response.body)
-        request = str(command.code) if command.code in self.known_codes else "other"
-        code = str(response.code) if response else "none"
+        request = self._request_names.get(command.code, "other")
+        code = _code_name(response.code) if response else "none"
         observed.append((request, code, time.perf_counter() - started))
         return size
 
@@ -426,6 +429,18 @@ def _flush(writer: asyncio.StreamWriter, out: list[bytes]) -> int:
         writer.writelines(out)
     out.clear()
     return 0
+
+
+_CODE_NAMES: dict[int, str] = {}  # response code -> its metric label (a few dozen codes)
+
+
+def _code_name(code: int) -> str:
+    name = _CODE_NAMES.get(code)
+    if name is None:
+        name = str(code)
+        if len(_CODE_NAMES) < 1024:  # codes come from responders: bounded all the same
+            _CODE_NAMES[code] = name
+    return name
 
 
 def _internal_error(command: RemotingCommand) -> Reply:
