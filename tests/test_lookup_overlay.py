@@ -29,6 +29,7 @@ from routing_lib.lookup.route_topics import RouteTopics
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.shared_index import SharedIndexes
 from routing_lib.lookup.snapshots import load_index, next_index
+from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.read.warehouse import WarehouseSnapshot
 from tests.support.helpers import seeds
 from tests.support.lookup_support import addr, live
@@ -328,3 +329,36 @@ def test_a_mapped_base_index_is_resident_from_the_start(tmp_path):
             resident += int(fields[1]) * 1024
     assert resident >= path.stat().st_size - 4096, (resident, path.stat().st_size)
     assert index.find("T000042") == 42
+
+
+@pytest.mark.parametrize("groups", [3, 40_000])
+def test_per_topic_counts_hold_a_holder_per_group_however_many_groups(groups):
+    """The counts are int16 while every count fits (a topic has one holder per group at
+    most), int32 beyond: a topic on 40 000 groups, all then some of them gone."""
+    rows = [
+        {
+            "topic": "T",
+            "broker_name": f"g{i:05d}",
+            "read_queue_nums": 4,
+            "write_queue_nums": 4,
+            "perm": 6,
+            "topic_sys_flag": 0,
+        }
+        for i in range(groups)
+    ] + [
+        {
+            "topic": "U",
+            "broker_name": "g00000",
+            "read_queue_nums": 4,
+            "write_queue_nums": 4,
+            "perm": 6,
+            "topic_sys_flag": 0,
+        }
+    ]
+    base = BaseIndex.build(pa.Table.from_pylist(rows, schema=arrow_schema(TOPIC_QUEUE)), 0)
+    topics = RouteTopics.of(base)
+    assert int(topics.counts[base.find("T")]) == groups
+    gone = {f"g{i:05d}": Overlay(present=False) for i in range(1, groups)}
+    after = topics.changed({}, gone)
+    assert int(after.counts[base.find("T")]) == 1 and after.get("U") is not None
+    assert int(topics.counts[base.find("T")]) == groups  # the served one unchanged

@@ -44,6 +44,12 @@ def _present_mask(base: BaseIndex, holders: npt.NDArray[Any], overlay: Overlay) 
     return np.isin(base.holder_topic[holders], covered).astype(np.uint8)
 
 
+def _count_type(base: BaseIndex) -> type[np.signedinteger[Any]]:
+    """The narrowest type the per-topic counts fit: a topic has at most one holder per group
+    (int16: 6 MB at 3 M topics where int32 took 12, per snapshot and per process)."""
+    return np.int16 if len(base.groups) <= np.iinfo(np.int16).max else np.int32
+
+
 class RouteTopics:
     """Read-only: `get` answers as TopicStore.get did for topic_queue_table's rows."""
 
@@ -92,7 +98,7 @@ class RouteTopics:
         counts = np.bincount(base.holder_topic, weights=present, minlength=base.topic_count)
         shadow = np.zeros(base.topic_count, bool)
         return RouteTopics(
-            base, _EMPTY_DELTA, dict(overlays), present, counts.astype(np.int32), shadow
+            base, _EMPTY_DELTA, dict(overlays), present, counts.astype(_count_type(base)), shadow
         )
 
     # -- the next snapshot --
