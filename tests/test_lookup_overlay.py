@@ -246,6 +246,39 @@ def test_processes_share_the_newest_base_index_file(tmp_path):
         shared.remove()
 
 
+def test_processes_map_one_file_of_each_snapshots_present_and_counts(tmp_path):
+    """The per-holder present flags and per-topic counts of a snapshot are one file of the
+    service that every process maps (named by the base index file and topic_overlay's
+    version): two chains of snapshots with faults in most batches, one loading later, end
+    on the same files, read-only, equal to arrays computed afresh; old files are unlinked."""
+    rng = random.Random(11)
+    model = Model(rng)
+    wh = WriterWarehouse(tmp_path)
+    wh.publish(0, 1_000, model.first_batch())
+    shared = SharedIndexes.create()
+    try:
+        one = next_index(tmp_path, None, settled_versions(tmp_path)[0], shared=shared).index
+        two = None
+        for step in range(1, 12):
+            wh.publish(step, 1_000 * step, random_batch(rng, model, step))
+            pinned = settled_versions(tmp_path)[0]
+            one = next_index(tmp_path, one, pinned, shared=shared).index
+            two = next_index(tmp_path, two, pinned, shared=shared).index
+            for index in (one, two):
+                store = index.store
+                fresh = RouteTopics.of(store.base, store.overlays)
+                assert store.arrays_key is not None
+                assert not store.present.flags.writeable and not store.counts.flags.writeable
+                assert (store.present == fresh.present).all()
+                assert (store.counts == fresh.counts).all()
+            assert one.store.arrays_key == two.store.arrays_key
+            same_answers(two, load_index(tmp_path, pinned))
+        files = [p for p in shared.directory.iterdir() if p.name.startswith("arrays-")]
+        assert 1 <= len(files) <= shared.keep_arrays
+    finally:
+        shared.remove()
+
+
 def test_a_large_base_index_is_built_by_a_process_of_its_own(tmp_path, monkeypatch):
     """Past SUBPROCESS_ROWS the file is written by `python -m routing_lib.lookup.base_build`
     (its transient memory leaves with that process); the index is the same."""

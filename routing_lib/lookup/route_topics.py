@@ -64,6 +64,7 @@ class RouteTopics:
         "_visible",
         "_holders",
         "_len",
+        "arrays_key",
     )
 
     def __init__(
@@ -74,6 +75,7 @@ class RouteTopics:
         present: npt.NDArray[Any],
         counts: npt.NDArray[Any],
         shadow: npt.NDArray[Any],
+        arrays_key: str | None = None,
     ) -> None:
         self.base = base
         self.delta = delta  # topic -> base entry for topics changed since `base` (GONE: left)
@@ -86,6 +88,15 @@ class RouteTopics:
         self._visible: npt.NDArray[Any] | None = None
         self._holders: npt.NDArray[np.bool_] | None = None
         self._len: int | None = None
+        # `present` and `counts` are the views of the service's shared file of this key
+        # (shared_index.SharedIndexes.arrays); None: this process's own arrays
+        self.arrays_key = arrays_key
+
+    def with_arrays(
+        self, present: npt.NDArray[Any], counts: npt.NDArray[Any], key: str
+    ) -> RouteTopics:
+        """The same topics over equal `present` and `counts` arrays (the shared file's)."""
+        return RouteTopics(self.base, self.delta, self.overlays, present, counts, self.shadow, key)
 
     @staticmethod
     def of(base: BaseIndex, overlays: Mapping[str, Overlay] = NO_OVERLAYS) -> RouteTopics:
@@ -148,7 +159,8 @@ class RouteTopics:
             if shadowed:
                 shadow = shadow.copy()
                 shadow[shadowed] = True
-        return RouteTopics(base, delta, new_overlays, present, counts, shadow)
+        key = self.arrays_key if present is self.present else None
+        return RouteTopics(base, delta, new_overlays, present, counts, shadow, key)
 
     @property
     def delta_topics(self) -> int:
