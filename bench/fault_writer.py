@@ -36,6 +36,7 @@ from routing_lib.core.catalog import (
     TableSpec,
     spec,
 )
+from routing_lib.core.columnar import bundle_rows
 from routing_lib.core.group_routes import DEFAULT_FLAGS
 from routing_lib.core.rows import RowKind, StepRow
 from routing_lib.core.step import (
@@ -62,7 +63,7 @@ def step_changes(rows: Iterable[StepRow]) -> dict[str, list[Change]]:
     out: dict[str, list[Change]] = defaultdict(list)
     for r in rows:
         if r.kind in (RowKind.CHANGE, RowKind.HISTORY) and r.table is not None:
-            out[r.table] += [(str(r.op), row) for row in json.loads(r.row_json)]
+            out[r.table] += [(str(r.op), row) for row in bundle_rows(r.table, r.row_json)]
     return out
 
 

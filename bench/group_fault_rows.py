@@ -37,6 +37,7 @@ from routing_lib.core.catalog import (
     TOPIC_OVERLAY_CHANGES,
     TOPIC_ROUTE_HISTORY,
 )
+from routing_lib.core.columnar import bundle_rows
 from routing_lib.core.group_facts import (
     BaseRowChange,
     GroupOverlayChange,
@@ -103,7 +104,9 @@ def _unregister(at: int, addr: str, broker_id: int) -> dict[str, Any]:
 
 
 def _count(rows: list[StepRow], kind: RowKind, table: str) -> int:
-    return sum(len(json.loads(r.row_json)) for r in rows if r.kind == kind and r.table == table)
+    return sum(
+        len(bundle_rows(table, r.row_json)) for r in rows if r.kind == kind and r.table == table
+    )
 
 
 class FaultCounter:

@@ -23,6 +23,7 @@ from routing_lib.core.catalog import (
     TOPIC_OVERLAY,
     TOPIC_OVERLAY_CHANGES,
 )
+from routing_lib.core.columnar import bundle_rows
 from routing_lib.core.fact_rows import overlay_of_row, queue_of_row
 from routing_lib.core.group_facts import topic_queue_rows
 from routing_lib.core.group_routes import DEFAULT_FLAGS
@@ -264,7 +265,7 @@ def _derived_topic_queue(rows: list[StepRow]) -> dict:
     for r in rows:
         if r.kind != "change" or r.table not in (TOPIC_BASE, TOPIC_OVERLAY):
             continue
-        for row in json.loads(r.row_json):
+        for row in bundle_rows(r.table, r.row_json):
             if r.table == TOPIC_OVERLAY:
                 if r.op == "delete":
                     overlays.pop(row["broker_name"], None)

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from routing_lib.core.group_facts import BaseRowChange, GroupFact, GroupOverlayChange
+from routing_lib.core.group_facts import (
+    BaseRowChange,
+    GroupFact,
+    GroupOverlayChange,
+    TransitionFacts,
+)
 from routing_lib.core.history import event_date
 from routing_lib.core.overlay import Overlay, PermOp
 from routing_lib.core.tables import Row
@@ -69,7 +74,7 @@ def fact_row(fact: GroupFact) -> Row:
     return base_change_row(common, fact.topic, fact.row)
 
 
-def fact_columns(fact: GroupFact) -> Row:
+def fact_columns(fact: GroupFact | TransitionFacts) -> Row:
     """The columns every fact of one transition of a group shares."""
     kind, address = fact.cause
     return {

@@ -26,7 +26,7 @@ Derivations, pure and exact against the per-topic layout:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -87,6 +87,48 @@ def base_changes(old: TopicTable, new: TopicTable) -> tuple[list[str], list[str]
     return result
 
 
+class TransitionFacts(NamedTuple):
+    """The facts of one transition, not expanded: the topics gone from the base and those
+    added or changed (`base_changes`' shared lists), the base rows after it, the overlay after
+    it when it changed. A cold registration's 10 000 base facts stay three references here:
+    the step's rows are built from the lists (core/group_layout.py), and `facts()` makes the
+    BaseRowChange tuples only for a reader that wants them (tests, tools)."""
+
+    group: str
+    event_time: int
+    seq: int
+    cause: Cause
+    gone: list[str]
+    changed: list[str]
+    rows: Mapping[str, QueueData] | None  # the base rows after it (None: no base changed)
+    overlay: Overlay | None  # None: the overlay did not change
+
+    def facts(self) -> list[GroupFact]:
+        """Base rows per changed topic (gone first), then the overlay if it changed."""
+        g, time, seq, cause = self.group, self.event_time, self.seq, self.cause
+        facts: list[GroupFact] = [
+            BaseRowChange(g, topic, None, time, seq, cause) for topic in self.gone
+        ]
+        if self.changed:
+            rows = self.rows
+            assert rows is not None
+            facts += [
+                BaseRowChange(g, topic, rows[topic], time, seq, cause) for topic in self.changed
+            ]
+        overlay = self.overlay_fact()
+        if overlay is not None:
+            facts.append(overlay)
+        return facts
+
+    def overlay_fact(self) -> GroupOverlayChange | None:
+        if self.overlay is None:
+            return None
+        o = self.overlay
+        return GroupOverlayChange(
+            self.group, o.present, o.perm_op, o.covered, self.event_time, self.seq, self.cause
+        )
+
+
 def transition_facts(group: str, t: Transition, seq: int) -> list[GroupFact]:
     """The facts of one transition of `group` (none when its topics did not change)."""
     return state_facts(
@@ -97,26 +139,36 @@ def transition_facts(group: str, t: Transition, seq: int) -> list[GroupFact]:
 NET = "NET"  # the cause of a step's net facts (history off: no transitions are seen)
 
 
+def state_transition(
+    group: str, before: GroupTopics, after: GroupTopics, time: int, seq: int, cause: Cause
+) -> TransitionFacts | None:
+    """The facts that turn `before` into `after`, not expanded (None: no fact)."""
+    if before is after:
+        return None
+    gone: list[str] = []
+    changed: list[str] = []
+    rows: Mapping[str, QueueData] | None = None
+    if before.base is not after.base:
+        gone, changed = base_changes(before.base, after.base)
+        rows = after.base.rows() if changed else None
+    overlay = after.overlay if before.overlay != after.overlay else None
+    if not gone and not changed and overlay is None:
+        return None
+    return TransitionFacts(group, time, seq, cause, gone, changed, rows, overlay)
+
+
 def state_facts(
     group: str, before: GroupTopics, after: GroupTopics, time: int, seq: int, cause: Cause
 ) -> list[GroupFact]:
     """The facts that turn `before` into `after`: base rows per changed topic, then the
     overlay if it changed."""
-    if before is after:
-        return []
-    facts: list[GroupFact] = []
-    if before.base is not after.base:
-        gone, changed = base_changes(before.base, after.base)
-        facts += [BaseRowChange(group, topic, None, time, seq, cause) for topic in gone]
-        if changed:
-            rows = after.base.rows()
-            facts += [
-                BaseRowChange(group, topic, rows[topic], time, seq, cause) for topic in changed
-            ]
-    if before.overlay != after.overlay:
-        o = after.overlay
-        facts.append(GroupOverlayChange(group, o.present, o.perm_op, o.covered, time, seq, cause))
-    return facts
+    transition = state_transition(group, before, after, time, seq, cause)
+    return [] if transition is None else transition.facts()
+
+
+def expanded(transitions: Iterable[TransitionFacts]) -> list[GroupFact]:
+    """The facts of these transitions, in order."""
+    return [fact for t in transitions for fact in t.facts()]
 
 
 @dataclass
@@ -126,15 +178,23 @@ class FactRecorder:
     per advance numbers them the same way whatever the micro-batches."""
 
     group: str
-    facts: list[GroupFact] = field(default_factory=list)
+    transitions: list[TransitionFacts] = field(default_factory=list)
     _instant: int | None = None
     _seq: int = 0
 
     def record(self, t: Transition) -> None:
         if t.time != self._instant:
             self._instant, self._seq = t.time, 0
-        self.facts += transition_facts(self.group, t, self._seq)
+        before, after = t.before.topic_state, t.after.topic_state
+        cause = (t.kind, t.broker[1])
+        facts = state_transition(self.group, before, after, t.time, self._seq, cause)
+        if facts is not None:
+            self.transitions.append(facts)
         self._seq += 1
+
+    @property
+    def facts(self) -> list[GroupFact]:
+        return expanded(self.transitions)
 
 
 # ---- topicQueueTable from base + overlay ------------------------------------------------------

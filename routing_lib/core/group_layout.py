@@ -2,12 +2,14 @@
 writes to topic_base, topic_overlay and their change tables.
 
 * `topic_base` (CHANGE): the step's net upserts and deletes of the group's base rows, found
-  with C-level set operations on the two base tables (core/group_facts.py `base_changes`): a
-  fault leaves the base object as it was and writes none;
+  with C-level set operations on the two base tables (core/group_facts.py `base_changes`), as
+  one columnar block per op (core/columnar.py): a fault leaves the base object as it was and
+  writes none;
 * `topic_overlay` (CHANGE): the group's one row after the step, when it changed; a group has
   a row while its base holds a topic (a delete when it holds none any more);
 * `topic_base_changes` / `topic_overlay_changes` (HISTORY, appended by identity): one row per
-  fact of the step's transitions (core/fact_rows.py `fact_row`).
+  fact of the step's transitions (core/fact_rows.py `fact_row`); a transition's base facts as
+  one columnar block, built from its lists of topics without a fact object per topic.
 
 Nothing here reads the group's effective slice: a fault of a 10 000-topic group is one
 overlay row and one overlay change row, with no loop per topic.
@@ -15,7 +17,7 @@ overlay row and one overlay change row, with no loop per topic.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from routing_lib.core.catalog import (
@@ -24,17 +26,12 @@ from routing_lib.core.catalog import (
     TOPIC_OVERLAY,
     TOPIC_OVERLAY_CHANGES,
 )
-from routing_lib.core.fact_rows import (
-    base_change_row,
-    base_row,
-    fact_columns,
-    fact_row,
-    overlay_row,
-)
-from routing_lib.core.group_facts import BaseRowChange, GroupFact, base_changes
+from routing_lib.core.fact_rows import fact_columns, fact_row, overlay_row
+from routing_lib.core.group_facts import TransitionFacts, base_changes
 from routing_lib.core.overlay import GroupTopics
 from routing_lib.core.rows import RowKind, RowOp
 from routing_lib.core.tables import Row
+from routing_lib.core.topic_table import QueueData
 
 
 class Bundles(Protocol):
@@ -49,7 +46,8 @@ def _overlay_of(group: str, state: GroupTopics) -> Row | None:
 
 
 def add_route_rows(bundles: Bundles, group: str, before: GroupTopics, after: GroupTopics) -> int:
-    """topic_base's and topic_overlay's changes from `before` to `after`; how many rows."""
+    """topic_base's and topic_overlay's changes from `before` to `after`; how many rows.
+    topic_base's are one block of each op (core/columnar.py)."""
     if before is after:
         return 0
     written = 0
@@ -57,11 +55,10 @@ def add_route_rows(bundles: Bundles, group: str, before: GroupTopics, after: Gro
         gone, changed = base_changes(before.base, after.base)  # what state_facts would say
         if gone:
             deletes = bundles[RowKind.CHANGE, TOPIC_BASE, RowOp.DELETE]
-            deletes += [{"topic": topic, "broker_name": group} for topic in gone]
+            deletes.append({"broker_name": group, "topic": gone})
         if changed:
-            rows = after.base.rows()
             upserts = bundles[RowKind.CHANGE, TOPIC_BASE, RowOp.UPSERT]
-            upserts += [base_row(group, topic, rows[topic]) for topic in changed]
+            upserts.append({"broker_name": group, **queue_columns(changed, after.base.rows())})
         written += len(gone) + len(changed)
     old, new = _overlay_of(group, before), _overlay_of(group, after)
     if new != old:
@@ -73,20 +70,39 @@ def add_route_rows(bundles: Bundles, group: str, before: GroupTopics, after: Gro
     return written
 
 
-def add_history_rows(bundles: Bundles, facts: Iterable[GroupFact]) -> None:
-    """One change row per fact, appended by identity."""
-    shared: tuple[object, ...] | None = None  # the transition whose columns `common` holds
-    common: Row = {}
-    base_changes: list[Row] | None = None  # the bundle, taken once there is a row for it
-    for fact in facts:
-        if isinstance(fact, BaseRowChange):
-            # a transition's facts share their columns: built once (a cold registration
-            # has 10 000 base facts)
-            key = (fact.group, fact.event_time, fact.seq, fact.cause)
-            if key != shared:
-                shared, common = key, fact_columns(fact)
-            if base_changes is None:
-                base_changes = bundles[RowKind.HISTORY, TOPIC_BASE_CHANGES, RowOp.APPEND]
-            base_changes.append(base_change_row(common, fact.topic, fact.row))
-        else:
-            bundles[RowKind.HISTORY, TOPIC_OVERLAY_CHANGES, RowOp.APPEND].append(fact_row(fact))
+def queue_columns(topics: list[str], rows: Mapping[str, QueueData]) -> Row:
+    """The row columns of these topics' base rows (at least one): topic and the queue
+    columns, as arrays (transposed in C: a cold registration has 10 000)."""
+    # (zip(*...) over the list: each QueueData has the four fields)
+    columns = zip(*list(map(rows.__getitem__, topics)), strict=False)
+    return {"topic": topics, **dict(zip(QueueData._fields, columns, strict=True))}
+
+
+def add_history_rows(bundles: Bundles, transitions: Iterable[TransitionFacts]) -> None:
+    """A transition's base row changes as one topic_base_changes block (gone topics first,
+    then the added or changed ones: the facts' order); an overlay change as its row."""
+    for t in transitions:
+        if t.gone or t.changed:
+            block = {**fact_columns(t), **_change_columns(t)}
+            bundles[RowKind.HISTORY, TOPIC_BASE_CHANGES, RowOp.APPEND].append(block)
+        overlay = t.overlay_fact()
+        if overlay is not None:
+            bundles[RowKind.HISTORY, TOPIC_OVERLAY_CHANGES, RowOp.APPEND].append(fact_row(overlay))
+
+
+def _change_columns(t: TransitionFacts) -> Row:
+    gone, changed = t.gone, t.changed
+    if not gone:  # a registration's added or changed topics only (a cold start: all)
+        assert t.rows is not None
+        return {"in_base": [True] * len(changed), **queue_columns(changed, t.rows)}
+    nulls = [None] * len(gone)
+    if not changed:
+        queues = dict.fromkeys(QueueData._fields, nulls)
+        return {"topic": gone, "in_base": [False] * len(gone), **queues}
+    assert t.rows is not None
+    present = queue_columns(changed, t.rows)
+    return {
+        "topic": [*gone, *changed],
+        "in_base": [False] * len(gone) + [True] * len(changed),
+        **{name: [*nulls, *present[name]] for name in QueueData._fields},
+    }

@@ -33,8 +33,16 @@ from routing_lib.core.admin import (
 )
 from routing_lib.core.clock import Advance, Arrival, GroupClock
 from routing_lib.core.codec import decode_clock, encode_clock
+from routing_lib.core.columnar import ROW_COLUMNS, bundle_json
 from routing_lib.core.content import CONTENT, CONTENT_FAILURES, ContentBackend
-from routing_lib.core.group_facts import NET, FactRecorder, GroupFact, state_facts
+from routing_lib.core.group_facts import (
+    NET,
+    FactRecorder,
+    GroupFact,
+    TransitionFacts,
+    expanded,
+    state_transition,
+)
 from routing_lib.core.group_layout import add_history_rows, add_route_rows
 from routing_lib.core.group_routes import GroupRoutes, RouteFlags, remember_held_registration
 from routing_lib.core.history import HistoryTracker, decode_history, encode_history, event_date
@@ -126,9 +134,15 @@ class StepResult:
     # Spark adapter turns it into a state timeout (routing_lib/spark/watermark.py).
     wake_up: int | None
     # The group-level facts of the step's transitions (core/group_facts.py: one overlay change
-    # per fault, base rows per changed topic; with history off, the step's net change): the
-    # rows above carry them as topic_base_changes / topic_overlay_changes rows.
-    facts: tuple[GroupFact, ...] = ()
+    # per fault, base rows per changed topic; with history off, the step's net change), one
+    # item per transition, not expanded: the rows above carry them as topic_base_changes /
+    # topic_overlay_changes rows.
+    transitions: tuple[TransitionFacts, ...] = ()
+
+    @property
+    def facts(self) -> list[GroupFact]:
+        """The transitions' facts, one per changed base row or overlay, in order."""
+        return expanded(self.transitions)
 
 
 def json_array(rows: list[Row]) -> str:
@@ -136,6 +150,12 @@ def json_array(rows: list[Row]) -> str:
         return to_json(rows).decode()  # pydantic-core: several times faster than json.dumps
     except PydanticSerializationError:  # e.g. a lone surrogate, which json.dumps escapes
         return json.dumps(rows)
+
+
+def _bundle_text(table: str, rows: list[Row]) -> str:
+    """A bundle's text: `rows` are blocks for a table with columnar bundles
+    (core/columnar.py), rows for any other."""
+    return bundle_json(rows) if table in ROW_COLUMNS else json_array(rows)
 
 
 def stats_row(rows: Iterable[StepRow], **counts: int) -> StepRow:
@@ -163,7 +183,7 @@ class _GroupBatch:
 
     def rows(self, advance: Advance, changes: int) -> list[StepRow]:
         bundled = [
-            StepRow(kind, table, op, json_array(rows), None)
+            StepRow(kind, table, op, _bundle_text(table, rows), None)
             for (kind, table, op), rows in self.bundles.items()
         ]
         # An event that failed in the step is counted as accepted when it arrived (it passed
@@ -215,18 +235,19 @@ def step_group(
     for row in rows:
         _take_row(clock, batch, row)
     advance = _advance(clock, tracker, target, config, batch)
-    facts: tuple[GroupFact, ...] = ()
+    transitions: tuple[TransitionFacts, ...] = ()
     if batch.facts is not None:
-        facts = tuple(batch.facts.facts)
+        transitions = tuple(batch.facts.transitions)
     elif config.group_facts:  # history off: the step's net change, stamped at the watermark
         after_state = clock.routes.topic_state
-        facts = tuple(state_facts(group, before_state, after_state, target, 0, (NET, None)))
+        net = state_transition(group, before_state, after_state, target, 0, (NET, None))
+        transitions = () if net is None else (net,)
     changes = diff(group, before, RoutesSnapshot.of(clock.routes), topics=config.per_topic)
     layout_rows = 0
     if config.group_facts:
         layout_rows = add_route_rows(batch.bundles, group, before_state, clock.routes.topic_state)
         if config.history:
-            add_history_rows(batch.bundles, facts)
+            add_history_rows(batch.bundles, transitions)
     for change in changes:
         if change.row is not None:
             batch.bundles[RowKind.CHANGE, change.table, RowOp.UPSERT].append(change.row)
@@ -235,13 +256,13 @@ def step_group(
             batch.bundles[RowKind.CHANGE, change.table, RowOp.DELETE].append(key)
     out = batch.rows(advance, len(changes) + layout_rows)
     if clock.is_idle() and tracker.is_idle():
-        return StepResult(out, None, None, facts)
+        return StepResult(out, None, None, transitions)
     state = _save(clock, tracker, config, content, backend)
     wake_up = timeout_at(clock, context.watermark, topics_grew(before_topics, clock.routes.topics))
     # A wake-up at or below the watermark is one `as_of` holds back: no later watermark helps.
     if wake_up is not None and wake_up <= context.watermark:
         wake_up = None
-    return StepResult(out, state, wake_up, facts)
+    return StepResult(out, state, wake_up, transitions)
 
 
 def _load(group: str, saved: SavedGroup | None) -> tuple[GroupClock, HistoryTracker]:

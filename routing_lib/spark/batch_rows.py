@@ -33,6 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from routing_lib.core.catalog import TableSpec
+from routing_lib.core.columnar import BLOCKS, ROW_COLUMNS
 from routing_lib.core.rows import RowKind
 from routing_lib.read.arrow_schema import arrow_field
 from routing_lib.spark.stateful import OUTPUT_SCHEMA
@@ -68,7 +69,7 @@ class BatchRows:
             # bundles selected, their lines) stay that small whatever the batch
             parts = [_parsed(part, spec) for part in self._parts(kind, spec.name)]
         except pa.ArrowException:  # text pyarrow's reader refuses: Spark's from_json reads it
-            return exploded(self.frame(self._of(kind, spec.name)), spec.ddl).toArrow()
+            return exploded(self.frame(self._of(kind, spec.name)), spec).toArrow()
         if not parts:
             return _parsed(self._of(kind, spec.name), spec)  # no bundle: the empty table
         return pa.concat_tables(parts)
@@ -111,41 +112,141 @@ def _selected(rows: pa.Table | pa.RecordBatch, kind: RowKind, table: str | None)
 
 def _parsed(bundles: pa.Table, spec: TableSpec) -> pa.Table:
     fields = [arrow_field(c) for c in spec.columns]
+    out = pa.schema([pa.field("op", pa.string()), *fields])
     if bundles.num_rows == 0:
-        return pa.schema([pa.field("op", pa.string()), *fields]).empty_table()
+        return out.empty_table()
     ops = bundles.column("op").combine_chunks()
     # large_string: a cold start's bundles of one table may pass 2 GB
     texts = bundles.column("row_json").cast(pa.large_string()).combine_chunks()
-    # {"op":<op as JSON>,"r":<the bundle's array>}\n, one line per bundle
+    row_columns = ROW_COLUMNS.get(spec.name, ())
+    # {"op":<op as JSON>,"r":<the bundle's array>}\n, one line per bundle; a columnar bundle
+    # (an object: core/columnar.py) as "c" instead
     op_json = pa.array([json.dumps(op) for op in ops.to_pylist()], pa.large_string())
+    key: pa.Array | pa.Scalar = _large(',"r":')
+    if row_columns:
+        key = pc.if_else(pc.starts_with(texts, "{"), _large(',"c":'), key)
     lines = pc.binary_join_element_wise(
-        *(_large('{"op":'), op_json, _large(',"r":'), texts, _large("}\n"), _large(""))
+        *(_large('{"op":'), op_json, key, texts, _large("}\n"), _large(""))
     )
     # the lines' characters, one after the other, are the reader's input: no copy
     offsets = pa.Array.from_buffers(pa.int64(), len(lines) + 1, [None, lines.buffers()[1]])
     first, last = offsets[lines.offset].as_py(), offsets[lines.offset + len(lines)].as_py()
     text = lines.buffers()[2][first:last]
     longest = pc.max(pc.binary_length(lines)).as_py()
-    schema = pa.schema([pa.field("op", pa.string()), pa.field("r", pa.list_(pa.struct(fields)))])
+    wrapper = [pa.field("op", pa.string()), pa.field("r", pa.list_(pa.struct(fields)))]
+    if row_columns:
+        block = pa.struct(
+            [pa.field(f.name, pa.list_(f.type)) if f.name in row_columns else f for f in fields]
+        )
+        wrapper.append(pa.field("c", pa.struct([pa.field(BLOCKS, pa.list_(block))])))
     parsed = pj.read_json(
         pa.BufferReader(text),
         read_options=pj.ReadOptions(block_size=max(_MIN_BLOCK_BYTES, 2 * longest)),
-        parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+        parse_options=pj.ParseOptions(
+            explicit_schema=pa.schema(wrapper), unexpected_field_behavior="ignore"
+        ),
     )
-    lists = parsed.column("r").combine_chunks()
+    op = parsed.column("op").combine_chunks()
+    parts = [_listed_rows(parsed.column("r").combine_chunks(), fields)]
+    if row_columns:
+        (blocks,) = parsed.column("c").combine_chunks().flatten()
+        if blocks.null_count < len(blocks):  # a columnar bundle
+            parts.append(_block_rows(blocks, fields, row_columns))
+    parts = [part for part in parts if part[0].num_rows]
+    if not parts:
+        return out.empty_table()
+    if len(parts) == 1:
+        rows, line = parts[0]
+    else:  # both forms: the rows in the order of their bundles (a stable sort by bundle)
+        rows = pa.concat_tables([rows for rows, _ in parts])
+        line = pa.concat_arrays([line for _, line in parts])
+        order = pc.sort_indices(line)
+        rows, line = rows.take(order), line.take(order)
+    return rows.add_column(0, out.field("op"), pc.take(op, line))
+
+
+def _listed_rows(lists: pa.ListArray, fields: list[pa.Field]) -> tuple[pa.Table, pa.Array]:
+    """The rows of row-form bundles (a list of row structs each, null for a columnar one),
+    and the bundle of each row."""
     flat = pc.list_flatten(lists)
-    op = pc.take(parsed.column("op").combine_chunks(), pc.list_parent_indices(lists))
     columns = flat.flatten() if len(flat) else [pa.array([], f.type) for f in fields]
-    return pa.Table.from_arrays([op, *columns], schema=pa.schema([schema.field("op"), *fields]))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields)), pc.list_parent_indices(lists)
+
+
+def _block_rows(
+    blocks: pa.ListArray, fields: list[pa.Field], row_columns: tuple[str, ...]
+) -> tuple[pa.Table, pa.Array]:
+    """The rows of columnar bundles (a list of blocks each, null for a row-form one): a row
+    column's arrays flattened, a shared column repeated for each row of its block; and the
+    bundle of each row."""
+    bundle_of_block = pc.list_parent_indices(blocks)
+    flat = pc.list_flatten(blocks)
+    by_name = dict(zip([f.name for f in flat.type], flat.flatten(), strict=True))
+    counted = by_name[row_columns[0]]  # in every block: its length is the block's rows
+    if counted.null_count:
+        raise ValueError(f"a columnar block without {row_columns[0]}")
+    block_of_row = pc.list_parent_indices(counted)
+    lengths = pc.list_value_length(counted)
+    columns = []
+    for f in fields:
+        values = by_name[f.name]
+        if f.name not in row_columns:
+            columns.append(pc.take(values, block_of_row))
+            continue
+        if values.null_count:  # left out of a block: null in each of its rows
+            starts = np.concatenate([[0], np.cumsum(lengths.to_numpy())]).astype(np.int32)
+            nulls = pa.ListArray.from_arrays(pa.array(starts), pa.nulls(len(block_of_row), f.type))
+            values = pc.if_else(pc.is_null(values), nulls, values)
+        if not pc.all(pc.equal(pc.list_value_length(values), lengths), min_count=0).as_py():
+            raise ValueError(f"a columnar block's {f.name} and {row_columns[0]} differ in length")
+        columns.append(pc.list_flatten(values))
+    rows = pa.Table.from_arrays(columns, schema=pa.schema(fields))
+    return rows, pc.take(bundle_of_block, block_of_row)
 
 
 def _large(text: str) -> pa.Scalar:
     return pa.scalar(text, pa.large_string())
 
 
-def exploded(bundles: DataFrame, ddl: str) -> DataFrame:
-    """(op, JSON array of rows) bundles -> one (op, columns...) row per array element."""
-    rows = T.ArrayType(T.StructType.fromDDL(ddl))
-    return bundles.select("op", F.explode(F.from_json("row_json", rows)).alias("r")).select(
+def exploded(bundles: DataFrame, spec: TableSpec) -> DataFrame:
+    """(op, JSON text) bundles -> one (op, columns...) row per row of the bundle: an array of
+    rows, or for a table with columnar bundles also an object of blocks (core/columnar.py)."""
+    schema = T.StructType.fromDDL(spec.ddl)
+    assert isinstance(schema, T.StructType)
+    rows_type = T.ArrayType(schema)
+    row_columns = ROW_COLUMNS.get(spec.name, ())
+    if not row_columns:
+        return _exploded_rows(bundles, rows_type)
+    columnar = F.col("row_json").startswith("{")
+    listed = _exploded_rows(bundles.where(~columnar), rows_type)
+    fields = schema.fields
+    block = T.StructType(
+        [
+            T.StructField(f.name, T.ArrayType(f.dataType) if f.name in row_columns else f.dataType)
+            for f in fields
+        ]
+    )
+    blocks = bundles.where(columnar).select(
+        "op",
+        F.explode(
+            F.from_json("row_json", T.StructType([T.StructField(BLOCKS, T.ArrayType(block))]))[
+                BLOCKS
+            ]
+        ).alias("b"),
+    )
+    # a row column's i-th element; a column left out of a block is null ([i] of a null array)
+    rows = blocks.select("op", "b", F.posexplode(f"b.{row_columns[0]}").alias("i", "_first"))
+    columns = [
+        F.col(f"b.{f.name}")[F.col("i")].alias(f.name)
+        if f.name in row_columns
+        else F.col(f"b.{f.name}").alias(f.name)
+        for f in fields
+    ]
+    # the row form's bundles first: the order of the rows across forms is not kept here
+    return listed.unionByName(rows.select("op", *columns))
+
+
+def _exploded_rows(bundles: DataFrame, rows_type: T.ArrayType) -> DataFrame:
+    return bundles.select("op", F.explode(F.from_json("row_json", rows_type)).alias("r")).select(
         "op", "r.*"
     )

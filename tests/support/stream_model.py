@@ -18,6 +18,7 @@ from routing_lib.core.admin import ADMIN_KEY, group_key
 from routing_lib.core.catalog import TOPIC_BASE, TOPIC_OVERLAY, spec
 from routing_lib.core.clock import Arrival
 from routing_lib.core.codec import decode_clock
+from routing_lib.core.columnar import bundle_rows
 from routing_lib.core.content import CONTENT, ContentBackend
 from routing_lib.core.dump import canonical_dump, project
 from routing_lib.core.fact_rows import overlay_of_row, queue_of_row
@@ -121,7 +122,7 @@ class StreamModel:
             if out.kind != RowKind.CHANGE or out.table is None:
                 continue
             keys = spec(out.table).keys
-            for row in json.loads(out.row_json):
+            for row in bundle_rows(out.table, out.row_json):
                 key = tuple(row[k] for k in keys)
                 assert key not in source[out.table], (
                     f"two source rows of one key in a MERGE of {out.table}: {key}"
