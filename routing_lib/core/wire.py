@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
+from operator import itemgetter
 from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from routing_lib.core.content import CONTENT, ContentBackend, is_ref
+from routing_lib.core.topic_table import QueueData
 from schemas.route_event import (
     DEFAULT_PERM,
     DEFAULT_QUEUE_NUMS,
@@ -54,6 +56,8 @@ _TYPES: dict[str, type[Event]] = {
     "DELETE_KV": DeleteKvEvent,
 }
 RS, US = "\x1e", "\x1f"
+# a packed row's [readQueueNums, writeQueueNums, perm, topicSysFlag] (its order left out)
+_QUEUE_FIELDS = itemgetter(slice(0, 4))
 
 
 class TopicRow(NamedTuple):
@@ -95,11 +99,19 @@ class LazyTopicTable(Mapping[str, TopicRow]):
     def _table(self) -> dict[str, TopicRow]:
         if self._decoded is None:
             self._resolve()
-            rows = json.loads(self._rows_json)
+            rows = loads(self._rows_json)
             self._decoded = {
                 k: TopicRow(k, *r) for k, r in zip(self.topic_keys(), rows, strict=True)
             }
         return self._decoded
+
+    def queue_rows(self) -> dict[str, QueueData]:
+        """Each config as the QueueData it sets (readQueueNums, writeQueueNums, perm,
+        topicSysFlag) by topic name, in the table's order: built from the packed rows in C,
+        without a TopicRow each (a first registration sets all 10 000)."""
+        self._resolve()
+        rows = map(QueueData._make, map(_QUEUE_FIELDS, loads(self._rows_json)))
+        return dict(zip(self.topic_keys(), rows, strict=True))
 
     def __getitem__(self, key: str) -> TopicRow:
         return self._table()[key]
