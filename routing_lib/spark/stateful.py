@@ -7,9 +7,11 @@ not broker groups (routing_lib/ingest.py) are handled here: dead letters, ticks,
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pandas as pd
@@ -125,9 +127,30 @@ def make_step(
             context = _context(None, settings)
             yield _frame(admin_log_rows(_input_rows(frames), context, settings.as_of))
         else:
-            yield _frame(_broker_group_step(group, frames, state, settings))
+            with cyclic_gc_paused():
+                rows = _broker_group_step(group, frames, state, settings)
+            yield _frame(rows)
 
     return step
+
+
+@contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block. A broker group's step allocates
+    containers by the ten thousand for a 10 000-topic registration (a decoded table, its
+    rows, the bundles' columns), nearly all freed by reference counting; meanwhile the
+    collector, triggered by allocation counts, scans them and the worker's whole heap (pandas,
+    pyarrow, pyspark) again and again: a third of a cold group's step (harness over 30 groups
+    of the cold start: 66 -> 36 ms of CPU each). Whatever cycles the block leaves are
+    collected by the next collection after it."""
+    if not gc.isenabled():  # paused already (nested), or off in this process
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _broker_group_step(
