@@ -10,12 +10,17 @@ throughput: a backlog of a simulated fleet (REGISTER with T topics every 30 s pe
   HEARTBEATs every 5 s between) is produced to a fresh topic, then `routectl run
   --available-now` drains it; events/s = events / drain time. This is the rate the job can
   sustain.
-freshness: the job runs live (trigger 1 s); the simulated fleet sends its events when the wall
-  clock reaches their eventTime, with a fault per broker group every --fault-interval-ms on
-  average (a topic change re-registers with a bumped dataVersion). After a 20 s warm-up, the
-  time from producing a registration with a dataVersion not seen before for that broker to
-  that dataVersion being in broker_live_table (read with delta-rs) is measured; p50/p95 over
-  --changes changes.
+freshness: the job runs live (trigger 1 s); the simulated fleet, in a process of its own
+  (bench/fleet_process.py), sends its events when the wall clock reaches their eventTime, with
+  a fault per broker group every --fault-interval-ms on average (a topic change re-registers
+  with a bumped dataVersion). After a 20 s warm-up, every registration with a dataVersion not
+  seen before for that broker is timed from Kafka's acknowledgement (the record is in the log,
+  readable by the job) to that dataVersion being in broker_live_table (read with delta-rs
+  every 0.1 s); p50/p95 over --changes changes. Also printed: the fleet's delivery (send() ->
+  Kafka's acknowledgement) and the figure of before, from send() (3fa987a and earlier: the
+  fleet then produced from the job's own process, and at 300 x 10 000 its records reached
+  Kafka 15-38 s after send(); docs/benchmarks.md "Freshness at 300 x 10 000").
+  --trace FILE: JSON lines for bench.freshness_trace (where each change's time went).
 realtime: the RIP-29 run: the same live run for --duration seconds of event time, by default
   300 broker groups x 10 000 topics; also prints the arrival rate, the job's processing rate
   (input rows of its published batches), how far the published watermark was behind at the
