@@ -43,6 +43,7 @@ class FleetSpec:
     changes: int  # at most this many changes measured
     # a network partition: (start s of event time, fraction of the groups, seconds) or None
     partition: tuple[float, float, float] | None = None
+    warm_up_s: float = WARM_UP_S  # changes sent before this are not measured
 
 
 @dataclass
@@ -58,7 +59,7 @@ class FleetReport:
     """What the fleet process did, once it ended."""
 
     sent: int
-    last_event_time: int  # ms
+    last_event_time: int  # ms, of the last event sent
     faults: int
     silenced: int  # events a partition kept from being sent
     ended: float  # wall clock s
@@ -174,7 +175,7 @@ def _run(spec: FleetSpec, messages: Any, stop: Any) -> None:
     started = time.monotonic()
     messages.put(("fleet", names, wall_start_ms, time.time()))
     encode, known, sent, measured = EventEncoder(), set(), 0, 0
-    event: dict = {"eventTime": wall_start_ms}
+    last_sent_ms = wall_start_ms  # eventTime of the last event sent
     for event in fleet.events():
         wait_s = (event["eventTime"] - wall_start_ms) / 1000 - (time.monotonic() - started)
         if wait_s > 0:
@@ -188,11 +189,12 @@ def _run(spec: FleetSpec, messages: Any, stop: Any) -> None:
             continue
         future = producer.send(spec.topic, key=event["brokerName"].encode(), value=encode(event))
         sent += 1
+        last_sent_ms = event["eventTime"]
         if event["eventType"] != "REGISTER" or _version_key(event) in known:
             continue
         key = _version_key(event)
         known.add(key)
-        if elapsed >= WARM_UP_S and measured < spec.changes:
+        if elapsed >= spec.warm_up_s and measured < spec.changes:
             measured += 1
             messages.put(("sent", key, event["eventTime"], event["brokerName"], time.time()))
             # Kafka's acknowledgement (on kafka-python's sender thread): the record is in the
@@ -200,4 +202,4 @@ def _run(spec: FleetSpec, messages: Any, stop: Any) -> None:
             future.add_callback(lambda _meta, key=key: messages.put(("acked", key, time.time())))
     producer.close()
     silenced = silence.count if silence is not None else 0
-    messages.put(("done", sent, event["eventTime"], len(fleet.faults), silenced, time.time()))
+    messages.put(("done", sent, last_sent_ms, len(fleet.faults), silenced, time.time()))
