@@ -22,6 +22,7 @@ import multiprocessing
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,11 @@ class FleetProcess:
         self.report: FleetReport | None = None
         self._ready = threading.Event()
         self._done = threading.Event()
+        # the partition's cut-off groups' events as sent, for the lookup's watch; those that
+        # come before a listener is set are kept for it
+        self._listener: Callable[[dict], None] | None = None
+        self._early: list[dict] = []
+        self._listener_lock = threading.Lock()
 
     def start(self) -> FleetProcess:
         self._process.start()
@@ -95,6 +101,15 @@ class FleetProcess:
         if not self._ready.wait(600):
             raise RuntimeError("the fleet process did not start")
         return self
+
+    def on_cut_off_event(self, listener: Callable[[dict], None]) -> None:
+        """`listener(event)` for every event of a group the partition cuts off, as sent (its
+        brokerName, brokerAddr, eventType, eventTime, heartbeatTimeoutMillis)."""
+        with self._listener_lock:
+            for event in self._early:
+                listener(event)
+            self._early.clear()
+            self._listener = listener
 
     def stop(self) -> None:
         """Ask the fleet to stop sending (it flushes what it sent and reports)."""
@@ -121,6 +136,12 @@ class FleetProcess:
             elif kind == "acked":
                 key, acked = body
                 self.changes[key].acked = acked  # "sent" is queued before its callback runs
+            elif kind == "event":
+                with self._listener_lock:
+                    if self._listener is None:
+                        self._early.append(body[0])
+                    else:
+                        self._listener(body[0])
             elif kind == "fleet":
                 self.names, self.wall_start_ms, self.started = body
                 self._ready.set()
@@ -143,6 +164,10 @@ class _Silence:
         )
         self.count += silent
         return silent
+
+
+# what the lookup's watch of a partition reads of an event (bench/partition_lookup.py)
+WATCHED_FIELDS = ("brokerName", "brokerAddr", "eventType", "eventTime", "heartbeatTimeoutMillis")
 
 
 def _version_key(event: dict) -> tuple:
@@ -190,6 +215,8 @@ def _run(spec: FleetSpec, messages: Any, stop: Any) -> None:
         future = producer.send(spec.topic, key=event["brokerName"].encode(), value=encode(event))
         sent += 1
         last_sent_ms = event["eventTime"]
+        if silence is not None and event["brokerName"] in silence.names:
+            messages.put(("event", {k: event.get(k) for k in WATCHED_FIELDS}))
         if event["eventType"] != "REGISTER" or _version_key(event) in known:
             continue
         key = _version_key(event)

@@ -30,7 +30,9 @@ realtime: the RIP-29 run: the same live run for --duration seconds of event time
   default: past the 120 s expiry, so their routes vanish), then go on as before (each returns
   with its next REGISTER, within one 30 s period, as RocketMQ brokers do). Also printed: the
   longest batch, and how long after the partition ended every group was live again in the
-  published broker_live_table.
+  published broker_live_table; and, from a `routectl serve` the bench runs on the warehouse,
+  how long after each cut-off group's expiry deadline the lookup stopped serving it and how
+  long after its return it served it again (bench/partition_lookup.py).
 
     .venv/bin/python -m bench.stream_bench realtime --duration 420 --fault-interval-ms 1800000 \
         --partition-at 180 --partition-fraction 0.5 --partition-s 150
@@ -50,6 +52,7 @@ from pathlib import Path
 from bench.backfill_bench import fleet_lines
 from bench.fleet_process import Change, FleetProcess, FleetSpec, partition_cut
 from bench.freshness_trace import TraceWriter
+from bench.partition_lookup import LookupWatch
 
 
 def _job_config(config, topic: str, work: Path, **kafka):
@@ -171,8 +174,16 @@ def freshness(args, config) -> None:
     live_path = str(work / "warehouse" / "broker_live_table")
     seen = _LivePoller(live_path, fleet, args.changes, trace).start()
     watch = _Partition.of(args, fleet) if partition else None
+    lookup = None
     if watch is not None:
         watch.watch(live_path)
+        # LookupWatch keeps the bench's monotonic clock: the fleet's start on it
+        started_monotonic = time.monotonic() - (time.time() - fleet.started)
+        lookup = LookupWatch(
+            watch.names, watch.start_ms, watch.end_ms, started_monotonic, fleet.wall_start_ms
+        )
+        lookup.start(work / "warehouse", Path(live_path))
+        fleet.on_cut_off_event(lookup.sent)  # the cut-off groups' events, as they are sent
     report = fleet.wait()
     behind_s = max(
         0.0, report.ended - fleet.started - (report.last_event_time - fleet.wall_start_ms) / 1000
@@ -182,6 +193,9 @@ def freshness(args, config) -> None:
         _report_lag(work, config, report.sent, seconds, report.last_event_time, behind_s)
         if watch is not None:
             print(watch.report(batches, report.silenced))
+        if lookup is not None:
+            print(lookup.report(), flush=True)
+            lookup.stop()
         print(_costs(work, report.faults, memory.peak_bytes))
     stop.set()
     job_thread.join(120)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from bench.fleet_process import Change, FleetProcess, FleetSpec, partition_cut
+from bench.fleet_process import WATCHED_FIELDS, Change, FleetProcess, FleetSpec, partition_cut
 from bench.stream_bench import freshness_summary
 
 
@@ -98,3 +98,26 @@ def test_fleet_process_stops_when_told(kafka_bootstrap: str, topic: str) -> None
     report = fleet.wait(60)  # no duration: only the stop ends it
     assert report.ended - fleet.started < 30
     assert len(_read_topic(kafka_bootstrap, topic)) == report.sent
+
+
+@pytest.mark.kafka
+def test_fleet_process_partition_silences_and_forwards_the_cut_off_groups(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    # the first half of the groups by name send nothing from 2 s to 6 s of event time
+    spec = FleetSpec(
+        kafka_bootstrap, topic, 10, 10, 20_000, None, 10.0, 60.0, 1000, (2.0, 0.5, 4.0), 0
+    )
+    fleet = FleetProcess(spec).start()
+    forwarded: list[dict] = []
+    fleet.on_cut_off_event(forwarded.append)
+    report = fleet.wait(120)
+
+    cut = partition_cut(fleet.names, 0.5)
+    start, end = fleet.wall_start_ms + 2_000, fleet.wall_start_ms + 6_000
+    events = _read_topic(kafka_bootstrap, topic)
+    assert report.silenced > 0  # the fleet is seeded: the same events every run
+    assert not [e for e in events if e["brokerName"] in cut and start <= e["eventTime"] < end]
+    sent_cut = [(e["brokerAddr"], e["eventTime"]) for e in events if e["brokerName"] in cut]
+    assert [(e["brokerAddr"], e["eventTime"]) for e in forwarded] == sent_cut
+    assert all(set(e) == set(WATCHED_FIELDS) for e in forwarded)

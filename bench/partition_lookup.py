@@ -1,0 +1,181 @@
+"""The lookup's view of a network partition, for `bench.stream_bench realtime --partition-at`.
+
+Issue 36 asks that a lookup running beside the job stop serving the broker groups a partition
+cut off within 15 s of their expiry deadline, and serve them again within 15 s of their return.
+`LookupWatch` starts `routectl serve` on the bench's warehouse once the job has published,
+then polls, for every cut-off group, the route of the one topic only that group holds (the
+simulator gives each group a topic named after it) and records when it stopped and started
+being served.
+
+A group's expiry deadline is the latest (last event sent + heartbeat timeout) over its
+brokers, in event time, mapped to the bench's clock (the bench sends each event when the
+wall clock reaches its eventTime). A group whose deadline falls after the partition's end never
+expires and is left out. Its return is when its first REGISTER after the partition was sent.
+"""
+
+from __future__ import annotations
+
+import http.client
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.lookup_bench import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TIMEOUT_MS = 120_000
+
+
+@dataclass
+class _GroupTimes:
+    """One cut-off group, on the bench's monotonic clock."""
+
+    deadline: float | None = None  # when its last broker's heartbeat timeout ran out
+    returned: float | None = None  # its first REGISTER sent after the partition
+    seen_at: float | None = None  # first poll that found its topic served
+    gone_at: float | None = None  # first poll after that which found it not served
+    back_at: float | None = None  # first poll after its return that found it served
+    last_sent_ms: dict[str, int] = field(default_factory=dict)  # per broker address
+    timeout_ms: dict[str, int] = field(default_factory=dict)  # per broker address
+
+
+class LookupWatch:
+    """Follows the cut-off groups' events as the bench sends them, and their routes in a
+    lookup service it runs."""
+
+    def __init__(
+        self, names: set[str], start_ms: int, end_ms: int, started: float, wall_start_ms: int
+    ) -> None:
+        self.groups = {name: _GroupTimes() for name in names}
+        self.start_ms, self.end_ms = start_ms, end_ms
+        self.started, self.wall_start_ms = started, wall_start_ms
+        self.process: subprocess.Popen[bytes] | None = None
+        self.http_port = 0
+        self._stop = threading.Event()
+
+    def _at(self, event_ms: int) -> float:
+        """The bench clock's reading when the event of time `event_ms` was due."""
+        return self.started + (event_ms - self.wall_start_ms) / 1000
+
+    def sent(self, event: dict) -> None:
+        """Called for every event the bench sends."""
+        group = self.groups.get(event.get("brokerName", ""))
+        if group is None:
+            return
+        addr, at = str(event.get("brokerAddr")), int(event["eventTime"])
+        if event.get("eventType") == "REGISTER":
+            group.timeout_ms[addr] = int(event.get("heartbeatTimeoutMillis") or DEFAULT_TIMEOUT_MS)
+            if at >= self.end_ms and group.returned is None:
+                group.returned = self._at(at)
+        if at < self.start_ms:
+            group.last_sent_ms[addr] = at
+
+    def _deadlines(self) -> None:
+        for group in self.groups.values():
+            ends = [
+                at + group.timeout_ms.get(addr, DEFAULT_TIMEOUT_MS)
+                for addr, at in group.last_sent_ms.items()
+            ]
+            if ends and max(ends) < self.end_ms:
+                group.deadline = self._at(max(ends))
+
+    def start(self, warehouse: Path, live_table: Path) -> None:
+        """In the background: once the job has published, run the lookup and poll."""
+        threading.Thread(target=self._run, args=(warehouse, live_table), daemon=True).start()
+
+    def _run(self, warehouse: Path, live_table: Path) -> None:
+        while not (live_table / "_delta_log").is_dir() and not self._stop.is_set():
+            time.sleep(0.5)
+        self.http_port = free_port()
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "routing_lib.cli",
+                "serve",
+                "--warehouse",
+                str(warehouse),
+                "--port",
+                str(free_port()),
+                "--http-port",
+                str(self.http_port),
+                "--workers",
+                "1",
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        connection = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=5)
+        while not self._stop.is_set():
+            for name, group in self.groups.items():
+                served = self._served(connection, name)
+                if served is None:
+                    connection.close()
+                    break
+                now = time.monotonic()
+                if served and group.seen_at is None:
+                    group.seen_at = now
+                elif not served and group.seen_at is not None and group.gone_at is None:
+                    group.gone_at = now
+                if served and group.returned is not None and group.back_at is None:
+                    group.back_at = now
+            time.sleep(0.25)
+
+    @staticmethod
+    def _served(connection: http.client.HTTPConnection, topic: str) -> bool | None:
+        """Whether the lookup serves the topic's route; None when it cannot say yet."""
+        try:
+            connection.request("GET", f"/topics/{topic}/route")
+            response = connection.getresponse()
+            response.read()
+        except OSError:
+            time.sleep(0.5)
+            return None
+        if response.status in (200, 404):
+            return response.status == 200
+        return None
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+    def report(self) -> str:
+        """How late after each group's expiry deadline the lookup stopped serving it, and
+        after its return started again: the worst group, and how many were measured."""
+        self._deadlines()
+        # a group the lookup never served before the partition (not registered yet, or
+        # the lookup not ready yet) says nothing about how soon it stops serving it
+        expiring = [
+            g
+            for g in self.groups.values()
+            if g.deadline is not None and g.seen_at is not None and g.seen_at < g.deadline
+        ]
+        gone = [g.gone_at - g.deadline for g in expiring if g.gone_at is not None]  # type: ignore[operator]
+        back = [
+            g.back_at - g.returned
+            for g in expiring
+            if g.back_at is not None and g.returned is not None
+        ]
+        not_gone = len(expiring) - len(gone)
+        return (
+            f"lookup: {len(expiring)} of {len(self.groups)} cut-off groups past their expiry "
+            f"deadline; stopped serving them at most {max(gone, default=float('nan')):.1f} s "
+            f"after the deadline (median {_median(gone):.1f} s"
+            f"{f', {not_gone} never' if not_gone else ''}); served them again at most "
+            f"{max(back, default=float('nan')):.1f} s after their return "
+            f"(median {_median(back):.1f} s, {len(back)} of {len(expiring)} seen back)"
+        )
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else float("nan")
