@@ -321,3 +321,25 @@ def test_kept_json_headers_decode_as_in_full(headers):
             k: str(v) for k, v in (parsed.get("extFields") or {}).items()
         }, header
         assert got.code == 105
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_whole_frames_then_a_tail_decode_alike_from_any_bytes_like(kind):
+    """A read of whole frames and the start of the next (the decoder's fast path slices them
+    out of the read itself) gives the same commands as the frames one by one."""
+    frames = [
+        encode(RemotingCommand(code=105, opaque=i, ext_fields={"topic": f"T{i}"}, body=b"x" * i))
+        for i in range(1, 5)
+    ]
+    data = b"".join(frames)
+    cut = len(data) - 7  # the last frame incomplete
+    decoder = FrameDecoder()
+    got = decoder.feed(kind(data[:cut]))
+    assert [c.opaque for c in got] == [1, 2, 3] and decoder.buffered == len(frames[3]) - 7
+    got += decoder.feed(kind(data[cut:]))
+    assert got == [decode(f) for f in frames] and not decoder.buffered
+    # a bad frame after good ones in one read: the good ones answered, then the error
+    bad = FrameDecoder(max_frame_bytes=512)
+    assert [c.opaque for c in bad.feed(frames[0] + struct.pack(">i", 1000))] == [1]
+    with pytest.raises(FrameTooLargeError):
+        bad.feed(b"")

@@ -29,6 +29,7 @@ from routing_lib.lookup.route_topics import RouteTopics
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.shared_index import SharedIndexes
 from routing_lib.lookup.snapshots import load_index, next_index
+from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.read.warehouse import WarehouseSnapshot
 from tests.support.helpers import seeds
 from tests.support.lookup_support import addr, live
@@ -245,6 +246,39 @@ def test_processes_share_the_newest_base_index_file(tmp_path):
         shared.remove()
 
 
+def test_processes_map_one_file_of_each_snapshots_present_and_counts(tmp_path):
+    """The per-holder present flags and per-topic counts of a snapshot are one file of the
+    service that every process maps (named by the base index file and topic_overlay's
+    version): two chains of snapshots with faults in most batches, one loading later, end
+    on the same files, read-only, equal to arrays computed afresh; old files are unlinked."""
+    rng = random.Random(11)
+    model = Model(rng)
+    wh = WriterWarehouse(tmp_path)
+    wh.publish(0, 1_000, model.first_batch())
+    shared = SharedIndexes.create()
+    try:
+        one = next_index(tmp_path, None, settled_versions(tmp_path)[0], shared=shared).index
+        two = None
+        for step in range(1, 12):
+            wh.publish(step, 1_000 * step, random_batch(rng, model, step))
+            pinned = settled_versions(tmp_path)[0]
+            one = next_index(tmp_path, one, pinned, shared=shared).index
+            two = next_index(tmp_path, two, pinned, shared=shared).index
+            for index in (one, two):
+                store = index.store
+                fresh = RouteTopics.of(store.base, store.overlays)
+                assert store.arrays_key is not None
+                assert not store.present.flags.writeable and not store.counts.flags.writeable
+                assert (store.present == fresh.present).all()
+                assert (store.counts == fresh.counts).all()
+            assert one.store.arrays_key == two.store.arrays_key
+            same_answers(two, load_index(tmp_path, pinned))
+        files = [p for p in shared.directory.iterdir() if p.name.startswith("arrays-")]
+        assert 1 <= len(files) <= shared.keep_arrays
+    finally:
+        shared.remove()
+
+
 def test_a_large_base_index_is_built_by_a_process_of_its_own(tmp_path, monkeypatch):
     """Past SUBPROCESS_ROWS the file is written by `python -m routing_lib.lookup.base_build`
     (its transient memory leaves with that process); the index is the same."""
@@ -328,3 +362,36 @@ def test_a_mapped_base_index_is_resident_from_the_start(tmp_path):
             resident += int(fields[1]) * 1024
     assert resident >= path.stat().st_size - 4096, (resident, path.stat().st_size)
     assert index.find("T000042") == 42
+
+
+@pytest.mark.parametrize("groups", [3, 40_000])
+def test_per_topic_counts_hold_a_holder_per_group_however_many_groups(groups):
+    """The counts are int16 while every count fits (a topic has one holder per group at
+    most), int32 beyond: a topic on 40 000 groups, all then some of them gone."""
+    rows = [
+        {
+            "topic": "T",
+            "broker_name": f"g{i:05d}",
+            "read_queue_nums": 4,
+            "write_queue_nums": 4,
+            "perm": 6,
+            "topic_sys_flag": 0,
+        }
+        for i in range(groups)
+    ] + [
+        {
+            "topic": "U",
+            "broker_name": "g00000",
+            "read_queue_nums": 4,
+            "write_queue_nums": 4,
+            "perm": 6,
+            "topic_sys_flag": 0,
+        }
+    ]
+    base = BaseIndex.build(pa.Table.from_pylist(rows, schema=arrow_schema(TOPIC_QUEUE)), 0)
+    topics = RouteTopics.of(base)
+    assert int(topics.counts[base.find("T")]) == groups
+    gone = {f"g{i:05d}": Overlay(present=False) for i in range(1, groups)}
+    after = topics.changed({}, gone)
+    assert int(after.counts[base.find("T")]) == 1 and after.get("U") is not None
+    assert int(topics.counts[base.find("T")]) == groups  # the served one unchanged

@@ -28,6 +28,7 @@ from routing_lib.core.tables import (
     TOPIC_QUEUE,
 )
 from routing_lib.lookup import jsonbody
+from routing_lib.lookup import topics as topic_rules
 from routing_lib.lookup.consistency import SnapshotNotSettledError, load_settled
 from routing_lib.lookup.processor import FAQ_URL, answer
 from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
@@ -435,6 +436,19 @@ def test_topic_validator():
     assert validate_topic("ü") is not None
 
 
+def test_topic_validator_keeps_valid_topics_only_and_a_bounded_number():
+    """Valid topics are remembered (a set lookup per request), a bounded number of them;
+    an invalid one never is, so it is refused every time."""
+    topic_rules._VALID.clear()
+    for _ in range(2):
+        assert validate_topic("a/b") is not None and "a/b" not in topic_rules._VALID
+        assert validate_topic(None) == "The specified topic is blank."
+    for i in range(topic_rules.MAX_KEPT_VALID + 10):
+        assert validate_topic(f"T{i}") is None
+        assert len(topic_rules._VALID) <= topic_rules.MAX_KEPT_VALID
+    assert "T0" not in topic_rules._VALID and validate_topic("T0") is None
+
+
 # -- HTTP app and refresher, without Delta --
 
 
@@ -800,13 +814,13 @@ def test_a_request_whose_answer_raises_gets_system_error(tmp_path, monkeypatch):
     answered with SYSTEM_ERROR; the connection and the server go on."""
     Warehouse(tmp_path).publish(0, 1000, tables())
 
-    def broken(self, topic):
+    def broken(self, topic, standard):
         raise RuntimeError("injected failure")
 
     with ServerThread(tmp_path) as server:
         wait_until(lambda: server.service.holder.current is not None)
         client = RemotingClient(server.service.port)
-        monkeypatch.setattr(RouteIndex, "route_body", broken)
+        monkeypatch.setattr(RouteIndex, "route_bytes", broken)
         failed = client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="Orders")
         assert (failed.code, failed.remark) == (ResponseCode.SYSTEM_ERROR, "internal error")
         monkeypatch.undo()

@@ -53,14 +53,14 @@ def _route(index: RouteIndex, request: RemotingCommand) -> RemotingCommand:
         # The Java NameServer does not validate here (it would answer TOPIC_NOT_EXIST); a
         # topic no broker may register is refused explicitly instead.
         return _reply(request, ResponseCode.INVALID_PARAMETER, invalid)
-    body = index.route_body(topic)
-    if body is None:
-        return _reply(request, ResponseCode.TOPIC_NOT_EXIST, no_route_remark(topic))
     standard = (
         request.version >= V4_9_4
         or request.ext_fields.get("acceptStandardJsonOnly", "").lower() == "true"
     )
-    return _reply(request, ResponseCode.SUCCESS, body=body.standard if standard else body.legacy)
+    body = index.route_bytes(topic, standard)
+    if body is None:
+        return _reply(request, ResponseCode.TOPIC_NOT_EXIST, no_route_remark(topic))
+    return _reply(request, ResponseCode.SUCCESS, body=body)
 
 
 def _kv_config(index: RouteIndex, request: RemotingCommand) -> RemotingCommand:

@@ -38,6 +38,25 @@ from routing_lib.lookup.topic_store import Entry, Queue
 NO_CLUSTER = "none"  # a broker group no longer in brokerAddrTable
 
 
+class TopicIds:
+    """A set of base topic ids as a bitmap (one bit per base topic: 375 KB at 3 M topics,
+    where an id array of a cluster whose every topic is on one group took 24 MB) and its
+    size; the ids are unpacked only when the names are read."""
+
+    __slots__ = ("_bits", "_topics", "size")
+
+    def __init__(self, mask: npt.NDArray[np.bool_]) -> None:
+        self._bits = np.packbits(mask)
+        self._topics = len(mask)
+        self.size = int(np.count_nonzero(mask))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def ids(self) -> npt.NDArray[Any]:
+        return np.flatnonzero(np.unpackbits(self._bits, count=self._topics))
+
+
 class TopicLists(Mapping[str, tuple[str, ...]]):
     """cluster -> its topics, sorted; counted when built, named only when read (at 3 M
     topics a list of names per index would cost seconds and hundreds of MB: the gauges
@@ -46,7 +65,7 @@ class TopicLists(Mapping[str, tuple[str, ...]]):
     def __init__(
         self,
         base: BaseIndex | None,
-        ids: Mapping[str, npt.NDArray[Any]],
+        ids: Mapping[str, TopicIds],
         extra: Mapping[str, list[str]],
     ) -> None:
         self._base = base
@@ -66,7 +85,9 @@ class TopicLists(Mapping[str, tuple[str, ...]]):
         if named is None:
             ids = self._ids.get(cluster)
             names = (
-                self._base.topic_names(ids) if self._base is not None and ids is not None else []
+                self._base.topic_names(ids.ids())
+                if self._base is not None and ids is not None
+                else []
             )
             named = self._named[cluster] = tuple(sorted({*names, *self._extra.get(cluster, ())}))
         return named
@@ -208,7 +229,7 @@ def _topic_risks(
 ) -> tuple[
     dict[str, list[str]],
     dict[str, list[str]],
-    tuple[dict[str, npt.NDArray[Any]], dict[str, npt.NDArray[Any]]],
+    tuple[dict[str, TopicIds], dict[str, TopicIds]],
 ]:
     """Per cluster: the topics without a writable queue and those on one group, as names
     (the delta's topics) and base topic ids (numpy, over the base's holders)."""
@@ -240,15 +261,15 @@ def _topic_risks(
     has_writable = np.zeros(base.topic_count, bool)
     has_writable[base.holder_topic[can_write]] = True
     one_group = topics.counts == 1
-    by_unwritable: dict[str, npt.NDArray[Any]] = {}
-    by_single: dict[str, npt.NDArray[Any]] = {}
+    by_unwritable: dict[str, TopicIds] = {}
+    by_single: dict[str, TopicIds] = {}
     holder_cluster = cluster_id[base.holder_group]
     for c, cluster in enumerate(known):
         in_cluster = np.zeros(base.topic_count, bool)
         in_cluster[base.holder_topic[holders & (holder_cluster == c)]] = True
-        if (found := np.flatnonzero(in_cluster & ~has_writable)).size:
+        if (found := TopicIds(in_cluster & ~has_writable)).size:
             by_unwritable[cluster] = found
-        if (found := np.flatnonzero(in_cluster & one_group)).size:
+        if (found := TopicIds(in_cluster & one_group)).size:
             by_single[cluster] = found
     return unwritable, single, (by_unwritable, by_single)
 

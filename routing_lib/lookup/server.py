@@ -28,6 +28,7 @@ from prometheus_client.metrics_core import Metric
 
 from routing_lib.config import load_config
 from routing_lib.lookup import jsonbody
+from routing_lib.lookup.allocator import fix_mmap_threshold
 from routing_lib.lookup.processor import answer, no_kv_remark, no_route_remark
 from routing_lib.lookup.refresher import Refresher, Served, SnapshotHolder
 from routing_lib.lookup.route_risk import RouteRisks
@@ -443,6 +444,7 @@ def serve(
         )
     if limits is None:
         limits = Limits.from_config(load_config().serve)
+    fix_mmap_threshold()  # before the first snapshot and the fork: every process has it
     options: dict[str, Any] = dict(
         host=host,
         port=port,

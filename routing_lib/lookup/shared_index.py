@@ -14,23 +14,35 @@ into place: a reader never sees half a file). The writer then unlinks the older 
 newest `keep`: a process still serving an older one keeps its mapping (an unlinked file's
 pages live until the last mapping goes), and maps the newer one at its next build
 (`newest`), so an old version's memory is freed once no process uses it.
+
+A snapshot's per-holder `present` flags and per-topic `counts` (route_topics.py: 3 MB + 6 MB
+at 3 M routes, new with every fault of a group) are shared the same way (`arrays`): they are
+a function of the base index file and topic_overlay's version, so the first process to build
+a snapshot writes them to a file named by both, and every process (that one too) drops its
+own copy for a read-only view of the file. The newest `keep_arrays` such files are kept.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import mmap
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from routing_lib.lookup.base_index import BaseIndex
 
 DIR_ENV = "ROUTELAKE_LOOKUP_INDEX_DIR"  # set by the primary for the processes it forks
 SHM = Path("/dev/shm")
+_ALIGN = 64  # each array of an arrays file starts at a multiple of this
 _NAME = re.compile(r"base-(?P<table>[0-9A-Za-z-]+)-(?P<version>\d{20})\.arrow")
 
 
@@ -40,9 +52,10 @@ def _shared_memory_dir() -> str | None:
 
 
 class SharedIndexes:
-    def __init__(self, directory: Path, keep: int = 2) -> None:
+    def __init__(self, directory: Path, keep: int = 2, keep_arrays: int = 4) -> None:
         self.directory = directory
         self.keep = keep
+        self.keep_arrays = keep_arrays
 
     @staticmethod
     def create() -> SharedIndexes:
@@ -98,6 +111,53 @@ class SharedIndexes:
                 if _NAME.fullmatch(name) and name not in keep:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self.directory / name)
+
+    # -- a snapshot's per-holder and per-topic arrays --
+
+    def arrays(self, key: str, arrays: Sequence[npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
+        """`arrays` as read-only views of this service's file for `key`: the file another
+        process wrote for the same key, else written from `arrays` first. The caller makes
+        the key name everything the arrays are a function of (processes that compute the
+        same key compute the same arrays), and drops its own copies for the views."""
+        path = self.directory / f"arrays-{key}.bin"
+        offsets, end = [], 0
+        for array in arrays:
+            offsets.append(end)
+            end += -(-array.nbytes // _ALIGN) * _ALIGN
+        with self._locked():
+            if not path.exists():
+                partial = path.with_suffix(f".{os.getpid()}.partial")
+                try:
+                    with open(partial, "wb") as out:
+                        for array, at in zip(arrays, offsets, strict=True):
+                            out.seek(at)
+                            out.write(np.ascontiguousarray(array).tobytes())
+                        out.truncate(end)
+                    os.replace(partial, path)
+                finally:
+                    partial.unlink(missing_ok=True)
+                self._prune_arrays()
+            with open(path, "rb") as source:
+                size = os.fstat(source.fileno()).st_size
+                if size != end:  # not the same arrays after all: keep this process's own
+                    return list(arrays)
+                mapped = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ) if end else b""
+        return [
+            np.frombuffer(mapped, a.dtype, a.size, at).reshape(a.shape)
+            for a, at in zip(arrays, offsets, strict=True)
+        ]
+
+    def _prune_arrays(self) -> None:
+        """Unlink all but the newest `keep_arrays` arrays files (by modification time): a
+        process serving an older snapshot keeps its mapping."""
+        found = []
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(self.directory):
+                if entry.name.startswith("arrays-") and entry.name.endswith(".bin"):
+                    found.append((entry.stat().st_mtime_ns, entry.name))
+        for _, name in sorted(found)[: -self.keep_arrays]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.directory / name)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

@@ -124,6 +124,20 @@ def _row_count(table: DeltaTable) -> int | None:
     return None if counts.null_count else int(pc.sum(counts).as_py() or 0)
 
 
+def _share_arrays(
+    topics: RouteTopics, overlay_version: int, shared: SharedIndexes | None
+) -> RouteTopics:
+    """`topics` over the service's shared file of its present/counts arrays (one copy for
+    every process: they are a function of the base index file and the overlays, named by
+    both), unless this process has no shared directory or maps them already."""
+    if shared is None or topics.arrays_key is not None:
+        return topics
+    base = topics.base
+    key = f"{base.table_id}-{base.version:020d}-{overlay_version:020d}"
+    present, counts = shared.arrays(key, [topics.present, topics.counts])
+    return topics.with_arrays(present, counts, key)
+
+
 def overlays_at(warehouse: str | Path, versions: Mapping[str, int]) -> dict[str, Overlay]:
     rows = _small_rows(warehouse, TOPIC_OVERLAY, versions)
     return {row["broker_name"]: overlay_of_row(row) for row in rows}
@@ -145,6 +159,7 @@ def load_index(
     topics = _from_shared(warehouse, version, overlays, shared)
     if topics is None:
         topics = RouteTopics.of(base_index(warehouse, version, shared), overlays)
+    topics = _share_arrays(topics, versions[TOPIC_OVERLAY], shared)
     return RouteIndex.assemble(
         topics,
         {t: _small_rows(warehouse, t, versions) for t in SMALL_TABLES},
@@ -307,6 +322,7 @@ def next_index(
     groups = _overlay_changes(warehouse, topics, served.get(TOPIC_OVERLAY), versions[TOPIC_OVERLAY])
     if groups:
         topics = topics.changed({}, groups)
+    topics = _share_arrays(topics, versions[TOPIC_OVERLAY], shared)
     small = {
         t: _small_rows(warehouse, t, versions)
         for t in SMALL_TABLES

@@ -39,9 +39,26 @@ def is_system_topic(topic: str) -> bool:
     return topic in SYSTEM_TOPIC_SET or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
+# Topics found valid lately: clients ask the same topics again and again, and a set lookup
+# costs a tenth of the checks (a bound, not a policy: emptied when full).
+_VALID: set[str] = set()
+MAX_KEPT_VALID = 4096
+
+
 def validate_topic(topic: str | None) -> str | None:
     """None when valid, else TopicValidator.validateTopic's remark (the topic clipped: an
     invalid one can be as long as a frame)."""
+    if topic in _VALID:
+        return None
+    invalid = _validate(topic)
+    if invalid is None and topic is not None:
+        if len(_VALID) >= MAX_KEPT_VALID:
+            _VALID.clear()
+        _VALID.add(topic)
+    return invalid
+
+
+def _validate(topic: str | None) -> str | None:
     if topic is None or not topic.strip(_JAVA_WHITESPACE):
         return "The specified topic is blank."
     if not _LEGAL.fullmatch(topic):

@@ -201,8 +201,9 @@ def _templated_json_header(cmd: RemotingCommand) -> bytes:
 
 def encode_head(cmd: RemotingCommand) -> bytes:
     """The frame without its body: a server writes the (shared, pre-encoded) body separately."""
-    _check(cmd.opaque, _INT32, "opaque")
-    _check(cmd.flag, _INT32, "flag")
+    if not (_INT32[0] <= cmd.opaque <= _INT32[1] and _INT32[0] <= cmd.flag <= _INT32[1]):
+        _check(cmd.opaque, _INT32, "opaque")  # raises for the one out of range
+        _check(cmd.flag, _INT32, "flag")
     if cmd.serialize_type == SerializeType.JSON and not cmd.remark and not cmd.ext_fields:
         header = _templated_json_header(cmd)
         length = 4 + len(header) + len(cmd.body)
@@ -339,19 +340,27 @@ MAX_KEPT_HEADERS = 4096  # a bound, not a policy: emptied when full
 
 def _decode_json_header_kept(raw: bytes) -> _HeaderFields:
     match = _OPAQUE.search(raw)
-    if match is None or b"\\" in raw or raw.count(b'"opaque"') != 1:
+    if match is None:
         return _decode_json_header(raw)
-    opaque = int(match[1])
-    key = raw[: match.start(1)] + raw[match.end(1) :]
+    start, end = match.span(1)
+    key = raw[:start] + raw[end:]
     kept = _HEADERS.get(key)
     if kept is None:
+        # Checked before a header is kept, and true of any header with a kept one's key:
+        # the key is the header but for digits, which hold no backslash and cannot make
+        # or unmake an `"opaque"`.
+        if b"\\" in raw or raw.count(b'"opaque"') != 1:
+            return _decode_json_header(raw)
         kept = _decode_json_header(raw)  # a bad header raises: nothing kept
-        if kept["opaque"] != opaque:  # not the top-level field after all (or out of range)
+        if kept["opaque"] != int(match[1]):  # not the top-level field after all (or out of range)
             return kept
         if len(_HEADERS) >= MAX_KEPT_HEADERS:
             _HEADERS.clear()
         _HEADERS[key] = kept
-    return {**kept, "opaque": opaque, "ext_fields": dict(kept["ext_fields"])}
+    fields = kept.copy()
+    fields["opaque"] = int(raw[start:end])
+    fields["ext_fields"] = kept["ext_fields"].copy()
+    return fields
 
 
 def _decode_binary_header(raw: bytes) -> _HeaderFields:
@@ -407,22 +416,18 @@ def decode_frame(frame: bytes) -> RemotingCommand:
     if header_len > len(frame) - 4:
         raise MalformedFrameError(f"bad header length {header_len}")
     raw = frame[4 : 4 + header_len]
-    if kind == SerializeType.JSON:
-        fields = _decode_json_header_kept(raw)
-        serialize_type = SerializeType.JSON
-    elif kind == SerializeType.ROCKETMQ:
-        fields = _decode_binary_header(raw)
-        serialize_type = SerializeType.ROCKETMQ
+    fields: dict[str, Any]
+    if kind == 0:  # SerializeType.JSON
+        fields = _decode_json_header_kept(raw)  # type: ignore[assignment]
+        fields["serialize_type"] = SerializeType.JSON
+    elif kind == 1:  # SerializeType.ROCKETMQ
+        fields = _decode_binary_header(raw)  # type: ignore[assignment]
+        fields["serialize_type"] = SerializeType.ROCKETMQ
     else:
         raise MalformedFrameError(f"unknown serialize type {kind}")
-    return _built(
-        {
-            **fields,
-            "body": frame[4 + header_len :],
-            "serialize_type": serialize_type,
-            "frame_bytes": len(frame) + 4,
-        }
-    )
+    fields["body"] = frame[4 + header_len :]
+    fields["frame_bytes"] = len(frame) + 4
+    return _built(fields)
 
 
 def decode(data: bytes) -> RemotingCommand:
@@ -460,8 +465,23 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[RemotingCommand]:
         if self.error is not None:
             raise self.error
-        self._buf += data
         commands: list[RemotingCommand] = []
+        if not self._buf:
+            if type(data) is not bytes:  # frames are sliced out as keys: bytes, not views
+                data = bytes(data)
+            # Nothing held (a reader's usual case: whole frames per read): slice the frames
+            # out of `data` itself, and keep only an incomplete tail.
+            try:
+                pos = self._whole_frames(data, commands)
+            except RemotingCodecError as exc:
+                self.error = exc
+                if not commands:
+                    raise
+                return commands
+            if pos < len(data):
+                self._buf += data[pos:] if pos else data
+            return commands
+        self._buf += data
         try:
             while self.buffered >= 4:
                 frame = self._next_frame()
@@ -479,6 +499,24 @@ class FrameDecoder:
                 del self._buf[: self._pos]
                 self._pos = 0
         return commands
+
+    def _whole_frames(self, data: bytes, commands: list[RemotingCommand]) -> int:
+        """Decode the whole frames at the start of `data` into `commands`: where the first
+        incomplete one begins (the same checks as _next_frame)."""
+        pos, end, limit = 0, len(data), self.max_frame_bytes
+        unpack = _INT.unpack_from
+        while end - pos >= 4:
+            length = unpack(data, pos)[0]
+            if length < 0:
+                raise MalformedFrameError(f"negative frame length {length}")
+            if length + 4 > limit:
+                raise FrameTooLargeError(f"frame of {length + 4} bytes exceeds {limit}")
+            start = pos + 4
+            if end - start < length:
+                break
+            pos = start + length
+            commands.append(decode_frame(data[start:pos]))
+        return pos
 
     def _next_frame(self) -> bytes | None:
         """The next whole frame (prefix stripped), or None while it is incomplete."""
