@@ -34,13 +34,19 @@ class ProgressListener(StreamingQueryListener):
             if behind is not None:
                 lag = max(lag, float(behind))
         self.metrics.set("routelake_job_kafka_lag_messages", lag)
+        # where the whole micro-batch's time went (Spark's phases: addBatch is the writer's
+        # foreachBatch; the rest is planning, offsets, the WAL and the state store's commit)
+        durations = " ".join(f"{k} {v}ms" for k, v in sorted((progress.durationMs or {}).items()))
         log.info(
-            "progress batch %d: %d input rows, %.0f rows/s, state rows %d, lag %g",
+            "progress batch %d: %d input rows, %.0f rows/s, state rows %d, lag %g, "
+            "watermark %s, durations %s",
             progress.batchId,
             progress.numInputRows,
             progress.processedRowsPerSecond or 0,
             state_rows,
             lag,
+            (progress.eventTime or {}).get("watermark", "-"),
+            durations,
         )
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:

@@ -1,0 +1,232 @@
+"""The live stream benches' simulated fleet, producing to Kafka from a process of its own.
+
+Why a process of its own: kafka-python compresses every record batch (gzip, level 9), checksums
+it (a pure-Python CRC32C when the `crc32c` module is absent, as here) and sends it from a
+Python thread. A 300 x 10 000 fleet registers ~16 times a second with ~1 MB of JSON each
+(~28 ms of gzip and ~7 ms of CRC per registration here): the producer alone needs ~0.8 of a
+core. In the job's process that sender thread also shared the GIL with the driver's writer and
+the bench's poller; in the quiet 300 x 10 000 run of 2026-11-27 23:00 registrations reached
+Kafka 14-24 s after the bench handed them to send(), and the bench counted that as the job's
+freshness (docs/benchmarks.md "Freshness at 300 x 10 000: where the 40 s went"). Here the fleet
+competes with the job for the CPU only, as a collector on the same machine would, and each
+change's freshness is also measured from Kafka's acknowledgement.
+
+Each measured change (a REGISTER with a (brokerAddr, dataVersion) not sent before, after the
+warm-up) is reported to the parent twice: when handed to send() and when Kafka acknowledged it
+(the record is in the log from then on, readable by the job). Times are wall clock seconds.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.backfill_bench import HEARTBEATS_PER_PERIOD, PERIOD_MS, SEED
+
+WARM_UP_S = 20
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    bootstrap: str
+    topic: str
+    brokers: int
+    topics: int
+    fault_interval_ms: int
+    split_registration: int | None
+    duration_s: float  # of event time; 0: until stopped or timed out
+    timeout_s: float
+    changes: int  # at most this many changes measured
+    # a network partition: (start s of event time, fraction of the groups, seconds) or None
+    partition: tuple[float, float, float] | None = None
+    warm_up_s: float = WARM_UP_S  # changes sent before this are not measured
+
+
+@dataclass
+class Change:
+    event_time: int  # ms
+    broker: str
+    sent: float  # wall clock s: handed to the producer
+    acked: float | None = None  # wall clock s: acknowledged by Kafka
+
+
+@dataclass
+class FleetReport:
+    """What the fleet process did, once it ended."""
+
+    sent: int
+    last_event_time: int  # ms, of the last event sent
+    faults: int
+    silenced: int  # events a partition kept from being sent
+    ended: float  # wall clock s
+
+
+def partition_cut(names: list[str], fraction: float) -> set[str]:
+    """The broker groups a partition cuts off: the first `fraction` of them by name."""
+    everyone = sorted(set(names))
+    return set(everyone[: round(len(everyone) * fraction)])
+
+
+class FleetProcess:
+    """Start with start(); the changes fill in as the child reports them."""
+
+    def __init__(self, spec: FleetSpec) -> None:
+        context = multiprocessing.get_context("spawn")  # never fork a process holding a JVM
+        self._messages: Any = context.Queue()
+        self._stop: Any = context.Event()
+        self._process = context.Process(
+            target=_run, args=(spec, self._messages, self._stop), daemon=True
+        )
+        self.changes: dict[tuple, Change] = {}
+        self.names: list[str] = []
+        self.wall_start_ms = 0  # the fleet's clock: eventTime of wall time 0 of the run
+        self.started = 0.0  # wall clock s when the first event could be sent
+        self.report: FleetReport | None = None
+        self._ready = threading.Event()
+        self._done = threading.Event()
+        # the partition's cut-off groups' events as sent, for the lookup's watch; those that
+        # come before a listener is set are kept for it
+        self._listener: Callable[[dict], None] | None = None
+        self._early: list[dict] = []
+        self._listener_lock = threading.Lock()
+
+    def start(self) -> FleetProcess:
+        self._process.start()
+        threading.Thread(target=self._drain, daemon=True, name="fleet-reports").start()
+        if not self._ready.wait(600):
+            raise RuntimeError("the fleet process did not start")
+        return self
+
+    def on_cut_off_event(self, listener: Callable[[dict], None]) -> None:
+        """`listener(event)` for every event of a group the partition cuts off, as sent (its
+        brokerName, brokerAddr, eventType, eventTime, heartbeatTimeoutMillis)."""
+        with self._listener_lock:
+            for event in self._early:
+                listener(event)
+            self._early.clear()
+            self._listener = listener
+
+    def stop(self) -> None:
+        """Ask the fleet to stop sending (it flushes what it sent and reports)."""
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> FleetReport:
+        if not self._done.wait(timeout):
+            raise RuntimeError("the fleet process did not report its end")
+        assert self.report is not None
+        self._process.join(30)
+        return self.report
+
+    def _drain(self) -> None:
+        while not self._done.is_set():
+            try:
+                kind, *body = self._messages.get(timeout=1)
+            except queue.Empty:
+                if not self._process.is_alive() and not self._done.is_set():
+                    raise RuntimeError("the fleet process died") from None
+                continue
+            if kind == "sent":
+                key, event_time, broker, sent = body
+                self.changes[key] = Change(event_time, broker, sent)
+            elif kind == "acked":
+                key, acked = body
+                self.changes[key].acked = acked  # "sent" is queued before its callback runs
+            elif kind == "event":
+                with self._listener_lock:
+                    if self._listener is None:
+                        self._early.append(body[0])
+                    else:
+                        self._listener(body[0])
+            elif kind == "fleet":
+                self.names, self.wall_start_ms, self.started = body
+                self._ready.set()
+            elif kind == "done":
+                self.report = FleetReport(*body)
+                self._done.set()
+
+
+@dataclass
+class _Silence:
+    names: set[str]
+    start_ms: int
+    end_ms: int
+    count: int = field(default=0)
+
+    def silences(self, event: dict) -> bool:
+        silent = (
+            self.start_ms <= event["eventTime"] < self.end_ms
+            and event.get("brokerName") in self.names
+        )
+        self.count += silent
+        return silent
+
+
+# what the lookup's watch of a partition reads of an event (bench/partition_lookup.py)
+WATCHED_FIELDS = ("brokerName", "brokerAddr", "eventType", "eventTime", "heartbeatTimeoutMillis")
+
+
+def _version_key(event: dict) -> tuple:
+    version = event["dataVersion"]
+    return (event["brokerAddr"], version["stateVersion"], version["timestamp"], version["counter"])
+
+
+def _run(spec: FleetSpec, messages: Any, stop: Any) -> None:
+    """The child: the fleet's events at their eventTime on the wall clock, into Kafka."""
+    from routelake_dev.simulator import EventEncoder, FleetSimulator, make_producer
+
+    producer = make_producer(spec.bootstrap, acks=1, linger_ms=5)
+    wall_start_ms = int(time.time() * 1000)
+    fleet = FleetSimulator(
+        SEED,
+        spec.brokers,
+        spec.topics,
+        PERIOD_MS,
+        wall_start_ms,
+        heartbeats_per_period=HEARTBEATS_PER_PERIOD,
+        fault_interval_ms=spec.fault_interval_ms,
+        split_registration=spec.split_registration,
+    )
+    names = [group.name for group in fleet._groups]
+    silence = None
+    if spec.partition is not None:
+        at_s, fraction, seconds = spec.partition
+        start_ms = wall_start_ms + int(at_s * 1000)
+        silence = _Silence(partition_cut(names, fraction), start_ms, start_ms + int(seconds * 1000))
+    started = time.monotonic()
+    messages.put(("fleet", names, wall_start_ms, time.time()))
+    encode, known, sent, measured = EventEncoder(), set(), 0, 0
+    last_sent_ms = wall_start_ms  # eventTime of the last event sent
+    for event in fleet.events():
+        wait_s = (event["eventTime"] - wall_start_ms) / 1000 - (time.monotonic() - started)
+        if wait_s > 0:
+            time.sleep(wait_s)
+        elapsed = time.monotonic() - started
+        if stop.is_set() or elapsed >= spec.timeout_s:
+            break
+        if spec.duration_s and event["eventTime"] - wall_start_ms >= spec.duration_s * 1000:
+            break
+        if silence is not None and silence.silences(event):
+            continue
+        future = producer.send(spec.topic, key=event["brokerName"].encode(), value=encode(event))
+        sent += 1
+        last_sent_ms = event["eventTime"]
+        if silence is not None and event["brokerName"] in silence.names:
+            messages.put(("event", {k: event.get(k) for k in WATCHED_FIELDS}))
+        if event["eventType"] != "REGISTER" or _version_key(event) in known:
+            continue
+        key = _version_key(event)
+        known.add(key)
+        if elapsed >= spec.warm_up_s and measured < spec.changes:
+            measured += 1
+            messages.put(("sent", key, event["eventTime"], event["brokerName"], time.time()))
+            # Kafka's acknowledgement (on kafka-python's sender thread): the record is in the
+            # log from then on, readable by the job
+            future.add_callback(lambda _meta, key=key: messages.put(("acked", key, time.time())))
+    producer.close()
+    silenced = silence.count if silence is not None else 0
+    messages.put(("done", sent, last_sent_ms, len(fleet.faults), silenced, time.time()))
