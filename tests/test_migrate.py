@@ -355,7 +355,7 @@ def test_the_job_stops_on_an_unmigrated_warehouse_before_creating_a_table(tmp_pa
     warehouse, _, _ = _old(tmp_path, 20)
     before = sorted(p.name for p in warehouse.iterdir())
     with pytest.raises(OldLayoutError, match="routectl migrate"):
-        ensure_tables(None, str(warehouse))  # type: ignore[arg-type] # stops before Spark
+        ensure_tables(str(warehouse))
     assert sorted(p.name for p in warehouse.iterdir()) == before
 
 

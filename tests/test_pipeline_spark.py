@@ -282,7 +282,7 @@ def test_the_writers_merge_at_its_edges_through_spark(spark, tmp_path):
     from routing_lib.spark.stateful import OUTPUT_SCHEMA
 
     warehouse = tmp_path / "warehouse"
-    ensure_tables(spark, str(warehouse))
+    ensure_tables(str(warehouse))
     writer = DeltaRouteWriter(str(warehouse), "merge-edges", lambda batch_id: batch_id)
 
     def kv(namespace: str, key: str | None, value: str | None) -> dict:

@@ -119,7 +119,7 @@ def start_query(
     trigger_interval: str | None = None,
     on_batch: Callable[[BatchReport], None] | None = None,
 ) -> StreamingQuery:
-    ensure_tables(spark, settings.warehouse)
+    ensure_tables(settings.warehouse)
     ensure_watermark_lead(settings.checkpoint, settings.warehouse)  # before any batch reads it
 
     def watermark_of_batch(batch_id: int) -> int:

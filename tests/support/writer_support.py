@@ -1,8 +1,7 @@
 """A warehouse written by the job's own Delta writer, without Spark: the tables created with
 Change Data Feed on, as the job creates them (routing_lib/spark/delta_writer.py
-`ensure_tables`), and each batch's rows committed by `DeltaRouteWriter.merge_rows`, the
-delta-rs MERGE the job's foreachBatch runs, then its progress row by `append_progress`. Only
-the creation is delta-rs's instead of a Spark CREATE TABLE; every commit is the writer's."""
+`ensure_tables`, delta-rs too), and each batch's rows committed by `DeltaRouteWriter.merge_rows`,
+the delta-rs MERGE the job's foreachBatch runs, then its progress row by `append_progress`."""
 
 from __future__ import annotations
 
