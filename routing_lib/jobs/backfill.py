@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -19,6 +21,30 @@ from routing_lib.spark.sources import CLOCK_FILE, archive_stream
 def default_checkpoint(warehouse: str) -> str:
     """Backfills keep their checkpoint in the warehouse: a re-run over the same input is a no-op."""
     return storage.join(warehouse, "_checkpoints", "backfill")
+
+
+# Stage one's tasks per core: archive files are packed into tasks of up to 128 MB by default, so
+# 16 files of 20 MB on 2 cores made 4 tasks (99, 108, 102, 13 MB) and one core waited through
+# the last wave; ~4 per core keep both busy to the end.
+_FILE_TASKS_PER_CORE = 4
+_MIN_PARTITION_NUM = "spark.sql.files.minPartitionNum"
+
+
+@contextmanager
+def _balanced_file_tasks(spark: SparkSession) -> Iterator[None]:
+    """While the query runs, cut the archive into about _FILE_TASKS_PER_CORE tasks per core
+    (unless the session sets spark.sql.files.minPartitionNum itself). The file source plans
+    each batch with the conf of the session that defined it (not the query's copy), so the
+    setting stays for the run and is taken back after it."""
+    if spark.conf.get(_MIN_PARTITION_NUM, None) is not None:
+        yield
+        return
+    cores = spark.sparkContext.defaultParallelism
+    spark.conf.set(_MIN_PARTITION_NUM, str(_FILE_TASKS_PER_CORE * cores))
+    try:
+        yield
+    finally:
+        spark.conf.unset(_MIN_PARTITION_NUM)
 
 
 def _spark_location(location: str) -> str:
@@ -67,5 +93,6 @@ def run_backfill(
     classified = archive_stream(
         spark, paths, max_files_per_trigger, settings.warehouse, skew, settings.content
     )
-    query = start_query(spark, classified, settings, available_now=True)
-    query.awaitTermination()
+    with _balanced_file_tasks(spark):
+        query = start_query(spark, classified, settings, available_now=True)
+        query.awaitTermination()
