@@ -146,6 +146,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serve_argv(warehouse: Path, port: int, http_port: int, workers: int | None) -> list[str]:
+    """`routectl serve` on `warehouse` as this interpreter runs it (run from the repo root)."""
+    argv = [sys.executable, "-m", "routing_lib.cli", "serve", "--warehouse", str(warehouse)]
+    argv += ["--port", str(port), "--http-port", str(http_port)]
+    return argv + (["--workers", str(workers)] if workers else [])
+
+
 def wait_for(
     what: str, predicate, timeout: float, proc: subprocess.Popen, procs: Processes, name: str
 ) -> None:
@@ -766,19 +773,7 @@ def main(argv: list[str] | None = None) -> int:
         our_port, http_port, java_port = free_port(), free_port(), free_port()
         ours = procs.start(
             "routectl-serve",
-            [
-                sys.executable,
-                "-m",
-                "routing_lib.cli",
-                "serve",
-                "--warehouse",
-                str(tmp / "warehouse"),
-                "--port",
-                str(our_port),
-                "--http-port",
-                str(http_port),
-                *(["--workers", str(args.workers)] if args.workers else []),
-            ],
+            serve_argv(tmp / "warehouse", our_port, http_port, args.workers),
             cwd=REPO,
         )
         java = start_java_namesrv(procs, tmp / "namesrv-home", java_port, args.java_heap)

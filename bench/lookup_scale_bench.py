@@ -37,7 +37,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.lookup_bench import free_port
+from bench.lookup_bench import free_port, serve_argv
 from routing_lib.core.catalog import TOPIC_BASE, TOPIC_OVERLAY
 from routing_lib.core.fact_rows import overlay_row
 from routing_lib.core.overlay import ABSENT, TRIVIAL
@@ -230,20 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     port, http_port = free_port(), free_port()
-    argv_serve = [
-        sys.executable,
-        "-m",
-        "routing_lib.cli",
-        "serve",
-        "--warehouse",
-        str(warehouse),
-        "--port",
-        str(port),
-        "--http-port",
-        str(http_port),
-    ]
-    if args.workers is not None:
-        argv_serve += ["--workers", str(args.workers)]
+    argv_serve = serve_argv(warehouse, port, http_port, args.workers)
     log = open(tmp / "serve.log", "wb")
     started = time.monotonic()
     server = subprocess.Popen(argv_serve, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import http.client
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.lookup_bench import free_port
+from bench.lookup_bench import free_port, serve_argv
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TIMEOUT_MS = 120_000
@@ -91,20 +90,7 @@ class LookupWatch:
             time.sleep(0.5)
         self.http_port = free_port()
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "routing_lib.cli",
-                "serve",
-                "--warehouse",
-                str(warehouse),
-                "--port",
-                str(free_port()),
-                "--http-port",
-                str(self.http_port),
-                "--workers",
-                "1",
-            ],
+            serve_argv(warehouse, free_port(), self.http_port, 1),
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
