@@ -140,8 +140,15 @@ def live_digests(spark: SparkSession, checkpoint: str) -> set[str]:
         raise RuntimeError(f"no state metadata under {checkpoint}/state: nothing collected")
     digests: set[str] = set()
     manifests: set[str] = set()
+    loadable = loadable_from(checkpoint)
     for operator in meta:
         first, last = int(operator["minBatchId"]), int(operator["maxBatchId"])
+        # Spark purges the offset log at a batch's commit, but deletes old state files only
+        # in the store's maintenance, later: after a crash in between, the oldest state
+        # versions have no offset log left, and the state reader refuses them. No query can
+        # load those versions either (a restart starts from the offset log), so the mark
+        # starts at the oldest version that has one.
+        first = max(first, min(loadable, last))
         frames = [
             spark.read.format("statestore")
             .option("operatorId", operator["operatorId"])
@@ -169,6 +176,13 @@ def live_digests(spark: SparkSession, checkpoint: str) -> set[str]:
                 )
                 found_in.update(row[0] for row in found)
     return digests | chunk_digests(storage.join(checkpoint, CONTENT_FOLDER), manifests)
+
+
+def loadable_from(checkpoint: str) -> int:
+    """The oldest batch id the checkpoint's offset log still holds (0 when it is empty)."""
+    from routing_lib.spark.checkpoint import batch_ids
+
+    return min(batch_ids(checkpoint, "offsets"), default=0)
 
 
 def chunk_digests(location: str, manifests: Iterable[str]) -> set[str]:

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 from deltalake import CommitProperties, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
@@ -55,6 +54,7 @@ from routing_lib.core.topic_table import QueueData
 from routing_lib.layout import old_layout_reason
 from routing_lib.migrate_facts import NotReproducible, migrate_group
 from routing_lib.read.arrow_schema import arrow_schema
+from routing_lib.spark.checkpoint import batch_ids
 from routing_lib.spark.group_files import PARTITION, hive_safe, replace_groups
 
 # A progress row committed this recently says the job may still be running.
@@ -97,7 +97,7 @@ def check_stopped(warehouse: str, checkpoint: str | None, quiet_s: float = DEFAU
     version that started it), or a progress row committed less than `quiet_s` ago. Nothing
     here can see a job that is starting up: stop it first."""
     if checkpoint is not None:
-        offsets = _batch_ids(checkpoint, "offsets")
+        offsets = batch_ids(checkpoint, "offsets")
         commits = committed_batches(checkpoint)
         if offsets and (not commits or max(offsets) > max(commits)):
             raise JobMayBeRunning(
@@ -117,16 +117,7 @@ def check_stopped(warehouse: str, checkpoint: str | None, quiet_s: float = DEFAU
 
 def committed_batches(checkpoint: str) -> list[int]:
     """The batch ids of the checkpoint's commit log."""
-    return _batch_ids(checkpoint, "commits")
-
-
-def _batch_ids(checkpoint: str, log_name: str) -> list[int]:
-    folder = storage.join(checkpoint, log_name)
-    if not storage.is_dir(folder):
-        return []
-    fs, root = storage.filesystem(folder)
-    names = (Path(info.path).name for info in fs.get_file_info(pafs.FileSelector(root)))
-    return [int(name) for name in names if name.isdigit()]
+    return batch_ids(checkpoint, "commits")
 
 
 def _last_progress_commit_ms(warehouse: str) -> int | None:

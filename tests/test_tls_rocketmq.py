@@ -8,8 +8,6 @@ shows what a client in the wrong mode meets. Two mqadmin JVMs run side by side, 
 from __future__ import annotations
 
 import os
-import random
-import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pytest
 
 from routelake_dev import mqadmin
 from routing_lib.remoting.tls import ListenerTls, TlsMode, server_context
+from tests.support.broker_modes_support import free_broker_port  # below the ephemeral ports
 from tests.support.lookup_support import ServerThread, Warehouse, fixture_tables, wait_until
 from tests.support.rocketmq_support import CollectorThread, broker, events, run_mqadmin_batch
 from tests.support.tls_support import TlsFiles, make_tls_files
@@ -84,20 +83,6 @@ def test_mqadmin_over_tls(tls_files: TlsFiles, tmp_path: Path) -> None:
     assert f"RemotingSendRequestException: send request to </{namesrv}> failed" in refused.stderr
     assert rejected.get(("remoting", "tls_required"), 0) >= 1
     assert ("remoting", "tls_handshake_failed") not in rejected
-
-
-def free_broker_port() -> int:
-    """A port p with p-2 (fast remoting), p and p+1 (HA, every interface) free, picked at run
-    time above the range other real-broker tests use."""
-    for _ in range(200):
-        port = random.randrange(41000, 44000)
-        try:
-            for p, host in ((port - 2, "127.0.0.1"), (port, "127.0.0.1"), (port + 1, "0.0.0.0")):
-                socket.create_server((host, p)).close()
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free broker port in 41000-44000")
 
 
 @pytest.mark.real_broker

@@ -60,7 +60,7 @@ def ensure_watermark_lead(checkpoint: str, warehouse: str) -> WatermarkLead:
     if storage.exists(path):
         return watermark_lead(checkpoint)
     lead = WatermarkLead()
-    batches = _batch_ids(checkpoint, "offsets")
+    batches = batch_ids(checkpoint, "offsets")
     if batches and _written_without_lead(checkpoint, warehouse):
         last = max(batches)
         lead = WatermarkLead(since_batch=last + 1, floor_ms=_spark_watermark(checkpoint, last))
@@ -81,7 +81,7 @@ def _written_without_lead(checkpoint: str, warehouse: str) -> bool:
     """Whether the published watermarks of the checkpoint's latest committed batch with one
     above 0 are Spark's own (written before the lead). No such batch: nothing was published
     at a watermark the lead could move, so the lead applies from the start."""
-    for batch_id in sorted(_batch_ids(checkpoint, "commits"), reverse=True):
+    for batch_id in sorted(batch_ids(checkpoint, "commits"), reverse=True):
         spark_ms = _spark_watermark(checkpoint, batch_id)
         if spark_ms <= SPARK_LEAD_MS:
             continue
@@ -109,7 +109,7 @@ def _spark_watermark(checkpoint: str, batch_id: int) -> int:
     return int(json.loads(lines[1]).get("batchWatermarkMs", 0))
 
 
-def _batch_ids(checkpoint: str, log_name: str) -> list[int]:
+def batch_ids(checkpoint: str, log_name: str) -> list[int]:
     """The batch ids of one of Spark's logs (offsets, commits): its files named by number."""
     filesystem, path = storage.filesystem(storage.join(checkpoint, log_name))
     selector = pafs.FileSelector(path, allow_not_found=True)
