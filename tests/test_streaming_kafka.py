@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from routing_lib.content_gc import collect_content
+from routing_lib.content_gc import collect_content, loadable_from
 from routing_lib.core.content import CONTENT
 from routing_lib.core.dump import project
 from routing_lib.core.tables import (
@@ -243,8 +243,9 @@ def _referenced_by_every_state_version(spark, checkpoint: Path) -> set[str]:
     (not as the collector reads them: the oldest in full and the later ones' changes)."""
     found: set[str] = set()
     location = str(checkpoint)
+    oldest = loadable_from(location)  # older versions have no offset log: none can load them
     for operator in spark.read.format("state-metadata").load(location).collect():
-        for version in range(operator["minBatchId"], operator["maxBatchId"] + 1):
+        for version in range(max(operator["minBatchId"], oldest), operator["maxBatchId"] + 1):
             state = (
                 spark.read.format("statestore")
                 .option("operatorId", operator["operatorId"])
