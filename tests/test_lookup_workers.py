@@ -381,3 +381,36 @@ def test_a_worker_imports_nothing_on_its_first_snapshot_the_zygote_lacks(tmp_pat
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == [], run.stdout
+
+
+_INTERRUPTED_DURING_THE_FORK = """
+import os, signal, sys
+from pathlib import Path
+from routing_lib.lookup.workers import Workers
+# Ctrl-C arriving while os.fork runs its at-fork hooks (as it did once in CI, in logging's)
+os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGINT))
+workers = Workers(0, Path(sys.argv[1]))
+try:
+    workers.start_zygote([], start_worker=lambda zygote: os._exit(0))
+except KeyboardInterrupt:
+    workers.stop()
+    print("interrupted")
+    sys.exit(0)
+workers.stop()
+print("the interrupt was lost")
+sys.exit(3)
+"""
+
+
+def test_ctrl_c_during_the_zygotes_fork_stops_the_primary(tmp_path):
+    """A SIGINT delivered during the fork must still raise KeyboardInterrupt in the primary,
+    not vanish inside an at-fork hook (the primary then served on after Ctrl-C); the zygote
+    ends with the primary. CPU: one interpreter importing PRELOAD, ~2 s."""
+    run = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_DURING_THE_FORK, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.stdout.strip() == "interrupted", run.stdout + run.stderr
+    assert run.returncode == 0

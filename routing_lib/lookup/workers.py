@@ -68,6 +68,11 @@ BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 60.0
 REAP_INTERVAL_S = 0.1  # how often the zygote looks for ended workers
 STOP_TIMEOUT_S = 15.0
+# Held (blocked) across the primary's fork of the zygote: a signal that arrives during os.fork
+# would otherwise run its Python handler inside an at-fork hook (logging's lock release), where
+# an exception such as Ctrl-C's KeyboardInterrupt is printed and dropped; the primary would
+# serve on, stopped by nothing. Held, it is delivered when the fork has returned.
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP, signal.SIGTERM})
 WORKERS_TASK = "lookup-workers"  # the primary's background task that supervises them
 # What every process imports on its first Delta read (delta-rs' pyarrow dataset: pandas,
 # dateutil, pytz ... ~350 modules, ~25 MB): imported before the zygote is forked, so the
@@ -214,11 +219,16 @@ class _Zygote:
     reports each worker that ends as `ended PID EXITCODE`. Single-threaded, no event loop."""
 
     def __init__(
-        self, channel: socket.socket, start_worker: Callable[[int], NoReturn], primary: int
+        self,
+        channel: socket.socket,
+        start_worker: Callable[[int], NoReturn],
+        primary: int,
+        signal_mask: Iterable[int] = (),
     ) -> None:
         self.channel = channel
         self.start_worker = start_worker
         self.primary = primary
+        self.signal_mask = set(signal_mask)  # the primary's mask before it held STOP_SIGNALS
         self.children: set[int] = set()
         self.stopping = False
 
@@ -227,6 +237,7 @@ class _Zygote:
         try:
             _leave_group_signals_to_the_primary()
             signal.signal(signal.SIGTERM, self._on_terminate)
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.signal_mask)  # handlers in place
             _die_with_parent(self.primary)
             self._serve()
         except _Stop:
@@ -269,10 +280,15 @@ class _Zygote:
 
     def _fork(self) -> int:
         zygote = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            self.channel.close()
-            self.start_worker(zygote)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # as the primary's fork
+        try:
+            pid = os.fork()
+            if pid == 0:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                self.channel.close()
+                self.start_worker(zygote)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         self.children.add(pid)
         return pid
 
@@ -355,11 +371,15 @@ class Workers:
         # GC's reach: its passes would write to every one of them, copying each page the
         # zygote and the workers share with this process into each of them
         gc.freeze()
-        pid = os.fork()
-        if pid == 0:  # the zygote: not the primary's sockets
-            for sock in [ours, *listening]:
-                sock.close()
-            _Zygote(theirs, start_worker, primary).main()
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            pid = os.fork()
+            if pid == 0:  # the zygote: not the primary's sockets; unblocks in main()
+                for sock in [ours, *listening]:
+                    sock.close()
+                _Zygote(theirs, start_worker, primary, mask).main()
+        finally:  # in the primary: a signal held during the fork is raised here
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         theirs.close()
         self.zygote_pid, self.channel = pid, ours
 
