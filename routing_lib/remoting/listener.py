@@ -239,21 +239,11 @@ class RemotingListener:
                     read_deadline.reschedule(None)
                     if not data:
                         return ConnectionEnd.CLOSED
-                    if first_read and data[0] == TLS_HANDSHAKE_RECORD and not self.tls.enabled:
-                        # As a frame length this byte means over 350 MB: a TLS client on a
-                        # plain port.
-                        self.rejections(
-                            "remoting",
-                            "tls_not_enabled",
-                            peer,
-                            "a TLS client; [tls] mode is disabled",
-                        )
+                    if first_read and self._tls_on_plain_port(data, peer):
                         return ConnectionEnd.FAILED
                     first_read = False
-                    try:
-                        commands = decoder.feed(data)
-                    except RemotingCodecError as exc:
-                        self._frame_error(exc, peer)
+                    commands = self._decoded(decoder, data, peer)
+                    if commands is None:
                         return ConnectionEnd.FAILED
                     if not decoder.buffered:
                         frame_deadline = None
@@ -271,6 +261,24 @@ class RemotingListener:
             self.rejections("remoting", reason, peer)
             return ConnectionEnd.IDLE if frame_deadline is None else ConnectionEnd.FAILED
         return ConnectionEnd.STOPPING
+
+    def _decoded(
+        self, decoder: FrameDecoder, data: bytes, peer: object
+    ) -> list[RemotingCommand] | None:
+        """The frames `data` completes; None (logged) when it breaks the framing."""
+        try:
+            return decoder.feed(data)
+        except RemotingCodecError as exc:
+            self._frame_error(exc, peer)
+            return None
+
+    def _tls_on_plain_port(self, first: bytes, peer: object) -> bool:
+        """A TLS client on a plain port (rejected and counted): its first byte, read as a
+        frame length, would mean over 350 MB."""
+        if first[0] != TLS_HANDSHAKE_RECORD or self.tls.enabled:
+            return False
+        self.rejections("remoting", "tls_not_enabled", peer, "a TLS client; [tls] mode is disabled")
+        return True
 
     async def _answer_all(
         self,
