@@ -1,15 +1,20 @@
 """The live stream benches' simulated fleet, producing to Kafka from a process of its own.
 
-Why a process of its own: kafka-python compresses every record batch (gzip, level 9), checksums
-it (a pure-Python CRC32C when the `crc32c` module is absent, as here) and sends it from a
-Python thread. A 300 x 10 000 fleet registers ~16 times a second with ~1 MB of JSON each
-(~28 ms of gzip and ~7 ms of CRC per registration here): the producer alone needs ~0.8 of a
-core. In the job's process that sender thread also shared the GIL with the driver's writer and
-the bench's poller; in the quiet 300 x 10 000 run of 2026-11-27 23:00 registrations reached
-Kafka 14-24 s after the bench handed them to send(), and the bench counted that as the job's
-freshness (docs/benchmarks.md "Freshness at 300 x 10 000: where the 40 s went"). Here the fleet
-competes with the job for the CPU only, as a collector on the same machine would, and each
-change's freshness is also measured from Kafka's acknowledgement.
+Why a process of its own: kafka-python compresses every record batch and checksums it (CRC32C)
+in Python's sender thread. In the job's process that thread also shared the GIL with the
+driver's writer and the bench's poller; in the quiet 300 x 10 000 run of 2026-11-27 23:00
+registrations reached Kafka 14-24 s after the bench handed them to send(), and the bench
+counted that as the job's freshness (docs/benchmarks.md "Freshness at 300 x 10 000: where the
+40 s went"). Here the fleet competes with the job for the CPU only, as a collector on the same
+machine would, and each change's freshness is also measured from Kafka's acknowledgement.
+
+Its producer must keep up with its clock beside the job on two cores. A 300 x 10 000 fleet
+registers ~20 times a second with ~1 MB of JSON each. With the collector's settings (gzip,
+which kafka-python always runs at level 9, and its pure-Python CRC32C) that took 50.6 CPU-s
+per 60 s of fleet (bench.fleet_producer_bench, 2026-11-28), and the quiet partition run's
+fleet fell 167 s behind its clock. The fleet now compresses with LZ4 (Spark's Kafka client
+reads it; the `lz4` package of the `bench` extra) over the `crc32c` package's native checksum,
+and its encoder caches every group's table JSON: 5.8 CPU-s per 60 s.
 
 Each measured change (a REGISTER with a (brokerAddr, dataVersion) not sent before, after the
 warm-up) is reported to the parent twice: when handed to send() and when Kafka acknowledged it
@@ -175,11 +180,35 @@ def _version_key(event: dict) -> tuple:
     return (event["brokerAddr"], version["stateVersion"], version["timestamp"], version["counter"])
 
 
+# LZ4 costs ~0.5 ms per 1 MB registration where kafka-python's gzip (level 9) costs ~27 ms;
+# it compresses the fleet's JSON ~7x (gzip ~16x), plenty for a local Kafka
+FLEET_COMPRESSION = "lz4"
+
+
+def fleet_producer(bootstrap: str, compression: str | None = FLEET_COMPRESSION) -> Any:
+    """The fleet's kafka-python producer (bench.fleet_producer_bench measures it alone).
+
+    Refuses to run without native CRC32C and LZ4: kafka-python would fall back to a
+    pure-Python checksum (~100 ms per uncompressed MB) or refuse LZ4 only at the first send,
+    and a fleet behind its clock measures itself instead of the job."""
+    from kafka import codec
+    from kafka.record import util
+
+    from routelake_dev.simulator import make_producer
+
+    if util.crc32c_c is None or (compression == "lz4" and not codec.has_lz4()):
+        raise RuntimeError(
+            "the bench's fleet needs the crc32c and lz4 packages: "
+            ".venv/bin/pip install -e '.[bench]' (scripts/setup.sh installs them)"
+        )
+    return make_producer(bootstrap, acks=1, linger_ms=5, compression_type=compression)
+
+
 def _run(spec: FleetSpec, messages: Any, stop: Any) -> None:
     """The child: the fleet's events at their eventTime on the wall clock, into Kafka."""
-    from routelake_dev.simulator import EventEncoder, FleetSimulator, make_producer
+    from routelake_dev.simulator import EventEncoder, FleetSimulator
 
-    producer = make_producer(spec.bootstrap, acks=1, linger_ms=5)
+    producer = fleet_producer(spec.bootstrap)
     wall_start_ms = int(time.time() * 1000)
     fleet = FleetSimulator(
         SEED,

@@ -82,7 +82,7 @@ fi
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e ".[test,plot,uvloop]"
+.venv/bin/pip install -q -e ".[test,plot,uvloop,bench]"
 # Scripts reading Delta tables with delta-rs exit 0 (routing_lib/clean_exit.py: a .pth hook).
 .venv/bin/python -m routing_lib.clean_exit
 

@@ -134,3 +134,16 @@ def test_a_record_sent_after_close_fails_as_not_acknowledged():
             await publisher.send(None, b"after close")
 
     asyncio.run(scenario())
+
+
+def test_kafka_python_checksums_batches_natively() -> None:
+    """kafka-python checksums every record batch the collector sends with CRC32C: the `crc32c`
+    package's (a dependency) when importable, else its pure-Python one (~6 ms per gzipped 1 MB
+    registration). Both agree; the native one is what record batches use."""
+    from kafka.record import default_records, util
+    from kafka.record._crc32c import crc as crc_in_python
+
+    data = memoryview(bytes(range(256)) * 64)
+    assert util.crc32c_c is not None
+    assert default_records.calc_crc32c(data) == crc_in_python(data) == util.crc32c_c(data)
+    assert default_records.calc_crc32c.__defaults__ == (util.crc32c_c,)

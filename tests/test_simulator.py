@@ -70,6 +70,24 @@ def test_events_validate_and_stay_in_the_window() -> None:
         assert DEFAULT_START_MS <= event["eventTime"] < DEFAULT_START_MS + 2 * HOUR
 
 
+def test_encoder_encodes_each_table_of_a_cycling_fleet_once() -> None:
+    """Groups register in turn, each sharing its table object across registrations: a cache
+    that holds them all encodes each table once however many periods pass; one smaller than
+    the cycle (LRU) encodes every registration again."""
+    tables = [{f"T{g}-{t}": {"perm": 6, "readQueueNums": 8} for t in range(50)} for g in range(4)]
+    events = [
+        {"eventType": "REGISTER", "brokerName": f"g{g}", "topicConfigTable": tables[g]}
+        for _period in range(5)
+        for g in range(4)
+    ]
+    table_bytes = len(json.dumps(tables[0], separators=(",", ":")))
+    roomy, tight = EventEncoder(), EventEncoder(cache_bytes=3 * table_bytes + 10)
+    for event in events:
+        assert roomy(event) == tight(event) == encode_event(event)
+    assert roomy.tables_encoded == 4
+    assert tight.tables_encoded == len(events)  # why the default bound holds a whole fleet
+
+
 def test_without_disorder_events_arrive_in_time_order() -> None:
     times = [e["eventTime"] for e in long_history()[0]]
     assert times == sorted(times)
