@@ -94,10 +94,11 @@ class FleetProcess:
         self.report: FleetReport | None = None
         self._ready = threading.Event()
         self._done = threading.Event()
-        # the partition's cut-off groups' events as sent, for the lookup's watch; those that
-        # come before a listener is set are kept for it
+        # the partition's cut-off groups' events as sent, and their returns as acknowledged,
+        # for the lookup's watch; those that come before the listeners are set are kept
         self._listener: Callable[[dict], None] | None = None
-        self._early: list[dict] = []
+        self._on_return: Callable[[str, float], None] | None = None
+        self._early: list[tuple[str, tuple]] = []
         self._listener_lock = threading.Lock()
 
     def start(self) -> FleetProcess:
@@ -107,14 +108,26 @@ class FleetProcess:
             raise RuntimeError("the fleet process did not start")
         return self
 
-    def on_cut_off_event(self, listener: Callable[[dict], None]) -> None:
+    def on_cut_off_event(
+        self,
+        listener: Callable[[dict], None],
+        on_return: Callable[[str, float], None] | None = None,
+    ) -> None:
         """`listener(event)` for every event of a group the partition cuts off, as sent (its
-        brokerName, brokerAddr, eventType, eventTime, heartbeatTimeoutMillis)."""
+        brokerName, brokerAddr, eventType, eventTime, heartbeatTimeoutMillis);
+        `on_return(brokerName, wall clock s)` when Kafka acknowledged the group's first
+        REGISTER after the partition (from then on the job can read its return)."""
         with self._listener_lock:
-            for event in self._early:
-                listener(event)
+            self._listener, self._on_return = listener, on_return
+            for kind, body in self._early:
+                self._forward(kind, body)
             self._early.clear()
-            self._listener = listener
+
+    def _forward(self, kind: str, body: tuple) -> None:
+        if kind == "event" and self._listener is not None:
+            self._listener(body[0])
+        elif kind == "return_acked" and self._on_return is not None:
+            self._on_return(*body)
 
     def stop(self) -> None:
         """Ask the fleet to stop sending (it flushes what it sent and reports)."""
@@ -141,12 +154,12 @@ class FleetProcess:
             elif kind == "acked":
                 key, acked = body
                 self.changes[key].acked = acked  # "sent" is queued before its callback runs
-            elif kind == "event":
+            elif kind in ("event", "return_acked"):
                 with self._listener_lock:
                     if self._listener is None:
-                        self._early.append(body[0])
+                        self._early.append((kind, tuple(body)))
                     else:
-                        self._listener(body[0])
+                        self._forward(kind, tuple(body))
             elif kind == "fleet":
                 self.names, self.wall_start_ms, self.started = body
                 self._ready.set()
@@ -161,6 +174,7 @@ class _Silence:
     start_ms: int
     end_ms: int
     count: int = field(default=0)
+    returned: set[str] = field(default_factory=set)
 
     def silences(self, event: dict) -> bool:
         silent = (
@@ -169,6 +183,19 @@ class _Silence:
         )
         self.count += silent
         return silent
+
+    def first_return(self, event: dict) -> bool:
+        """Whether a sent event is its cut-off group's first REGISTER after the partition."""
+        name = event.get("brokerName")
+        if (
+            event["eventType"] != "REGISTER"
+            or event["eventTime"] < self.end_ms
+            or name not in self.names
+            or name in self.returned
+        ):
+            return False
+        self.returned.add(name)
+        return True
 
 
 # what the lookup's watch of a partition reads of an event (bench/partition_lookup.py)
@@ -246,6 +273,13 @@ def _run(spec: FleetSpec, messages: Any, stop: Any) -> None:
         last_sent_ms = event["eventTime"]
         if silence is not None and event["brokerName"] in silence.names:
             messages.put(("event", {k: event.get(k) for k in WATCHED_FIELDS}))
+            if silence.first_return(event):
+                # the lookup's "back" is timed from here: the job can read the return from
+                # Kafka's acknowledgement on, however late the fleet sent it
+                name = event["brokerName"]
+                future.add_callback(
+                    lambda _meta, name=name: messages.put(("return_acked", name, time.time()))
+                )
         if event["eventType"] != "REGISTER" or _version_key(event) in known:
             continue
         key = _version_key(event)

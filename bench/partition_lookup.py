@@ -8,9 +8,15 @@ simulator gives each group a topic named after it) and records when it stopped a
 being served.
 
 A group's expiry deadline is the latest (last event sent + heartbeat timeout) over its
-brokers, in event time, mapped to the bench's clock (the bench sends each event when the
-wall clock reaches its eventTime). A group whose deadline falls after the partition's end never
-expires and is left out. Its return is when its first REGISTER after the partition was sent.
+brokers, in event time, mapped to the bench's clock (the fleet sends each event when the
+wall clock reaches its eventTime; if it falls behind, that shows as a later "gone" and in the
+fleet's lag printed beside it). A group whose deadline falls after the partition's end never
+expires and is left out. Its return is when Kafka acknowledged its first REGISTER after the
+partition (before that the job cannot read it, however late the fleet sent it); "back" is the
+first poll after "gone" that finds the group served again.
+
+The watch polls every cut-off group's topic in turn, then sleeps POLL_PAUSE_S: a "gone" or
+"back" is seen up to one sweep late, and the report prints the longest sweep.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from bench.lookup_bench import free_port, serve_argv
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TIMEOUT_MS = 120_000
+POLL_PAUSE_S = 0.25
 
 
 @dataclass
@@ -33,10 +40,11 @@ class _GroupTimes:
     """One cut-off group, on the bench's monotonic clock."""
 
     deadline: float | None = None  # when its last broker's heartbeat timeout ran out
-    returned: float | None = None  # its first REGISTER sent after the partition
+    returned: float | None = None  # Kafka acknowledged its first REGISTER after the partition
+    returned_due: float | None = None  # when that REGISTER was due on the fleet's clock
     seen_at: float | None = None  # first poll that found its topic served
     gone_at: float | None = None  # first poll after that which found it not served
-    back_at: float | None = None  # first poll after its return that found it served
+    back_at: float | None = None  # first poll after gone_at that found it served again
     last_sent_ms: dict[str, int] = field(default_factory=dict)  # per broker address
     timeout_ms: dict[str, int] = field(default_factory=dict)  # per broker address
 
@@ -54,6 +62,7 @@ class LookupWatch:
         self.process: subprocess.Popen[bytes] | None = None
         self.http_port = 0
         self._stop = threading.Event()
+        self.longest_sweep_s = 0.0
 
     def _at(self, event_ms: int) -> float:
         """The bench clock's reading when the event of time `event_ms` was due."""
@@ -67,10 +76,17 @@ class LookupWatch:
         addr, at = str(event.get("brokerAddr")), int(event["eventTime"])
         if event.get("eventType") == "REGISTER":
             group.timeout_ms[addr] = int(event.get("heartbeatTimeoutMillis") or DEFAULT_TIMEOUT_MS)
-            if at >= self.end_ms and group.returned is None:
-                group.returned = self._at(at)
+            if at >= self.end_ms and group.returned_due is None:
+                group.returned_due = self._at(at)
         if at < self.start_ms:
             group.last_sent_ms[addr] = at
+
+    def return_acked(self, name: str, at: float) -> None:
+        """Kafka acknowledged the group's first REGISTER after the partition at `at` (the
+        bench's monotonic clock)."""
+        group = self.groups.get(name)
+        if group is not None and group.returned is None:
+            group.returned = at
 
     def _deadlines(self) -> None:
         for group in self.groups.values():
@@ -97,6 +113,7 @@ class LookupWatch:
         )
         connection = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=5)
         while not self._stop.is_set():
+            sweep_started = time.monotonic()
             for name, group in self.groups.items():
                 served = self._served(connection, name)
                 if served is None:
@@ -107,9 +124,11 @@ class LookupWatch:
                     group.seen_at = now
                 elif not served and group.seen_at is not None and group.gone_at is None:
                     group.gone_at = now
-                if served and group.returned is not None and group.back_at is None:
+                if served and group.gone_at is not None and group.back_at is None:
                     group.back_at = now
-            time.sleep(0.25)
+            else:
+                self.longest_sweep_s = max(self.longest_sweep_s, time.monotonic() - sweep_started)
+            time.sleep(POLL_PAUSE_S)
 
     @staticmethod
     def _served(connection: http.client.HTTPConnection, topic: str) -> bool | None:
@@ -151,14 +170,22 @@ class LookupWatch:
             for g in expiring
             if g.back_at is not None and g.returned is not None
         ]
+        # how late the fleet acknowledged the returns against its clock: its own lag then
+        fleet_late = [
+            g.returned - g.returned_due
+            for g in expiring
+            if g.returned is not None and g.returned_due is not None
+        ]
         not_gone = len(expiring) - len(gone)
         return (
             f"lookup: {len(expiring)} of {len(self.groups)} cut-off groups past their expiry "
             f"deadline; stopped serving them at most {max(gone, default=float('nan')):.1f} s "
             f"after the deadline (median {_median(gone):.1f} s"
             f"{f', {not_gone} never' if not_gone else ''}); served them again at most "
-            f"{max(back, default=float('nan')):.1f} s after their return "
-            f"(median {_median(back):.1f} s, {len(back)} of {len(expiring)} seen back)"
+            f"{max(back, default=float('nan')):.1f} s after Kafka acknowledged their return "
+            f"(median {_median(back):.1f} s, {len(back)} of {len(expiring)} seen back); the "
+            f"returns acknowledged at most {max(fleet_late, default=float('nan')):.1f} s after "
+            f"their due time on the fleet's clock; longest poll sweep {self.longest_sweep_s:.2f} s"
         )
 
 

@@ -183,7 +183,14 @@ def freshness(args, config) -> None:
             watch.names, watch.start_ms, watch.end_ms, started_monotonic, fleet.wall_start_ms
         )
         lookup.start(work / "warehouse", Path(live_path))
-        fleet.on_cut_off_event(lookup.sent)  # the cut-off groups' events, as they are sent
+        # the cut-off groups' events as they are sent, and their returns as Kafka acknowledged
+        # them (the fleet's wall clock, on the bench's monotonic one)
+        fleet.on_cut_off_event(
+            lookup.sent,
+            lambda name, acked: lookup.return_acked(
+                name, started_monotonic + acked - fleet.started
+            ),
+        )
     report = fleet.wait()
     behind_s = max(
         0.0, report.ended - fleet.started - (report.last_event_time - fleet.wall_start_ms) / 1000
