@@ -116,7 +116,8 @@ class FleetProcess:
         """`listener(event)` for every event of a group the partition cuts off, as sent (its
         brokerName, brokerAddr, eventType, eventTime, heartbeatTimeoutMillis);
         `on_return(brokerName, wall clock s)` when Kafka acknowledged the group's first
-        REGISTER after the partition (from then on the job can read its return)."""
+        REGISTER from its master after the partition (from then on the job can read its
+        return)."""
         with self._listener_lock:
             self._listener, self._on_return = listener, on_return
             for kind, body in self._early:
@@ -185,10 +186,13 @@ class _Silence:
         return silent
 
     def first_return(self, event: dict) -> bool:
-        """Whether a sent event is its cut-off group's first REGISTER after the partition."""
+        """Whether a sent event is its cut-off group's first REGISTER from its master (brokerId
+        0) after the partition: a group's topics come back with its master's registration only
+        (RouteInfoManager takes topic configs from masters; a slave's brings back no route)."""
         name = event.get("brokerName")
         if (
             event["eventType"] != "REGISTER"
+            or event.get("brokerId") != 0
             or event["eventTime"] < self.end_ms
             or name not in self.names
             or name in self.returned
@@ -199,7 +203,14 @@ class _Silence:
 
 
 # what the lookup's watch of a partition reads of an event (bench/partition_lookup.py)
-WATCHED_FIELDS = ("brokerName", "brokerAddr", "eventType", "eventTime", "heartbeatTimeoutMillis")
+WATCHED_FIELDS = (
+    "brokerName",
+    "brokerAddr",
+    "brokerId",
+    "eventType",
+    "eventTime",
+    "heartbeatTimeoutMillis",
+)
 
 
 def _version_key(event: dict) -> tuple:

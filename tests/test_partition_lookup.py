@@ -14,10 +14,13 @@ def _watch() -> LookupWatch:
     return LookupWatch({"g-a", "g-b"}, START_MS, END_MS, 500.0, WALL_START_MS)
 
 
-def _register(name: str, addr: str, at_ms: int, timeout_ms: int = 120_000) -> dict:
+def _register(
+    name: str, addr: str, at_ms: int, timeout_ms: int = 120_000, broker_id: int = 0
+) -> dict:
     return {
         "brokerName": name,
         "brokerAddr": addr,
+        "brokerId": broker_id,
         "eventType": "REGISTER",
         "eventTime": at_ms,
         "heartbeatTimeoutMillis": timeout_ms,
@@ -40,6 +43,8 @@ def test_deadline_is_the_groups_last_broker_timeout_on_the_bench_clock() -> None
 def test_back_is_timed_from_kafkas_acknowledgement_of_the_return() -> None:
     watch = _watch()
     watch.sent(_register("g-a", "10.0.0.1:10911", START_MS - 1_000))
+    # the slave registers first: it brings no route back (master-only topic configs)
+    watch.sent(_register("g-a", "10.0.0.2:10911", END_MS + 1_000, broker_id=1))
     watch.sent(_register("g-a", "10.0.0.1:10911", END_MS + 4_000))  # due at 834.0
     watch.return_acked("g-a", 860.0)  # the fleet was 26 s behind its clock
     watch.return_acked("g-a", 870.0)  # only the first return counts
