@@ -3,7 +3,13 @@ timed from (the poll against a running lookup is exercised by the stream bench i
 
 from __future__ import annotations
 
-from bench.partition_lookup import LookupWatch
+import http.server
+import queue
+import threading
+import time
+from pathlib import Path
+
+from bench.partition_lookup import LookupWatch, _poll
 
 WALL_START_MS = 1_000_000
 START_MS, END_MS = WALL_START_MS + 180_000, WALL_START_MS + 330_000
@@ -63,3 +69,92 @@ def test_a_group_never_seen_before_its_deadline_is_not_measured() -> None:
     watch.sent(_register("g-a", "10.0.0.1:10911", START_MS - 1_000))
     watch.groups["g-a"].seen_at = 900.0  # the lookup was not ready before the deadline
     assert "0 of 2 cut-off groups" in watch.report()
+
+
+def test_the_delays_split_where_the_job_published(tmp_path: Path) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    watch = _watch()
+    watch.warehouse = tmp_path
+    watch.sent(_register("g-a", "10.0.0.1:10911", START_MS - 1_000))  # deadline 799.0
+    watch.sent(_register("g-a", "10.0.0.1:10911", END_MS + 4_000))  # due at 834.0
+    watch.return_acked("g-a", 835.0)
+    group = watch.groups["g-a"]
+    group.seen_at, group.gone_at, group.back_at = 600.0, 813.0, 848.0
+
+    def wall_ms(monotonic: float) -> int:
+        return round((monotonic - watch._monotonic_minus_wall) * 1000)
+
+    deadline_ms, return_ms = START_MS - 1_000 + 120_000, END_MS + 4_000
+    rows = [  # (watermark, published at on the bench's clock)
+        (deadline_ms, 810.0),  # W = deadline: not expired yet (lastUpdate + timeout < W)
+        (deadline_ms + 500, 812.5),  # published 13.5 s after the deadline
+        (return_ms - 1, 845.0),
+        (return_ms + 900, 847.0),  # the return: 12.0 s after Kafka's acknowledgement
+    ]
+    table = pa.table(
+        {
+            "watermark": pa.array([w for w, _ in rows], pa.int64()),
+            "committed_at_ms": pa.array([wall_ms(at) for _, at in rows], pa.int64()),
+        }
+    )
+    write_deltalake(str(tmp_path / "route_progress"), table)
+
+    report = watch.report()
+    assert "the job published the expiry median 13.5 s / max 13.5 s after it" in report
+    assert "the lookup stopped median 0.5 s / max 0.5 s after that" in report
+    assert "the job published the return median 12.0 s / max 12.0 s after the ack" in report
+    assert "the lookup served it median 1.0 s / max 1.0 s after that" in report
+
+
+def test_the_poll_reports_seen_gone_back_once_each() -> None:
+    """_poll against an HTTP server that answers a topic's route with 200 while it is served,
+    404 (TOPIC_NOT_EXIST) while not, as the lookup does."""
+    served = {"g-a": False, "g-b": True}
+
+    class Routes(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # one connection for every poll, as with the lookup
+
+        def do_GET(self) -> None:
+            name = self.path.split("/")[2]
+            self.send_response(200 if served[name] else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Routes)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    reports: queue.Queue[tuple[str, str, float]] = queue.Queue()
+    stop = threading.Event()
+    poller = threading.Thread(
+        target=_poll, args=(server.server_address[1], ["g-a", "g-b"], reports, stop), daemon=True
+    )
+    poller.start()
+
+    def next_report(name: str) -> tuple[str, float]:
+        while True:
+            got_name, what, at = reports.get(timeout=10)
+            if got_name == name:
+                return what, at
+
+    try:
+        assert next_report("g-b")[0] == "seen"
+        served["g-a"] = True
+        assert next_report("g-a")[0] == "seen"
+        served["g-a"] = False
+        before = time.monotonic()
+        what, at = next_report("g-a")
+        assert what == "gone" and before <= at <= time.monotonic()
+        served["g-a"] = True
+        assert next_report("g-a")[0] == "back"
+        served["g-a"] = False  # a group back is not followed any more
+        time.sleep(1)
+        assert [r for r in list(reports.queue) if r[0] == "g-a"] == []
+        assert ("", "sweep") in {(r[0], r[1]) for r in reports.queue}
+    finally:
+        stop.set()
+        poller.join(5)
+        server.shutdown()
