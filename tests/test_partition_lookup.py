@@ -111,7 +111,7 @@ def test_the_delays_split_where_the_job_published(tmp_path: Path) -> None:
 def test_the_poll_reports_seen_gone_back_once_each() -> None:
     """_poll against an HTTP server that answers a topic's route with 200 while it is served,
     404 (TOPIC_NOT_EXIST) while not, as the lookup does."""
-    served = {"g-a": False, "g-b": True}
+    served = {"g-a": False, "g-b": True, "g-c": True}
 
     class Routes(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # one connection for every poll, as with the lookup
@@ -129,10 +129,18 @@ def test_the_poll_reports_seen_gone_back_once_each() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     reports: queue.Queue[tuple[str, str, float]] = queue.Queue()
     stop = threading.Event()
-    poller = threading.Thread(
-        target=_poll, args=(server.server_address[1], ["g-a", "g-b"], reports, stop), daemon=True
-    )
-    poller.start()
+    # g-c's partition starts in an hour: it is not followed after it was seen
+    windows = {"g-a": (0.0, 0.0), "g-b": (0.0, 0.0), "g-c": (time.monotonic() + 3600, 0.0)}
+    pollers = [
+        threading.Thread(
+            target=_poll,
+            args=(server.server_address[1], [name], reports, stop, window),
+            daemon=True,
+        )
+        for name, window in windows.items()
+    ]
+    for poller in pollers:
+        poller.start()
 
     def next_report(name: str) -> tuple[str, float]:
         while True:
@@ -142,6 +150,8 @@ def test_the_poll_reports_seen_gone_back_once_each() -> None:
 
     try:
         assert next_report("g-b")[0] == "seen"
+        assert next_report("g-c")[0] == "seen"
+        served["g-c"] = False
         served["g-a"] = True
         assert next_report("g-a")[0] == "seen"
         served["g-a"] = False
@@ -152,9 +162,10 @@ def test_the_poll_reports_seen_gone_back_once_each() -> None:
         assert next_report("g-a")[0] == "back"
         served["g-a"] = False  # a group back is not followed any more
         time.sleep(1)
-        assert [r for r in list(reports.queue) if r[0] == "g-a"] == []
+        assert [r for r in list(reports.queue) if r[0] in ("g-a", "g-c")] == []
         assert ("", "sweep") in {(r[0], r[1]) for r in reports.queue}
     finally:
         stop.set()
-        poller.join(5)
+        for poller in pollers:
+            poller.join(5)
         server.shutdown()
