@@ -32,7 +32,11 @@ realtime: the RIP-29 run: the same live run for --duration seconds of event time
   longest batch, and how long after the partition ended every group was live again in the
   published broker_live_table; and, from a `routectl serve` the bench runs on the warehouse,
   how long after each cut-off group's expiry deadline the lookup stopped serving it and how
-  long after its return it served it again (bench/partition_lookup.py).
+  long after its return (its master's REGISTER, acknowledged by Kafka) it served it again,
+  each split into the job's part (until route_progress published it) and the lookup's
+  (bench/partition_lookup.py). The fleet must keep its clock for these to measure the job:
+  "producer N s behind" and "returns acknowledged N s after their due time" say whether it did
+  (bench.fleet_producer_bench measures the producer alone).
 
     .venv/bin/python -m bench.stream_bench realtime --duration 420 --fault-interval-ms 1800000 \
         --partition-at 180 --partition-fraction 0.5 --partition-s 150
