@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyarrow import fs as pafs
 
@@ -71,6 +71,12 @@ _DIGEST = re.compile(r"^[0-9a-f]{32}$")
 DIGEST_IN_TEXT = "(?:[\x1c\x1d]|u001[cCdD])([0-9a-f]{32})"
 # A chunked reference only: its manifest is read and the chunks it lists are marked too.
 MANIFEST_IN_TEXT = "(?:\x1c|u001[cC])([0-9a-f]{32})"
+# A running job purges its oldest offset-log entry at each batch (the in-job collection runs
+# beside it): the entry the mark starts from can go between listing the log and Spark's read
+# of it, which then fails with this condition. The mark is taken again, one more of the
+# oldest versions left out each time (they are being purged: no restart can load them).
+OFFSET_LOG_GONE = "STDS_OFFSET_LOG_UNAVAILABLE"
+PURGE_RACE_ATTEMPTS = 5
 
 
 @dataclass
@@ -131,8 +137,6 @@ def require_state(checkpoint: str) -> None:
 def live_digests(spark: SparkSession, checkpoint: str) -> set[str]:
     """Every digest the state versions Spark can still load name (CollectionRefused without
     a state folder)."""
-    from pyspark.sql import functions as F
-
     require_state(checkpoint)
     location = storage.spark_uri(checkpoint)
     meta = spark.read.format("state-metadata").load(location).collect()
@@ -140,42 +144,65 @@ def live_digests(spark: SparkSession, checkpoint: str) -> set[str]:
         raise RuntimeError(f"no state metadata under {checkpoint}/state: nothing collected")
     digests: set[str] = set()
     manifests: set[str] = set()
-    loadable = loadable_from(checkpoint)
     for operator in meta:
-        first, last = int(operator["minBatchId"]), int(operator["maxBatchId"])
-        # Spark purges the offset log at a batch's commit, but deletes old state files only
-        # in the store's maintenance, later: after a crash in between, the oldest state
-        # versions have no offset log left, and the state reader refuses them. No query can
-        # load those versions either (a restart starts from the offset log), so the mark
-        # starts at the oldest version that has one.
-        first = max(first, min(loadable, last))
-        frames = [
+        for attempt in range(PURGE_RACE_ATTEMPTS):
+            try:
+                _mark_operator(spark, location, operator, checkpoint, attempt, digests, manifests)
+                break
+            except Exception as exc:  # noqa: BLE001  only the purge race is retried
+                if OFFSET_LOG_GONE not in str(exc) or attempt + 1 == PURGE_RACE_ATTEMPTS:
+                    raise
+                log.info("offset log purged under the mark (attempt %d): again", attempt + 1)
+    return digests | chunk_digests(storage.join(checkpoint, CONTENT_FOLDER), manifests)
+
+
+def _mark_operator(
+    spark: SparkSession,
+    location: str,
+    operator: Any,
+    checkpoint: str,
+    skipped: int,
+    digests: set[str],
+    manifests: set[str],
+) -> None:
+    """Add the digests and manifests one operator's loadable versions name: the oldest in
+    full, the later ones' changes. `skipped`: how many of the oldest loadable versions to
+    leave out (a running job purges one a batch; see PURGE_RACE_ATTEMPTS)."""
+    from pyspark.sql import functions as F
+
+    first, last = int(operator["minBatchId"]), int(operator["maxBatchId"])
+    # Spark purges the offset log at a batch's commit, but deletes old state files only in
+    # the store's maintenance, later: after a crash in between, the oldest state versions
+    # have no offset log left, and the state reader refuses them. No query can load those
+    # versions either (a restart starts from the offset log), so the mark starts at the
+    # oldest version that has one.
+    first = max(first, min(loadable_from(checkpoint) + skipped, last))
+    frames = [
+        spark.read.format("statestore")
+        .option("operatorId", operator["operatorId"])
+        .option("batchId", first)
+        .load(location)
+    ]
+    if last > first:
+        frames.append(
             spark.read.format("statestore")
             .option("operatorId", operator["operatorId"])
-            .option("batchId", first)
+            .option("readChangeFeed", "true")
+            .option("changeStartBatchId", first + 1)
+            .option("changeEndBatchId", last)
             .load(location)
-        ]
-        if last > first:
-            frames.append(
-                spark.read.format("statestore")
-                .option("operatorId", operator["operatorId"])
-                .option("readChangeFeed", "true")
-                .option("changeStartBatchId", first + 1)
-                .option("changeEndBatchId", last)
-                .load(location)
-                .where(F.col("change_type") == "update")
-                .select("key", "value", "partition_id")
+            .where(F.col("change_type") == "update")
+            .select("key", "value", "partition_id")
+        )
+    for frame in frames:
+        text = F.to_json(F.col("value"))  # every column, escapes and all
+        for pattern, found_in in ((DIGEST_IN_TEXT, digests), (MANIFEST_IN_TEXT, manifests)):
+            found = (
+                frame.select(F.explode(F.regexp_extract_all(text, F.lit(pattern), 1)))
+                .distinct()
+                .collect()
             )
-        for frame in frames:
-            text = F.to_json(F.col("value"))  # every column, escapes and all
-            for pattern, found_in in ((DIGEST_IN_TEXT, digests), (MANIFEST_IN_TEXT, manifests)):
-                found = (
-                    frame.select(F.explode(F.regexp_extract_all(text, F.lit(pattern), 1)))
-                    .distinct()
-                    .collect()
-                )
-                found_in.update(row[0] for row in found)
-    return digests | chunk_digests(storage.join(checkpoint, CONTENT_FOLDER), manifests)
+            found_in.update(row[0] for row in found)
 
 
 def loadable_from(checkpoint: str) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from routing_lib import storage
+from routing_lib import content_gc, storage
 from routing_lib.content_files import ContentFolder, ContentSettings
 from routing_lib.content_gc import collect_content, live_digests
 from routing_lib.core.catalog import DEAD_LETTER
@@ -68,7 +68,7 @@ def test_split_registrations_as_references_in_one_file_batches_equal_replay(
 
 
 @pytest.mark.spark
-def test_golden_split_registration_backfill_with_references(spark, config, tmp_path):
+def test_golden_split_registration_backfill_with_references(spark, config, tmp_path, monkeypatch):
     """Then the content collector runs on the checkpoint with every file made older than its
     grace period, beside a file no state names: that one goes, every file a retained state
     version names (pending registrations' tables included) stays, and a second backfill over
@@ -112,6 +112,18 @@ def test_golden_split_registration_backfill_with_references(spark, config, tmp_p
     (crashed / "offsets" / str(offsets[0])).unlink()
     from_newer = live_digests(spark, str(crashed))
     assert from_newer and from_newer <= marked
+    # A running job purging that entry between the mark's listing of the offset log and
+    # Spark's read of it (the in-job collection runs beside the batches): the first listing
+    # still names the purged entry; the mark is taken again and equals the one without race.
+    stale = [offsets[0]]
+    real_listing = content_gc.loadable_from
+
+    def listing(path: str) -> int:
+        return stale.pop() if stale else real_listing(path)
+
+    monkeypatch.setattr(content_gc, "loadable_from", listing)
+    assert live_digests(spark, str(crashed)) == from_newer
+    assert not stale, "the stale listing was used"
 
     later = [
         json.dumps({**r, "eventTime": r["eventTime"] + 400_000}) for r in map(json.loads, lines)
