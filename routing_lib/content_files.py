@@ -32,8 +32,10 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -141,6 +143,43 @@ class ContentFolder:
         writer = self._put if self._remote else self._write_local
         self._retrying(f"writing {path}", lambda: writer(path, data))
 
+    def write_many(self, items: list[tuple[str, str]]) -> None:
+        """Write these (reference, text) items: a new table's chunks (~88 for 8 000 topics).
+
+        Locally the fsyncs are batched, each file's order kept as `write` keeps it (its data
+        durable before its name, its name durable before this returns): every new file is
+        written under its temporary name, their data fsynced side by side, each renamed into
+        place, then each folder fsynced once. Concurrent fsyncs share the file system's
+        journal commits; one write per thread paid a commit per fsync, two per file (88
+        chunks: 23-56 ms -> 14-30 ms here, the 60 x 8 000 backfill writes 5 665 chunks). On
+        object storage: one PUT each, side by side."""
+        if self._remote:
+            _in_parallel([partial(self.write, ref, text) for ref, text in items])
+            return
+        pending: list[tuple[str, str]] = []  # (temporary, target) of the files not there yet
+        folders: set[Path] = set()  # where they go
+        try:
+            for ref, text in items:
+                path = self._path(ref)
+                data = text.encode("utf-8", "surrogatepass")
+                temporary = self._retrying(f"writing {path}", partial(_unsynced, path, data))
+                if temporary is not None:
+                    pending.append((temporary, path))
+                    folders.add(Path(path).parent)
+            _in_parallel(
+                [partial(self._retrying, f"writing {p}", partial(_fsync, t)) for t, p in pending]
+            )
+            while pending:
+                temporary, path = pending[0]
+                self._retrying(f"writing {path}", partial(os.replace, temporary, path))
+                pending.pop(0)
+        finally:
+            for temporary, _ in pending:  # not renamed: a failure above, which is raised
+                Path(temporary).unlink(missing_ok=True)
+        _in_parallel(
+            [partial(self._retrying, f"writing {f}", partial(_fsync_folder, f)) for f in folders]
+        )
+
     @staticmethod
     def _put(path: str, data: bytes) -> None:
         # One unconditional PUT, no HEAD first: an object PUT is atomic and the bytes are the
@@ -241,6 +280,53 @@ def _read_bytes(path: str) -> bytes | None:
         return storage.read_bytes(path)
     except FileNotFoundError:
         return None
+
+
+def _unsynced(path: str, data: bytes) -> str | None:
+    """`data` in a new temporary file beside `path`, not yet fsynced (its name is returned);
+    None when `path` is there already (its date refreshed, as `write` does)."""
+    target = Path(path)
+    try:
+        os.utime(target)
+        return None
+    except FileNotFoundError:
+        pass
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=TEMPORARY_PREFIX)
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(data)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return temporary
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_SYNCERS: ThreadPoolExecutor | None = None
+_SYNC_THREADS = 16
+
+
+def _in_parallel(calls: list[Callable[[], object]]) -> None:
+    """Run the calls side by side; every call has ended before the first failure is raised."""
+    global _SYNCERS
+    if len(calls) <= 1:
+        for call in calls:
+            call()
+        return
+    if _SYNCERS is None:  # created on first use: in the process that writes, after any fork
+        _SYNCERS = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="content-sync")
+    futures = [_SYNCERS.submit(call) for call in calls]
+    wait(futures)
+    for future in futures:
+        future.result()
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from routing_lib.content_files import ContentFolder, ContentSettings
+from routing_lib.content_files import ContentFolder, ContentSettings, content_path
 from routing_lib.core.content import (
     CONTENT,
     ContentStorageError,
@@ -300,6 +300,62 @@ def test_a_local_write_fsyncs_the_file_and_then_its_folder(tmp_path, monkeypatch
     monkeypatch.setattr(os, "fsync", fsync)
     ContentFolder(str(tmp_path / "content")).write("\x1d" + "0" * 32, "text")
     assert synced == ["file", "folder"]
+
+
+def _chunk_items(count: int) -> list[tuple[str, str]]:
+    texts = [f"chunk {i} " * 50 for i in range(count)]
+    return [(content_ref(text), text) for text in texts]
+
+
+def test_a_batched_local_write_fsyncs_every_file_before_its_rename_and_folders_after(
+    tmp_path, monkeypatch
+):
+    folder = ContentFolder(str(tmp_path / "content"))
+    items = _chunk_items(12)
+    old_ref, old_text = items[0]
+    folder.write(old_ref, old_text)  # there already: only touched
+    order: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        kind = "folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"
+        order.append((kind, os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any) -> None:
+        order.append(("rename", str(src)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    folder.write_many(items)
+    for ref, text in items:
+        path = Path(content_path(folder.name, ref[1:]))
+        assert path.read_text() == text
+    kinds = [kind for kind, _ in order]
+    new = len(items) - 1
+    assert kinds == ["file"] * new + ["rename"] * new + ["folder"] * (len(kinds) - 2 * new)
+    # each new file's data was fsynced under the name it was renamed from
+    assert sorted(p for k, p in order if k == "file") == sorted(
+        p for k, p in order if k == "rename"
+    )
+    renamed_into = {str(Path(content_path(folder.name, r[1:])).parent) for r, _ in items[1:]}
+    assert {p for k, p in order if k == "folder"} == renamed_into
+    assert not list((tmp_path / "content").rglob(".tmp-*"))
+
+
+def test_a_batched_local_write_retries_renames_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    faults = Faults(tmp_path, first=2)
+    _fail_renames(monkeypatch, faults)
+    folder = ContentFolder(str(tmp_path / "content"), 3, 0.0)
+    items = _chunk_items(5)
+    folder.write_many(items)
+    assert faults.failed == 2
+    assert all(folder.read(ref) == text for ref, text in items)
+    _fail_renames(monkeypatch, Faults(tmp_path, first=1000))
+    with pytest.raises(ContentStorageError, match="failed 3 times"):
+        folder.write_many(_chunk_items(9)[5:])
+    assert not list((tmp_path / "content").rglob(".tmp-*"))
 
 
 # ---- what the operator reads -------------------------------------------------------------

@@ -100,6 +100,23 @@ def test_backfill_to_s3a_reads_back_like_the_local_disk_run(s3_backfill, backfil
     assert answers >= 2 * 10
 
 
+def test_backfill_of_archives_on_s3a_reads_them_by_path(s3_endpoint, backfill):  # noqa: F811
+    """Stage one reads each archive file from the path the file source lists (an s3a:// URI
+    here, with a space in the file name): the tables are the local files' tables."""
+    folder = s3_endpoint.prefix("s3a")
+    events = (GOLDEN / FIXTURE / "events.jsonl").read_bytes()
+    lines = events.splitlines(keepends=True)
+    half = len(lines) // 2
+    storage.write_bytes(f"{folder}/input/part one.jsonl", b"".join(lines[:half]))
+    storage.write_bytes(f"{folder}/input/part-2.jsonl", b"".join(lines[half:]))
+    warehouse = f"{folder}/warehouse"
+    _routectl_process(
+        s3_endpoint, "backfill", "--input", f"{folder}/input", "--warehouse", warehouse
+    )
+    local_dump = backfill([GOLDEN / FIXTURE / "events.jsonl"])
+    assert project(load_snapshot(storage.delta_uri(warehouse)).dump()) == local_dump
+
+
 def test_routectl_dump_subprocess_reads_s3(s3_endpoint, s3_backfill):  # noqa: F811
     done = _routectl_process(s3_endpoint, "dump", "--warehouse", storage.delta_uri(s3_backfill))
     assert project(json.loads(done.stdout)) == expected_dump(FIXTURE)

@@ -60,3 +60,23 @@ def test_install_is_idempotent():
     patched = zipimport.zipimporter.invalidate_caches
     zip_imports.install()
     assert zipimport.zipimporter.invalidate_caches is patched
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12+ re-reads lazily by itself")
+def test_one_read_serves_every_importer_of_an_archive(archive_on_path):
+    archive, reads = archive_on_path
+    zip_imports.install()
+    assert importlib.import_module("zipfix_first").VALUE == 1
+    importlib.invalidate_caches()  # reads the archive once, for its importer on sys.path
+    reads.clear()
+    # a package's importer (as an import from the archive creates): its first call takes the
+    # directory read above instead of reading the archive again
+    other = zipimport.zipimporter(str(archive / "pkg"))
+    other.invalidate_caches()
+    assert reads == []
+    with zipfile.ZipFile(archive, "a") as zf:  # changed: read again, once
+        zf.writestr("zipfix_second.py", "VALUE = 2\n")
+    other.invalidate_caches()
+    sys.path_importer_cache[str(archive)].invalidate_caches()
+    assert reads == [str(archive)]
+    assert "zipfix_second.py" in other._files

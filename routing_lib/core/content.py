@@ -408,6 +408,10 @@ def _write_all(backend: ContentBackend, items: list[tuple[str, str]]) -> None:
     """Write these (reference, text) items, side by side when there are several: each local
     write waits for its fsyncs (~4 ms here), and a new 10 000-topic table has ~80 chunks."""
     global _WRITERS
+    write_many = getattr(backend, "write_many", None)
+    if write_many is not None and len(items) > 2:  # the backend batches them (content_files.py)
+        write_many(items)
+        return
     if len(items) <= 2:
         for ref, text in items:
             backend.write(ref, text)
