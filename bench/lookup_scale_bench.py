@@ -81,6 +81,38 @@ def tree_pss_mb(pid: int) -> float:
     return sum(_field_kb(f"/proc/{p}/smaps_rollup", "Pss:") for p in _tree(pid)) / 1024
 
 
+def mapping_rss_kb(pid: int) -> dict[str, int]:
+    """Per mapped file (anonymous mappings as [anon], [heap], [stack]...) of `pid`: its
+    resident kB, shared pages included (what VmRSS counts)."""
+    rss: dict[str, int] = {}
+    name = ""
+    try:
+        for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+            head = line.split()
+            if head and "-" in head[0] and ":" not in head[0]:
+                name = Path(head[5]).name if len(head) > 5 else "[anon]"
+            elif head and head[0] == "Rss:":
+                rss[name] = rss.get(name, 0) + int(head[1])
+    except OSError:
+        pass
+    return rss
+
+
+def rss_growth(before: dict[int, dict[str, int]], pid: int) -> list[str]:
+    """Per process of the tree: the mappings whose resident memory grew since `before` (the
+    same processes' `mapping_rss_kb` after the load): what the RSS adds, by mapping."""
+    lines = []
+    for p in _tree(pid):
+        now, then = mapping_rss_kb(p), before.get(p, {})
+        growth = {n: now.get(n, 0) - then.get(n, 0) for n in {*now, *then}}
+        top = sorted(growth.items(), key=lambda kv: -abs(kv[1]))[:8]
+        lines.append(
+            f"  pid {p}: RSS {sum(growth.values()) / 1024:+.1f} MB since the load: "
+            + ", ".join(f"{n} {kb / 1024:+.1f}" for n, kb in top if abs(kb) >= 512)
+        )
+    return lines
+
+
 def memory_detail(pid: int) -> list[str]:
     """Per process of the tree: what its PSS is made of (smaps_rollup), and its largest
     private mappings (smaps): where a worker's own memory goes."""
@@ -244,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         ready_s = time.monotonic() - started
         time.sleep(1.0)
         rss_ready, pss_ready = tree_rss_mb(server.pid), tree_pss_mb(server.pid)
+        at_load = {p: mapping_rss_kb(p) for p in _tree(server.pid)}
         if args.memory_detail:
             print("\n".join(memory_detail(server.pid)), flush=True)
         print(
@@ -298,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         rss_end, pss_end = tree_rss_mb(server.pid), tree_pss_mb(server.pid)
         if args.memory_detail:
             print("\n".join(memory_detail(server.pid)), flush=True)
+            print("\n".join(rss_growth(at_load, server.pid)), flush=True)
         ms = [x * 1000 for x in latencies]
         print(
             f"{args.batches} batches (liveness of every broker, {args.changes} topic_base rows, "
