@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from routing_lib.lookup.allocator import JEMALLOC_ENV, LOOKUP_JEMALLOC_CONF
 from routing_lib.remoting.protocol import RequestCode, ResponseCode
 from tests.support.lookup_support import RemotingClient, Warehouse, tables, wait_until
 from tests.support.metrics_support import sample
@@ -201,6 +202,11 @@ def test_two_processes_share_the_remoting_port(tmp_path):
         workers = lookup.workers()
         assert len(workers) == 1
         assert sample(lookup.metrics(), "routelake_lookup_workers", state="ready") == 1
+        # serve started again with deltalake's allocator set (allocator.with_jemalloc_conf):
+        # the same pid, and its worker forked with it
+        for pid in (lookup.proc.pid, *workers):
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            assert f"{JEMALLOC_ENV}={LOOKUP_JEMALLOC_CONF}".encode() in environ, pid
         # New connections are spread over both processes (SO_REUSEPORT): each process
         # holds some of them open; every one is answered.
         gained = lookup.route_requests(40)

@@ -39,12 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def handle(args: argparse.Namespace, config: Config) -> int:
+    from routing_lib.lookup.allocator import with_jemalloc_conf
     from routing_lib.lookup.server import console_url, serve
     from routing_lib.remoting.limits import Limits
 
     port = args.port or config.serve.port
     http_port = args.http_port or config.serve.http_port
     tls, http_tls = listener_tls(args, config)
+    with_jemalloc_conf()  # the arguments are valid: start again with deltalake's allocator set
     # Printed whatever the log level: a newcomer learns where the console is.
     print(
         f"route console: {console_url(config.serve.host, http_port, http_tls.enabled)}",
