@@ -20,8 +20,11 @@ pages returned only after 10 s of decay, which in a forked worker (jemalloc's ba
 threads do not survive the fork) ran only when that arena allocated again. The lookup's RSS
 grew with what those caches kept: at 3 M routes, `serve --workers 2`, 40 batches, the worker
 +23 MB since the load and still growing; with `LOOKUP_JEMALLOC_CONF` +7 MB, flat from batch
-10 (one arena, no thread caches, freed pages returned at once; the reads are small, so the
-extra locking and madvise calls are not seen in the build times). `serve` re-executes itself
+10 (one arena, no thread caches, freed pages returned at once). Both halves are needed: no
+thread caches alone, or immediate decay alone, left +22-23 MB. The cost is CPU in deltalake's
+log replay: `settled_versions` (every table opened, once per poll) 40 -> 66 ms of process
+CPU, a change-feed read and a small table's read 98 -> 110 ms (3 alternated pairs, load 8-12),
+~3 % of a core per process at a poll a second. `serve` re-executes itself
 once with it set (`with_jemalloc_conf`), as the setting must be in the environment before
 deltalake loads; an operator's own `_RJEM_MALLOC_CONF` is kept.
 """
