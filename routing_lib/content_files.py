@@ -193,25 +193,17 @@ class ContentFolder:
 
     @staticmethod
     def _write_local(path: str, data: bytes) -> None:
-        target = Path(path)
-        try:
-            os.utime(target)  # there already: refresh its date for the collector
+        temporary = _unsynced(path, data)
+        if temporary is None:  # there already: its date refreshed for the collector
             return
-        except FileNotFoundError:
-            pass
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=TEMPORARY_PREFIX)
         try:
-            with os.fdopen(fd, "wb") as stream:
-                stream.write(data)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temporary, target)
+            _fsync(temporary)  # durable before its name is
+            os.replace(temporary, path)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
         # the rename is durable only once the folder's entry is
-        _fsync_folder(target.parent)
+        _fsync_folder(Path(path).parent)
 
     # -- retries -----------------------------------------------------------------------------
     def _retrying(self, what: str, call: Callable[[], _Result]) -> _Result:
