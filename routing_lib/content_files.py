@@ -176,9 +176,7 @@ class ContentFolder:
         finally:
             for temporary, _ in pending:  # not renamed: a failure above, which is raised
                 Path(temporary).unlink(missing_ok=True)
-        _in_parallel(
-            [partial(self._retrying, f"writing {f}", partial(_fsync_folder, f)) for f in folders]
-        )
+        _in_parallel([partial(self._retrying, f"writing {f}", partial(_fsync, f)) for f in folders])
 
     @staticmethod
     def _put(path: str, data: bytes) -> None:
@@ -203,7 +201,7 @@ class ContentFolder:
             Path(temporary).unlink(missing_ok=True)
             raise
         # the rename is durable only once the folder's entry is
-        _fsync_folder(Path(path).parent)
+        _fsync(Path(path).parent)
 
     # -- retries -----------------------------------------------------------------------------
     def _retrying(self, what: str, call: Callable[[], _Result]) -> _Result:
@@ -294,7 +292,8 @@ def _unsynced(path: str, data: bytes) -> str | None:
     return temporary
 
 
-def _fsync(path: str) -> None:
+def _fsync(path: str | Path) -> None:
+    """fsync a file's data, or a folder's entries (a rename is durable once they are)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -319,11 +318,3 @@ def _in_parallel(calls: list[Callable[[], object]]) -> None:
     wait(futures)
     for future in futures:
         future.result()
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

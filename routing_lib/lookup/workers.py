@@ -165,6 +165,21 @@ def _leave_group_signals_to_the_primary() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
+def _fork_holding_stop_signals() -> tuple[int, set[int | signal.Signals]]:
+    """os.fork with STOP_SIGNALS blocked across it, and the mask from before. The parent has
+    its mask back when this returns (a signal held during the fork is raised then); the child
+    keeps them blocked until it restores the mask, once its own handlers are in place."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        pid = os.fork()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
+    if pid != 0:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return pid, mask
+
+
 def _exit_description(code: int) -> str:
     """os.waitstatus_to_exitcode's value in words: `exit 1`, `SIGKILL`."""
     if code < 0:
@@ -280,15 +295,11 @@ class _Zygote:
 
     def _fork(self) -> int:
         zygote = os.getpid()
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # as the primary's fork
-        try:
-            pid = os.fork()
-            if pid == 0:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-                self.channel.close()
-                self.start_worker(zygote)
-        finally:
+        pid, mask = _fork_holding_stop_signals()
+        if pid == 0:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            self.channel.close()
+            self.start_worker(zygote)
         self.children.add(pid)
         return pid
 
@@ -371,15 +382,11 @@ class Workers:
         # GC's reach: its passes would write to every one of them, copying each page the
         # zygote and the workers share with this process into each of them
         gc.freeze()
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        try:
-            pid = os.fork()
-            if pid == 0:  # the zygote: not the primary's sockets; unblocks in main()
-                for sock in [ours, *listening]:
-                    sock.close()
-                _Zygote(theirs, start_worker, primary, mask).main()
-        finally:  # in the primary: a signal held during the fork is raised here
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        pid, mask = _fork_holding_stop_signals()
+        if pid == 0:  # the zygote: not the primary's sockets; unblocks in main()
+            for sock in [ours, *listening]:
+                sock.close()
+            _Zygote(theirs, start_worker, primary, mask).main()
         theirs.close()
         self.zygote_pid, self.channel = pid, ours
 
