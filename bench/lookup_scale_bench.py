@@ -81,21 +81,26 @@ def tree_pss_mb(pid: int) -> float:
     return sum(_field_kb(f"/proc/{p}/smaps_rollup", "Pss:") for p in _tree(pid)) / 1024
 
 
-def mapping_rss_kb(pid: int) -> dict[str, int]:
-    """Per mapped file (anonymous mappings as [anon], [heap], [stack]...) of `pid`: its
-    resident kB, shared pages included (what VmRSS counts)."""
-    rss: dict[str, int] = {}
+def _per_mapping_kb(pid: int, fields: tuple[str, ...]) -> dict[str, int]:
+    """Per mapped file of `pid` (anonymous mappings as [anon], [heap], [stack]...): the sum of
+    these smaps fields, in kB."""
+    kb: dict[str, int] = {}
     name = ""
     try:
         for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
             head = line.split()
             if head and "-" in head[0] and ":" not in head[0]:
                 name = Path(head[5]).name if len(head) > 5 else "[anon]"
-            elif head and head[0] == "Rss:":
-                rss[name] = rss.get(name, 0) + int(head[1])
+            elif head and head[0] in fields:
+                kb[name] = kb.get(name, 0) + int(head[1])
     except OSError:
         pass
-    return rss
+    return kb
+
+
+def mapping_rss_kb(pid: int) -> dict[str, int]:
+    """Per mapped file of `pid`: its resident kB, shared pages included (what VmRSS counts)."""
+    return _per_mapping_kb(pid, ("Rss:",))
 
 
 def rss_growth(before: dict[int, dict[str, int]], pid: int) -> list[str]:
@@ -141,17 +146,7 @@ def memory_detail(pid: int) -> list[str]:
             )
             + " MB"
         )
-        private: dict[str, int] = {}
-        name = ""
-        try:
-            for line in Path(f"/proc/{p}/smaps").read_text().splitlines():
-                head = line.split()
-                if head and "-" in head[0] and ":" not in head[0]:
-                    name = head[5] if len(head) > 5 else "[anon]"
-                elif head and head[0] in ("Private_Clean:", "Private_Dirty:"):
-                    private[name] = private.get(name, 0) + int(head[1])
-        except OSError:
-            continue
+        private = _per_mapping_kb(p, ("Private_Clean:", "Private_Dirty:"))
         top = sorted(private.items(), key=lambda kv: -kv[1])[:6]
         lines.append(
             "    private: " + ", ".join(f"{Path(n).name} {kb // 1024} MB" for n, kb in top)
