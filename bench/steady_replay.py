@@ -42,10 +42,25 @@ COLUMNS = ["event_time", "source", "position", "payload"]
 
 
 def batches(args):
-    """The fleet's records in arrival order, `args.batch_events` at a time."""
+    """The fleet's records in arrival order, `args.batch_events` at a time, or (--batch-ms)
+    cut where eventTime crosses each multiple of --batch-ms: a live run's batches at a steady
+    batch time, as the fleet sends each event at its eventTime. With --partition-at, the
+    partition's cut-off groups' events are left out as `stream_bench realtime` leaves them."""
+    from bench.fleet_process import _Silence, partition_cut
     from routelake_dev.simulator import EventEncoder, iter_history
 
     start_ms = 1_764_000_000_000
+    silence = None
+    if args.partition_at is not None:
+        from routelake_dev.simulator import FleetSimulator
+
+        names = [g.name for g in FleetSimulator(SEED, args.brokers, 0, PERIOD_MS, start_ms)._groups]
+        cut_at = start_ms + int(args.partition_at * 1000)
+        silence = _Silence(
+            partition_cut(names, args.partition_fraction),
+            cut_at,
+            cut_at + int(args.partition_s * 1000),
+        )
     history = iter_history(
         SEED,
         args.brokers,
@@ -56,10 +71,17 @@ def batches(args):
         heartbeats_per_period=HEARTBEATS_PER_PERIOD,
         fault_interval_ms=args.fault_interval_ms,
     )
-    encode, batch = EventEncoder(), []
+    encode, window_end = EventEncoder(), start_ms + (args.batch_ms or 0)
+    batch: list[bytes] = []
     for event in history:
+        if silence is not None and silence.silences(event):
+            continue
+        if args.batch_ms and event["eventTime"] >= window_end and batch:
+            yield batch
+            batch = []
+            window_end += args.batch_ms * (1 + (event["eventTime"] - window_end) // args.batch_ms)
         batch.append(encode(event))
-        if len(batch) == args.batch_events:
+        if not args.batch_ms and len(batch) == args.batch_events:
             yield batch
             batch = []
     if batch:
@@ -82,6 +104,10 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=150)
     parser.add_argument("--fault-interval-ms", type=int, default=20_000)
     parser.add_argument("--batch-events", type=int, default=500)
+    parser.add_argument("--batch-ms", type=int, default=0, help="cut by eventTime instead")
+    parser.add_argument("--partition-at", type=float, help="event-time s, as stream_bench's")
+    parser.add_argument("--partition-fraction", type=float, default=0.5)
+    parser.add_argument("--partition-s", type=float, default=150)
     parser.add_argument("--watermark-delay-ms", type=int, default=10_000)
     parser.add_argument("--skip-s", type=float, default=60)
     parser.add_argument(
@@ -147,11 +173,12 @@ def main() -> None:
         if profiler is not None and profiling:
             profiler.disable()
         registers = sum(line.startswith(b'{"eventType":"REGISTER"') for line in lines)
+        megabytes = sum(map(len, lines)) / 1e6
         rows.append((number, event_s, stage_one, stepped, len(by_group) + len(due), registers))
         print(
             f"batch {number:3d} wm +{event_s:6.1f} s: stage one {stage_one:5.2f} s, "
             f"step {stepped:5.2f} s ({len(by_group)} groups with rows, {len(due)} timed out, "
-            f"{registers} REGISTERs, {out_rows} output rows)",
+            f"{registers} REGISTERs, {megabytes:.0f} MB, {out_rows} output rows)",
             flush=True,
         )
     steady = [r for r in rows if r[1] >= args.skip_s]

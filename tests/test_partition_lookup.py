@@ -129,16 +129,27 @@ def test_the_poll_reports_seen_gone_back_once_each() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     reports: queue.Queue[tuple[str, str, float]] = queue.Queue()
     stop = threading.Event()
-    # g-c's partition starts in an hour: it is not followed after it was seen
-    windows = {"g-a": (0.0, 0.0), "g-b": (0.0, 0.0), "g-c": (time.monotonic() + 3600, 0.0)}
-    pollers = [
-        threading.Thread(
-            target=_poll,
-            args=(server.server_address[1], [name], reports, stop, window),
-            daemon=True,
+    now = time.monotonic()
+    # the partition starts in an hour; g-a and g-b may go (their expiry deadline is due) and
+    # come back (their return acknowledged) at once; g-c's deadline is in an hour: it is not
+    # followed after it was seen
+    dues = {
+        "g-a": [("seen", "g-a", now), ("gone", "g-a", now)],
+        "g-b": [("seen", "g-b", now), ("gone", "g-b", now)],
+        "g-c": [("seen", "g-c", now + 3600)],
+    }
+    pollers = []
+    for name, times in dues.items():
+        told: queue.Queue[tuple[str, str, float]] = queue.Queue()
+        for due in times:
+            told.put(due)
+        pollers.append(
+            threading.Thread(
+                target=_poll,
+                args=(server.server_address[1], [name], reports, stop, now + 3600, told),
+                daemon=True,
+            )
         )
-        for name, window in windows.items()
-    ]
     for poller in pollers:
         poller.start()
 
