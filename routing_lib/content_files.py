@@ -32,7 +32,6 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -49,6 +48,7 @@ from routing_lib.core.content import (
     ContentStorageError,
     CorruptContentError,
     content_digest,
+    in_parallel,
 )
 
 log = logging.getLogger("routelake.content")
@@ -154,7 +154,7 @@ class ContentFolder:
         chunks: 23-56 ms -> 14-30 ms here, the 60 x 8 000 backfill writes 5 665 chunks). On
         object storage: one PUT each, side by side."""
         if self._remote:
-            _in_parallel([partial(self.write, ref, text) for ref, text in items])
+            in_parallel([partial(self.write, ref, text) for ref, text in items])
             return
         pending: list[tuple[str, str]] = []  # (temporary, target) of the files not there yet
         folders: set[Path] = set()  # where they go
@@ -166,7 +166,7 @@ class ContentFolder:
                 if temporary is not None:
                     pending.append((temporary, path))
                     folders.add(Path(path).parent)
-            _in_parallel(
+            in_parallel(
                 [partial(self._retrying, f"writing {p}", partial(_fsync, t)) for t, p in pending]
             )
             while pending:
@@ -176,7 +176,7 @@ class ContentFolder:
         finally:
             for temporary, _ in pending:  # not renamed: a failure above, which is raised
                 Path(temporary).unlink(missing_ok=True)
-        _in_parallel([partial(self._retrying, f"writing {f}", partial(_fsync, f)) for f in folders])
+        in_parallel([partial(self._retrying, f"writing {f}", partial(_fsync, f)) for f in folders])
 
     @staticmethod
     def _put(path: str, data: bytes) -> None:
@@ -299,22 +299,3 @@ def _fsync(path: str | Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-_SYNCERS: ThreadPoolExecutor | None = None
-_SYNC_THREADS = 16
-
-
-def _in_parallel(calls: list[Callable[[], object]]) -> None:
-    """Run the calls side by side; every call has ended before the first failure is raised."""
-    global _SYNCERS
-    if len(calls) <= 1:
-        for call in calls:
-            call()
-        return
-    if _SYNCERS is None:  # created on first use: in the process that writes, after any fork
-        _SYNCERS = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="content-sync")
-    futures = [_SYNCERS.submit(call) for call in calls]
-    wait(futures)
-    for future in futures:
-        future.result()

@@ -32,7 +32,9 @@ import json
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
+from functools import partial
 from typing import Protocol
 
 from routing_lib.core.chunks import chunk_cuts, join_opens, split_opens
@@ -401,27 +403,37 @@ class ContentStore:
 
 
 _WRITERS: ThreadPoolExecutor | None = None
-_WRITER_THREADS = 8
+# a new 10 000-topic table is ~80 chunks; local writes wait on fsyncs, remote ones on PUTs
+_WRITER_THREADS = 16
+
+
+def in_parallel(calls: list[Callable[[], object]]) -> None:
+    """Run the calls side by side on this process's one pool of content writers; every call
+    has ended (or failed) before the first failure is raised."""
+    global _WRITERS
+    if len(calls) <= 1:
+        for call in calls:
+            call()
+        return
+    if _WRITERS is None:  # created on first use: in the process that writes, after any fork
+        _WRITERS = ThreadPoolExecutor(_WRITER_THREADS, thread_name_prefix="content-write")
+    futures = [_WRITERS.submit(call) for call in calls]
+    wait(futures)
+    for future in futures:
+        future.result()
 
 
 def _write_all(backend: ContentBackend, items: list[tuple[str, str]]) -> None:
     """Write these (reference, text) items, side by side when there are several: each local
     write waits for its fsyncs (~4 ms here), and a new 10 000-topic table has ~80 chunks."""
-    global _WRITERS
     write_many = getattr(backend, "write_many", None)
     if write_many is not None and len(items) > 2:  # the backend batches them (content_files.py)
         write_many(items)
-        return
-    if len(items) <= 2:
+    elif len(items) <= 2:
         for ref, text in items:
             backend.write(ref, text)
-        return
-    if _WRITERS is None:  # created on first use: in the process that writes, after any fork
-        _WRITERS = ThreadPoolExecutor(_WRITER_THREADS, thread_name_prefix="content-write")
-    futures = [_WRITERS.submit(backend.write, ref, text) for ref, text in items]
-    wait(futures)  # every write has ended (or failed) before the first failure is raised
-    for future in futures:
-        future.result()
+    else:
+        in_parallel([partial(backend.write, ref, text) for ref, text in items])
 
 
 def _refs_of_opens(value: str) -> list[str]:
