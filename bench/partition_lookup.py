@@ -156,8 +156,9 @@ class LookupWatch:
                 dues.put(("gone", name, at))
         deadlines_sent = False
         while not self._stop.is_set():
-            if not deadlines_sent and time.monotonic() >= partition_start + 1:
-                # every event before the partition was sent by now: the deadlines are known
+            if not deadlines_sent and time.monotonic() >= partition_start + 5:
+                # every event before the partition was sent (and reported) by now: the
+                # deadlines are known (one already past is polled at once)
                 deadlines_sent = True
                 self._deadlines()
                 for name, group in self.groups.items():
