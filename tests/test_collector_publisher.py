@@ -136,6 +136,7 @@ def test_a_record_sent_after_close_fails_as_not_acknowledged():
     asyncio.run(scenario())
 
 
+@pytest.mark.kafka  # imports kafka-python (no broker needed): not the unit tier
 def test_kafka_python_checksums_with_the_native_crc32c() -> None:
     """kafka-python checksums every record batch the collector sends with CRC32C: with the
     `crc32c` package (a dependency) when importable, else in pure Python (~100 ms per MB;
