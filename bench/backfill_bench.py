@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from pathlib import Path
 
@@ -96,13 +96,25 @@ def naive_limit(spark, folder: Path) -> tuple[float, dict]:
     return time.monotonic() - started, row.asDict()
 
 
-def timed_backfill(config, archive: Path, warehouse: Path, spark, count: int, label: str) -> float:
+def timed_backfill(
+    config,
+    archive: Path,
+    warehouse: Path,
+    spark,
+    count: int,
+    label: str,
+    on_done: Callable[[], object] | None = None,
+) -> float:
+    """The backfill's wall seconds; `on_done` is called as it ends, before the check that
+    reads the warehouse back (ab_backfill reads its CPU figure there)."""
     from routing_lib.jobs.backfill import run_backfill
     from routing_lib.read.warehouse import load_snapshot
 
     started = time.monotonic()
     run_backfill(config, [str(archive)], str(warehouse), spark=spark)
     seconds = time.monotonic() - started
+    if on_done is not None:
+        on_done()
     snapshot = load_snapshot(warehouse)
     print(
         f"backfill ({label}): {seconds:.1f} s, {count / seconds:,.0f} events/s, "

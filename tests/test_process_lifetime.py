@@ -25,6 +25,7 @@ from tests.support.process_support import (
     free_port,
     kill_marked,
     marked_processes,
+    parent_pid,
     wait_all_gone,
 )
 
@@ -32,6 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 WITHIN_S = 15.0
 STARTUP_S = 600.0  # a Spark job's first batch, on a loaded CI machine
 ROUTECTL = str(VENV_BIN / "routectl")
+# Spark's Python worker daemon: pyspark's own, or routelake's preloading one (local masters,
+# routing_lib/spark/session.py's WORKER_DAEMON; named here, so that collecting this module
+# imports no pyspark). The workers are its forks and carry its command line.
+PYTHON_DAEMONS = ("pyspark.daemon", "routing_lib.spark.worker_daemon")
 
 
 def assert_nothing_left(run: TerminalRun, before: dict[int, str]) -> float:
@@ -182,13 +187,28 @@ def test_routectl_run_and_its_spark_processes_end(how, events_topic, tmp_path):
     run = TerminalRun(argv, dict(os.environ, ROUTELAKE_DRIVER_MEMORY="1g"), ROOT)
     try:
         run.wait_for("published", STARTUP_S)  # a batch ran: the Python workers exist
-        run.wait_for_process("pyspark.daemon", 10.0)
-        before = marked_processes(run.marker)
+        before = _python_workers_running(run, 10.0)
         assert any("org.apache.spark" in cmd for cmd in before.values()), before
         stop(run, how)
         assert_nothing_left(run, before)
     finally:
         run.close()
+
+
+def _python_workers_running(run: TerminalRun, timeout_s: float) -> dict[int, str]:
+    """The run's marked processes once a Python worker daemon (either module) runs with at
+    least one worker forked from it: what the stop must end besides the JVM."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = marked_processes(run.marker)
+        daemons = {pid for pid, cmd in found.items() if any(d in cmd for d in PYTHON_DAEMONS)}
+        if any(parent_pid(pid) in daemons for pid in daemons):
+            return found
+        if run.process.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(
+                f"no Python worker forked from {PYTHON_DAEMONS}: {found}\n{run.output[-3000:]}"
+            )
+        time.sleep(0.2)
 
 
 # ---- the demo ----------------------------------------------------------------------------------
@@ -209,9 +229,9 @@ DEMO_ARGS = ["--brokers", "3", "--topics", "4"]
 
 def _demo_running(run: TerminalRun) -> dict[int, str]:
     run.wait_for("watermark lag", STARTUP_S)  # a refresh with published tables
-    for part in ("kafka.Kafka", "org.apache.spark", "pyspark.daemon", "routing_lib.cli serve"):
+    for part in ("kafka.Kafka", "org.apache.spark", "routing_lib.cli serve"):
         run.wait_for_process(part, 60.0)
-    return marked_processes(run.marker)
+    return _python_workers_running(run, 60.0)
 
 
 @pytest.mark.spark

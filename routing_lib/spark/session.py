@@ -10,6 +10,8 @@ from pyspark.sql import SparkSession
 from routing_lib import storage
 from routing_lib.config import Config, project_path
 
+WORKER_DAEMON = "routing_lib.spark.worker_daemon"
+
 
 def runtime_jars(config: Config) -> list[str]:
     jars_dir = project_path(config.spark.jars_dir)
@@ -45,6 +47,13 @@ def s3a_conf() -> dict[str, str]:
     return conf
 
 
+def daemon_conf(master: str) -> dict[str, str]:
+    """A local master's workers fork from a daemon that imported routelake's modules already
+    (routing_lib/spark/worker_daemon.py). A cluster's executors keep pyspark's daemon: the
+    package may reach them as a --py-files zip, which the daemon could not import."""
+    return {"spark.python.daemon.module": WORKER_DAEMON} if master.startswith("local") else {}
+
+
 def build_spark(config: Config, app_name: str = "routelake") -> SparkSession:
     # pandas UDF workers must use this interpreter (the venv's), or pyarrow is missing.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -77,6 +86,8 @@ def build_spark(config: Config, app_name: str = "routelake") -> SparkSession:
         # the 1 GiB default; the driver's memory is the bound.
         .config("spark.driver.maxResultSize", "0")
     )
+    for key, value in daemon_conf(config.spark.master).items():
+        builder = builder.config(key, value)
     classpath = s3a_classpath(config)
     if classpath:
         builder = builder.config("spark.driver.extraClassPath", classpath)

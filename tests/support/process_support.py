@@ -38,6 +38,15 @@ def free_kafka_port() -> int:
         return port
 
 
+def parent_pid(pid: int) -> int:
+    """The parent of `pid`, 0 once it is gone (the field after the command's parenthesis)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
 def marked_processes(marker: str) -> dict[int, str]:
     """pid -> command line of every live process whose environment carries the marker (the
     environment is inherited: the JVMs and Spark's Python workers carry it too). Zombies have
