@@ -51,7 +51,7 @@ from routing_lib.layout import require_group_layout
 from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.spark.batch_rows import BatchRows
 from routing_lib.spark.derived_topic_queue import apply_base_changes, derive_partitions
-from routing_lib.spark.group_files import groups_predicate, hive_safe
+from routing_lib.spark.group_files import groups_predicate, hive_safe, replace_groups
 
 log = logging.getLogger("routelake.writer")
 # The tables whose rows the step emits (route_progress and topic_queue_table: the writer
@@ -63,6 +63,9 @@ STEP_TABLES: tuple[tuple[RowKind, TableSpec], ...] = tuple(
 # partition.
 GROUP_TABLES = frozenset({TOPIC_BASE, TOPIC_OVERLAY})
 
+
+# The rows of an append handed to delta-rs at a time.
+_APPEND_BATCH_ROWS = 64 * 1024
 
 # Every stored table has its change data feed on (the lookup and the history read it).
 CHANGE_DATA_FEED = {"delta.enableChangeDataFeed": "true"}
@@ -268,9 +271,18 @@ class DeltaRouteWriter:
             # No row of the target can match: a MERGE would insert `inserts` and nothing
             # else, so an append does (its change feed: the files added, the same rows). A
             # cold start's 3 M topic_base and topic_base_changes rows come this way.
-            write_deltalake(target, inserts, mode="append", commit_properties=commit)
-            if spec.name == TOPIC_BASE:  # the touched groups' partitions, whole
-                self._written_base = (batch_id, inserts)
+            if spec.name == TOPIC_BASE:
+                # New groups: each one's file written at once (spark/group_files.py), one
+                # commit of their adds. delta-rs's partitioned append kept every partition's
+                # encoded rows until its commit: ~2 MB more per 10 000-topic group.
+                replace_groups(target, self.path(TOPIC_BASE), touched, inserts, commit)
+                self._written_base = (batch_id, inserts)  # the groups' partitions, whole
+                return touched
+            # in record batches: delta-rs then holds one batch's copies, not the table's
+            # (a synthetic append of 2 M rows to one partition: +450 -> +200 MB of RSS; its
+            # file buffer, which its target file size bounds, is most of what is left)
+            data = inserts.to_reader(max_chunksize=_APPEND_BATCH_ROWS)
+            write_deltalake(target, data, mode="append", commit_properties=commit)
             return touched
         merge = target.merge(
             source,
@@ -391,7 +403,10 @@ def _insert_ops(spec: TableSpec) -> tuple[RowOp, ...]:
 def _inserted(spec: TableSpec, source: pa.Table) -> pa.Table:
     """The rows a MERGE of `source` (op + columns) inserts into a target none of them match."""
     ops = pa.array([op.value for op in _insert_ops(spec)], pa.string())
-    return source.filter(pc.is_in(source.column("op"), value_set=ops)).drop_columns(["op"])
+    inserted = pc.is_in(source.column("op"), value_set=ops)
+    if pc.all(inserted, skip_nulls=False).as_py():  # a cold start's: no copy of millions
+        return source.drop_columns(["op"])
+    return source.filter(inserted).drop_columns(["op"])
 
 
 def _new_partitions(target: DeltaTable, spec: TableSpec, source: pa.Table) -> bool:

@@ -56,7 +56,7 @@ def effective_rows(base: pa.Table, overlays: list[dict[str, object]]) -> pa.Tabl
                 pc.is_in(pc.cast(base.column("topic"), pa.string()), pa.array(covered, pa.string()))
             )
             keep = pc.and_(keep, pc.invert(pc.and_(pc.equal(group_column, group), outside)))
-    rows = base.filter(keep)
+    rows = base if pc.all(keep, skip_nulls=False).as_py() else base.filter(keep)  # no copy
     code = pc.fill_null(
         pc.take(
             codes, pc.index_in(pc.cast(rows.column("broker_name"), pa.string()), value_set=names)
@@ -103,7 +103,11 @@ def _base_rows(base: DeltaTable, groups: list[str], written: pa.Table | None) ->
     schema = pa.schema(base.schema().to_arrow())
     in_memory = set(pc.unique(written.column("broker_name")).to_pylist())
     unread = [g for g in groups if g not in in_memory]
-    mine = written.filter(pc.is_in(written.column("broker_name"), pa.array(groups, pa.string())))
+    mine = (  # a cold start's whole partitions are all wanted: no copy of them
+        written
+        if in_memory <= set(groups)
+        else written.filter(pc.is_in(written.column("broker_name"), pa.array(groups, pa.string())))
+    )
     return pa.concat_tables(
         [
             read_groups(base, unread).select(schema.names).cast(schema),

@@ -1,6 +1,8 @@
 """Tables partitioned by broker_name whose files the writer places itself (issue 36):
-topic_queue_table always, topic_base when a batch touches a group whose name no Hive folder
-can hold (otherwise its MERGE, whose change data is O(changed rows)).
+topic_queue_table always, topic_base for new groups (their first rows: a group's file
+written at once, where delta-rs's append kept every partition's rows until its commit) and
+when a batch touches a group whose name no Hive folder can hold (otherwise its MERGE, whose
+change data is O(changed rows)).
 
 A group's rows are its partition: the add actions carry `partitionValues = {broker_name:
 name}`, which is what Delta readers (delta-rs, Spark) take the column from. The files,
