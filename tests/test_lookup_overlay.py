@@ -30,6 +30,7 @@ from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.shared_index import SharedIndexes
 from routing_lib.lookup.snapshots import load_index, next_index
 from routing_lib.read.arrow_schema import arrow_schema
+from routing_lib.read.open_tables import OpenTables
 from routing_lib.read.warehouse import WarehouseSnapshot
 from tests.support.helpers import seeds
 from tests.support.lookup_support import addr, live
@@ -132,18 +133,19 @@ def test_overlays_applied_at_read_time_equal_the_derived_table(tmp_path, seed):
     wh = WriterWarehouse(tmp_path)
     wh.publish(0, 1_000, model.first_batch())
     shared = SharedIndexes.create()
+    tables = OpenTables(tmp_path)  # kept open from build to build, as the refresher does
     try:
-        pinned = settled_versions(tmp_path)[0]
-        current = next_index(tmp_path, None, pinned, shared=shared, **flags).index
+        pinned = settled_versions(tmp_path, tables)[0]
+        current = next_index(tmp_path, None, pinned, shared=shared, tables=tables, **flags).index
         flips = 0
         risks, reference_risks = RouteRisks(), RouteRisks()
         risks.of(current)
         reference_risks.of(RouteIndex(WarehouseSnapshot(model.tables(), pinned, 1_000), **flags))
         for step in range(1, 16):
             wh.publish(step, 1_000 + step, random_batch(rng, model, step))
-            pinned, latest = settled_versions(tmp_path)
-            assert pinned == latest
-            built = next_index(tmp_path, current, pinned, shared=shared, **flags)
+            pinned, latest = settled_versions(tmp_path, tables)
+            assert pinned == latest == settled_versions(tmp_path)[1]  # as the tables opened
+            built = next_index(tmp_path, current, pinned, shared=shared, tables=tables, **flags)
             assert built.how == "incremental", built.reason
             flips += built.changed_groups
             reference = RouteIndex(WarehouseSnapshot(model.tables(), pinned, 1_000 + step), **flags)

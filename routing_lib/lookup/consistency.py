@@ -12,16 +12,22 @@ A snapshot is accepted only when
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deltalake import DeltaTable
+
 from routing_lib import storage
 from routing_lib.core.catalog import TOPIC_BASE, TOPIC_OVERLAY
 from routing_lib.core.tables import PROGRESS, ROUTE_TABLES
+from routing_lib.read.open_tables import OpenTables
 from routing_lib.read.warehouse import (
+    SNAPSHOT_TABLES,
     WarehouseSnapshot,
     load_snapshot,
+    open_latest,
     open_optional,
     open_table,
     table_versions,
@@ -93,15 +99,21 @@ def _covered(mark: CommitMark, progress: CommitMark) -> bool:
 MAX_WALK_BACK = 1000
 
 
-def settled_versions(warehouse: str | Path) -> tuple[dict[str, int], dict[str, int]]:
+def settled_versions(
+    warehouse: str | Path, tables: OpenTables | None = None
+) -> tuple[dict[str, int], dict[str, int]]:
     """(pinned, latest): table versions that show exactly the batches route_progress has
     published, and the tables' latest versions. Unlike `load_settled` this never waits for
     the writer: route_progress's version is read first, and a route table that already shows
     a later batch is pinned to its version before that batch (a commit without `txn`, e.g.
     OPTIMIZE, changes no data and is stepped over). Reads pinned this way cannot mix two
-    batches however long they take, so a large warehouse settles while the job publishes."""
-    progress_version = open_table(warehouse, PROGRESS).version()
-    latest = lookup_versions(warehouse)  # route tables after progress: never behind it
+    batches however long they take, so a large warehouse settles while the job publishes.
+    `tables`: a reader's open tables, whose latest versions it follows from the versions
+    found before (none: every table is opened)."""
+    tables = tables or OpenTables(warehouse)
+    progress_version = tables.latest(PROGRESS, lambda: open_table(warehouse, PROGRESS))
+    assert progress_version is not None  # open_table raises rather than answer None
+    latest = lookup_versions(warehouse, tables)  # route tables after progress: never behind
     pinned = {**latest, PROGRESS: progress_version}
     progress = commit_mark(warehouse, PROGRESS, progress_version)
     if progress is None:
@@ -112,16 +124,24 @@ def settled_versions(warehouse: str | Path) -> tuple[dict[str, int], dict[str, i
     return pinned, latest
 
 
-def lookup_versions(warehouse: str | Path) -> dict[str, int]:
+def lookup_versions(warehouse: str | Path, tables: OpenTables | None = None) -> dict[str, int]:
     """The latest versions of what the lookup reads: the route tables, route_progress and
     the group layout's topic_base and topic_overlay (left out when missing: the lookup
-    then names the migration)."""
-    versions = table_versions(warehouse)
-    for table in GROUP_TABLES:
-        delta = open_optional(warehouse, table)
-        if delta is not None:
-            versions[table] = delta.version()
+    then names the migration). `tables`: as for settled_versions."""
+    tables = tables or OpenTables(warehouse)
+    versions = {}
+    for table in (*SNAPSHOT_TABLES, *GROUP_TABLES):
+        version = tables.latest(table, functools.partial(_open_latest, warehouse, table))
+        if version is not None:
+            versions[table] = version
     return versions
+
+
+def _open_latest(warehouse: str | Path, table: str) -> DeltaTable | None:
+    """A table the lookup reads, at its latest version (None: the warehouse lacks it)."""
+    if table in GROUP_TABLES:
+        return open_optional(warehouse, table)  # the lookup names the migration
+    return open_latest(warehouse, table)
 
 
 def _settled_version(warehouse: str | Path, table: str, version: int, progress: CommitMark) -> int:

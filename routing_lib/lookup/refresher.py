@@ -13,6 +13,11 @@ once instead of waiting up to a whole interval. The job publishes a batch by tha
 (its progress row, written last), so nothing the lookup serves changes without it; the polls
 in between still catch the rest (maintenance commits, a table replaced). On object storage a
 check would be a request per interval: there only the polls run.
+
+The tables a build reads stay open from one build to the next (read/open_tables.py): a poll
+finds a local table's latest version by the stat of its next commit file, and a build moves
+an open table to its pinned version by reading the commits in between, instead of opening
+(replaying the log of) a dozen tables per published batch.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from routing_lib.lookup.consistency import SnapshotNotSettledError, settled_vers
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.shared_index import SharedIndexes
 from routing_lib.lookup.snapshots import next_index
+from routing_lib.read.open_tables import OpenTables
 from routing_lib.remoting.service_metrics import Metrics
 
 log = logging.getLogger("routelake.lookup")
@@ -99,6 +105,8 @@ class Refresher:
         self._last_error: str | None = None
         self.change_check_interval_s = CHANGE_CHECK_INTERVAL_S
         self._next_progress_commit = _next_commit_check(warehouse)
+        # the tables the builds read, kept open from one build to the next
+        self.tables = OpenTables(warehouse)
 
     def published_since_served(self) -> bool:
         """Has route_progress committed after the served snapshot's version (one stat)?
@@ -111,7 +119,7 @@ class Refresher:
 
     def _load(self) -> tuple[str, Served | None]:
         current = self.holder.current
-        pinned, latest = settled_versions(self.warehouse)
+        pinned, latest = settled_versions(self.warehouse, self.tables)
         if current is not None and pinned == dict(current.index.versions):
             if pinned != latest:
                 # Normal while a micro-batch commits table by table: served at the next poll.
@@ -125,6 +133,7 @@ class Refresher:
             support_acting_master=self.support_acting_master,
             order_message_enable=self.order_message_enable,
             shared=self.shared,
+            tables=self.tables,
         )
         # computed here, off the event loop, and kept up to date by the next builds
         built.index.route_count  # noqa: B018
@@ -144,6 +153,7 @@ class Refresher:
             log.debug("snapshot not settled, keeping the current one: %s", exc)
             return "not_settled"
         except Exception as exc:  # any failure: keep serving the last good one
+            self.tables.forget()
             self.metrics.refreshed("error")
             message = f"{type(exc).__name__}: {exc}"
             self.metrics.last_refresh_error = message

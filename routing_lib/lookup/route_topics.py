@@ -299,16 +299,29 @@ class RouteTopics:
                 perm[holders] = overlay.perm_op.apply(0)  # RW and R set the perm
         return perm
 
-    def group_topic_counts(self) -> dict[str, int]:
-        """Per group name: the topics it has queue datas of."""
+    def group_topic_counts(self, groups: Iterable[str] | None = None) -> dict[str, int]:
+        """Per group name: the topics it has queue datas of (only the groups with some);
+        `groups`: these groups' counts only, 0s included (each counted over its own holders,
+        not over all of them)."""
         base = self.base
-        counts = np.bincount(
-            base.holder_group[self.base_holders()], minlength=len(base.groups)
-        ).tolist()
-        out = {name: n for name, n in zip(base.groups, counts, strict=True) if n}
+        if groups is None:
+            counts = np.bincount(
+                base.holder_group[self.base_holders()], minlength=len(base.groups)
+            ).tolist()
+            out = {name: n for name, n in zip(base.groups, counts, strict=True) if n}
+        else:
+            out = {}
+            for name in groups:
+                g = base.group_ids.get(name)
+                holders = base.holders_of_group(g) if g is not None else base.holder_group[:0]
+                kept = self.present[holders].astype(bool) & ~self.shadow[base.holder_topic[holders]]
+                out[name] = int(np.count_nonzero(kept))
+            if not out:
+                return out
         for _, entry in self.delta_items():
             for name in entry[0::2]:
-                out[name] = out.get(name, 0) + 1
+                if groups is None or name in out:
+                    out[name] = out.get(name, 0) + 1
         return out
 
     def group_write_counts(self) -> dict[str, tuple[int, int]]:

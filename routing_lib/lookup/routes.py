@@ -410,10 +410,13 @@ class RouteIndex:
         order_message_enable: bool = False,
         previous: RouteIndex | None = None,
         changed_topics: frozenset[str] | None = None,
+        flipped_groups: frozenset[str] = frozenset(),
     ) -> RouteIndex:
         """An index of `store` and the small tables' `rows`; a table missing from `rows` is
         the one of `previous`, and so are the parts built from it. `changed_topics`: the
-        topics whose entries differ from `previous.store` (None: any may differ)."""
+        topics whose base entries differ from `previous.store` (None: any may differ);
+        `flipped_groups`: the groups whose overlay differs (every topic they hold may read
+        otherwise)."""
         index = object.__new__(cls)
         index._assemble(
             store,
@@ -424,6 +427,7 @@ class RouteIndex:
             order_message_enable,
             previous,
             changed_topics,
+            flipped_groups,
         )
         return index
 
@@ -437,6 +441,7 @@ class RouteIndex:
         order_message_enable: bool,
         previous: RouteIndex | None = None,
         changed_topics: frozenset[str] | None = None,
+        flipped_groups: frozenset[str] = frozenset(),
     ) -> None:
         self.versions: Mapping[str, int] = MappingProxyType(dict(versions))
         self.watermark = watermark
@@ -478,9 +483,10 @@ class RouteIndex:
             support_acting_master=support_acting_master,
         )
         self._views = _TopicViews()
-        self._cache = self._carry_cache(previous, changed_topics)
+        # a flip changes every topic of its group: no rendered body is carried over
+        self._cache = self._carry_cache(previous, None if flipped_groups else changed_topics)
         if previous is not None:
-            self._carry_views(previous, changed_topics)
+            self._carry_views(previous, changed_topics, flipped_groups)
 
     def _carry_cache(
         self, previous: RouteIndex | None, changed: frozenset[str] | None
@@ -515,12 +521,16 @@ class RouteIndex:
             shard[topic] = body
         return body
 
-    def _carry_views(self, previous: RouteIndex, changed: frozenset[str] | None) -> None:
+    def _carry_views(
+        self, previous: RouteIndex, changed: frozenset[str] | None, flipped: frozenset[str]
+    ) -> None:
         """Reuse what `previous` computed from topics, where still true."""
         old, new = previous._views, self._views
-        same_topics = changed is not None and not changed
-        same_names = changed is not None and all(
-            (t in previous.store) == (t in self.store) for t in changed
+        same_topics = changed is not None and not changed and not flipped
+        same_names = (
+            changed is not None
+            and not flipped
+            and all((t in previous.store) == (t in self.store) for t in changed)
         )
         same_brokers = self._broker_part is previous._broker_part
         if same_names:
@@ -546,12 +556,25 @@ class RouteIndex:
                     del counts[name]
             for name in after - before:
                 counts[name] = counts.get(name, 0) + 1
+        # A flipped group's count is its present holders' (its 10 000 topics are not diffed
+        # one by one); the other groups list the same topics as before but the changed ones.
+        for name, n in self.store.group_topic_counts(flipped).items():
+            if n:
+                counts[name] = n
+            else:
+                counts.pop(name, None)
         new.broker_counts = MappingProxyType(counts)
         # Routable = lists a known broker. Only the changed topics can have moved, unless a
-        # broker name came or went that an unchanged topic lists (then count them all).
+        # broker name came or went that an unchanged topic lists (then count them all), or
+        # a group flipped (counted again: a vectorised count over the per-topic counts).
         came_or_went = previous._broker_part.brokers.keys() ^ self._broker_part.brokers.keys()
-        if old.route_count is not None and all(
-            counts.get(name, 0) == sum(name in names for names in listed) for name in came_or_went
+        if (
+            not flipped
+            and old.route_count is not None
+            and all(
+                counts.get(name, 0) == sum(name in names for names in listed)
+                for name in came_or_went
+            )
         ):
             new.route_count = (
                 old.route_count

@@ -80,9 +80,12 @@ class SharedIndexes:
                     found.append(int(match["version"]))
         return sorted(found)
 
-    def newest(self, table_id: str, at_most: int) -> BaseIndex | None:
-        """The newest index of `table_id` at a version <= `at_most`, mapped (None: none)."""
+    def newest(self, table_id: str, at_most: int, newer_than: int = -1) -> BaseIndex | None:
+        """The newest index of `table_id` at a version <= `at_most`, mapped (None: none, or
+        none newer than `newer_than`: the one a process maps already is not mapped again)."""
         for version in reversed(self.versions(table_id)):
+            if version <= newer_than:
+                return None
             if version <= at_most:
                 with contextlib.suppress(FileNotFoundError):  # unlinked meanwhile
                     return BaseIndex.mapped(self.path(table_id, version), version, table_id)

@@ -43,10 +43,10 @@ from routing_lib.lookup.route_topics import RouteTopics
 from routing_lib.lookup.routes import SMALL_TABLES, RouteIndex
 from routing_lib.lookup.shared_index import SharedIndexes
 from routing_lib.lookup.topic_store import Entry, Queue, entry_of, queue_of, queues_of
+from routing_lib.read.open_tables import OpenTables
 from routing_lib.read.warehouse import (
     ChangesUnavailableError,
     WarehouseError,
-    open_version,
     read_changes,
     read_version,
 )
@@ -74,10 +74,12 @@ def _give_back_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _small_rows(warehouse: str | Path, table: str, versions: Mapping[str, int]) -> list[Row]:
+def _small_rows(tables: OpenTables, table: str, versions: Mapping[str, int]) -> list[Row]:
     if table not in versions:
         return []  # an optional table an older warehouse lacks
-    rows: list[Row] = read_version(warehouse, table, versions[table]).to_pylist()
+    rows: list[Row] = read_version(
+        tables.warehouse, table, versions[table], tables=tables
+    ).to_pylist()
     return rows
 
 
@@ -91,12 +93,15 @@ def _require_group_layout(versions: Mapping[str, int]) -> None:
 
 
 def base_index(
-    warehouse: str | Path, version: int, shared: SharedIndexes | None = None
+    warehouse: str | Path,
+    version: int,
+    shared: SharedIndexes | None = None,
+    tables: OpenTables | None = None,
 ) -> BaseIndex:
     """topic_base at `version` as a BaseIndex: a shared file when `shared` (mapped if a
     process wrote it already; a large one written by a process of its own, base_build.py),
     else in this process's memory."""
-    table = open_version(warehouse, TOPIC_BASE, version)
+    table = (tables or OpenTables(warehouse)).at(TOPIC_BASE, version)
     table_id = str(table.metadata().id)
     try:
         if shared is None:
@@ -138,8 +143,10 @@ def _share_arrays(
     return topics.with_arrays(present, counts, key)
 
 
-def overlays_at(warehouse: str | Path, versions: Mapping[str, int]) -> dict[str, Overlay]:
-    rows = _small_rows(warehouse, TOPIC_OVERLAY, versions)
+def overlays_at(
+    warehouse: str | Path, versions: Mapping[str, int], tables: OpenTables | None = None
+) -> dict[str, Overlay]:
+    rows = _small_rows(tables or OpenTables(warehouse), TOPIC_OVERLAY, versions)
     return {row["broker_name"]: overlay_of_row(row) for row in rows}
 
 
@@ -150,19 +157,21 @@ def load_index(
     support_acting_master: bool = False,
     order_message_enable: bool = False,
     shared: SharedIndexes | None = None,
+    tables: OpenTables | None = None,
 ) -> RouteIndex:
     """Every table read whole at `versions` (topic_base: the newest shared base index at or
     before its version brought up to it by the change feed, when another process wrote one
-    and the feed can)."""
+    and the feed can). `tables`: the reader's open tables (none: opened here)."""
     _require_group_layout(versions)
-    version, overlays = versions[TOPIC_BASE], overlays_at(warehouse, versions)
-    topics = _from_shared(warehouse, version, overlays, shared)
+    tables = tables or OpenTables(warehouse)
+    version, overlays = versions[TOPIC_BASE], overlays_at(warehouse, versions, tables)
+    topics = _from_shared(tables, version, overlays, shared)
     if topics is None:
-        topics = RouteTopics.of(base_index(warehouse, version, shared), overlays)
+        topics = RouteTopics.of(base_index(warehouse, version, shared, tables), overlays)
     topics = _share_arrays(topics, versions[TOPIC_OVERLAY], shared)
     return RouteIndex.assemble(
         topics,
-        {t: _small_rows(warehouse, t, versions) for t in SMALL_TABLES},
+        {t: _small_rows(tables, t, versions) for t in SMALL_TABLES},
         versions,
         WATERMARKS.watermark(warehouse, versions[PROGRESS]),
         support_acting_master=support_acting_master,
@@ -171,7 +180,7 @@ def load_index(
 
 
 def _from_shared(
-    warehouse: str | Path,
+    tables: OpenTables,
     version: int,
     overlays: Mapping[str, Overlay],
     shared: SharedIndexes | None,
@@ -182,12 +191,12 @@ def _from_shared(
     None: none, or the change feed cannot cover the gap, or it changed too much."""
     if shared is None:
         return None
-    table_id = str(open_version(warehouse, TOPIC_BASE, version).metadata().id)
+    table_id = str(tables.at(TOPIC_BASE, version).metadata().id)
     base = shared.newest(table_id, version)
     if base is None:
         return None
     try:
-        topics = _rebased(warehouse, RouteTopics.of(base, overlays), base, version)
+        topics = _rebased(tables, RouteTopics.of(base, overlays), base, version)
     except ChangesUnavailableError:
         return None
     return topics if topics.delta_topics <= max_change_fraction * base.topic_count else None
@@ -239,29 +248,29 @@ def changed_overlays(changes: pa.Table) -> dict[str, Overlay | None]:
 
 
 def _overlay_changes(
-    warehouse: str | Path, current: RouteTopics, old: int | None, new: int
+    tables: OpenTables, current: RouteTopics, old: int | None, new: int
 ) -> dict[str, Overlay | None]:
     if old == new:
         return {}
     if old is not None and old < new:
         with contextlib.suppress(ChangesUnavailableError):
-            found = changed_overlays(read_changes(warehouse, TOPIC_OVERLAY, old + 1, new))
+            found = changed_overlays(
+                read_changes(tables.warehouse, TOPIC_OVERLAY, old + 1, new, tables)
+            )
             return {g: o for g, o in found.items() if o != current.overlays.get(g)}
     # no change feed: the table is small (a row per group), compare it whole
-    now = overlays_at(warehouse, {TOPIC_OVERLAY: new})
+    now = overlays_at(tables.warehouse, {TOPIC_OVERLAY: new}, tables)
     gone: dict[str, Overlay | None] = {g: None for g in current.overlays if g not in now}
     return {**gone, **{g: o for g, o in now.items() if current.overlays.get(g) != o}}
 
 
-def _rebased(
-    warehouse: str | Path, topics: RouteTopics, base: BaseIndex, version: int
-) -> RouteTopics:
+def _rebased(tables: OpenTables, topics: RouteTopics, base: BaseIndex, version: int) -> RouteTopics:
     """`topics`' overlays over another base index, brought to topic_base `version` by the
     change feed from the base's version (ChangesUnavailableError: it cannot)."""
     fresh = RouteTopics.of(base, topics.overlays)
     if base.version == version:
         return fresh
-    changes = read_changes(warehouse, TOPIC_BASE, base.version + 1, version)
+    changes = read_changes(tables.warehouse, TOPIC_BASE, base.version + 1, version, tables)
     return fresh.changed(changed_entries(fresh.raw, changes), {})
 
 
@@ -275,16 +284,20 @@ def next_index(
     max_change_fraction: float = 0.25,
     min_full_rows: int = 1000,
     shared: SharedIndexes | None = None,
+    tables: OpenTables | None = None,
 ) -> Built:
-    """The index of `versions` (pinned, settled), from `current` where possible."""
+    """The index of `versions` (pinned, settled), from `current` where possible. `tables`:
+    the reader's open tables, kept between builds (none: opened here)."""
     _require_group_layout(versions)
+    tables = tables or OpenTables(warehouse)
     flags = {
         "support_acting_master": support_acting_master,
         "order_message_enable": order_message_enable,
     }
 
     def full(reason: str) -> Built:
-        return Built(load_index(warehouse, versions, shared=shared, **flags), "full", reason)
+        index = load_index(warehouse, versions, shared=shared, tables=tables, **flags)
+        return Built(index, "full", reason)
 
     if current is None:
         return full("first load")
@@ -300,16 +313,17 @@ def next_index(
     # the topics whose entries may differ from the served index's (None: any may)
     changed: frozenset[str] | None = frozenset()
     topics, rows = current.store, 0
-    newer = shared.newest(topics.base.table_id, new) if shared is not None else None
-    if newer is not None and newer.version > topics.base.version:
+    base_version = topics.base.version
+    newer = shared.newest(topics.base.table_id, new, base_version) if shared is not None else None
+    if newer is not None and newer.version > base_version:
         # another process wrote a newer base: use it (its delta is shorter, and the older
         # file's pages go once no process maps it); which topics changed is not known
         with contextlib.suppress(ChangesUnavailableError):
-            topics = _rebased(warehouse, topics, newer, new)
+            topics = _rebased(tables, topics, newer, new)
             old, changed = new, None
     if new != old:
         try:
-            changes = read_changes(warehouse, TOPIC_BASE, old + 1, new)
+            changes = read_changes(warehouse, TOPIC_BASE, old + 1, new, tables)
         except ChangesUnavailableError as exc:
             return full(f"no change feed: {exc}")
         rows = changes.num_rows
@@ -317,14 +331,14 @@ def next_index(
         topics, changed = topics.changed(entries, {}), frozenset(entries)
         limit = max(min_full_rows, max_change_fraction * topics.base.topic_count)
         if topics.delta_topics > limit:  # the delta is large: a base at this version
-            base = base_index(warehouse, new, shared)
-            topics = _rebased(warehouse, topics, base, new)
-    groups = _overlay_changes(warehouse, topics, served.get(TOPIC_OVERLAY), versions[TOPIC_OVERLAY])
+            base = base_index(warehouse, new, shared, tables)
+            topics = _rebased(tables, topics, base, new)
+    groups = _overlay_changes(tables, topics, served.get(TOPIC_OVERLAY), versions[TOPIC_OVERLAY])
     if groups:
         topics = topics.changed({}, groups)
     topics = _share_arrays(topics, versions[TOPIC_OVERLAY], shared)
     small = {
-        t: _small_rows(warehouse, t, versions)
+        t: _small_rows(tables, t, versions)
         for t in SMALL_TABLES
         if versions.get(t) != served.get(t)
     }
@@ -339,8 +353,8 @@ def next_index(
         versions,
         watermark,
         previous=current,
-        # a flip changes every topic of its group: nothing topic-keyed is carried over
-        changed_topics=None if groups else changed,
+        changed_topics=changed,
+        flipped_groups=frozenset(groups),
         **flags,
     )
     _give_back_memory()  # the batch's Arrow reads: freed, but kept by the pools otherwise

@@ -18,6 +18,7 @@ from routing_lib.core.dump import canonical_dump
 from routing_lib.core.tables import ROUTE_TABLES, Row
 from routing_lib.layout import require_group_layout
 from routing_lib.read.change_log import read_log_changes
+from routing_lib.read.open_tables import OpenTables
 
 # Tables a warehouse written by an older version of the job lacks (it had no KV config): read
 # as empty, and left out of the versions until they appear (which then counts as a change).
@@ -66,7 +67,8 @@ def open_optional(warehouse: str | Path, table: str) -> DeltaTable | None:
     return open_table(warehouse, table)
 
 
-def _open(warehouse: str | Path, table: str) -> DeltaTable | None:
+def open_latest(warehouse: str | Path, table: str) -> DeltaTable | None:
+    """A snapshot table at its latest version (None: an optional one the warehouse lacks)."""
     return (
         open_optional(warehouse, table)
         if table in OPTIONAL_TABLES
@@ -77,7 +79,7 @@ def _open(warehouse: str | Path, table: str) -> DeltaTable | None:
 def table_versions(warehouse: str | Path) -> dict[str, int]:
     versions = {}
     for table in SNAPSHOT_TABLES:
-        delta = _open(warehouse, table)
+        delta = open_latest(warehouse, table)
         if delta is not None:
             versions[table] = delta.version()
     return versions
@@ -87,7 +89,7 @@ def load_snapshot(warehouse: str | Path) -> WarehouseSnapshot:
     tables: dict[str, list[Row]] = {}
     versions: dict[str, int] = {}
     for table in ROUTE_TABLES:
-        delta = _open(warehouse, table)
+        delta = open_latest(warehouse, table)
         if delta is None:
             tables[table] = []
             continue
@@ -117,20 +119,32 @@ def open_version(warehouse: str | Path, table: str, version: int) -> DeltaTable:
     )
 
 
+def _at(warehouse: str | Path, table: str, version: int, tables: OpenTables | None) -> DeltaTable:
+    return tables.at(table, version) if tables else open_version(warehouse, table, version)
+
+
 def read_version(
-    warehouse: str | Path, table: str, version: int, columns: list[str] | None = None
+    warehouse: str | Path,
+    table: str,
+    version: int,
+    columns: list[str] | None = None,
+    tables: OpenTables | None = None,
 ) -> pa.Table:
-    return open_version(warehouse, table, version).to_pyarrow_table(columns=columns)
+    """`table` at `version` (`tables`: a reader's open tables, moved to it)."""
+    return _at(warehouse, table, version, tables).to_pyarrow_table(columns=columns)
 
 
-def read_changes(warehouse: str | Path, table: str, first: int, last: int) -> pa.Table:
+def read_changes(
+    warehouse: str | Path, table: str, first: int, last: int, tables: OpenTables | None = None
+) -> pa.Table:
     """The change-feed rows of versions first..last (`_change_type`: insert, delete,
     update_preimage, update_postimage; `_commit_version`). Commits without the feed (a
-    delta-rs append or overwrite) come from their add/remove actions: whole files in or out."""
+    delta-rs append or overwrite) come from their add/remove actions: whole files in or out.
+    `tables`: a reader's open tables, the table's moved to `last`."""
     if not 0 <= first <= last:  # delta-rs would say "Invalid table version", as for a cleanup
         raise ValueError(f"no version range {first}..{last}")
     try:
-        delta = open_version(warehouse, table, last)
+        delta = _at(warehouse, table, last, tables)
         # the commits' own files where they certainly give delta-rs' answer (change_log.py:
         # load_cdf's query engine maps ~27 MB of library code in each process)
         local = read_log_changes(delta, storage.join(str(warehouse), table), first, last)
