@@ -21,7 +21,7 @@ from routing_lib.core.group_facts import topic_queue_rows
 from routing_lib.core.overlay import Overlay, PermOp
 from routing_lib.core.tables import BROKER_ADDR, BROKER_LIVE, CLUSTER_ADDR, TOPIC_QUEUE, Row
 from routing_lib.core.topic_table import QueueData
-from routing_lib.lookup import base_build
+from routing_lib.lookup import base_build, route_risk
 from routing_lib.lookup.base_index import BaseIndex
 from routing_lib.lookup.consistency import settled_versions
 from routing_lib.lookup.route_risk import RouteRisks
@@ -397,3 +397,61 @@ def test_per_topic_counts_hold_a_holder_per_group_however_many_groups(groups):
     after = topics.changed({}, gone)
     assert int(after.counts[base.find("T")]) == 1 and after.get("U") is not None
     assert int(topics.counts[base.find("T")]) == groups  # the served one unchanged
+
+
+def test_route_risks_carried_over_topic_changes_equal_a_fresh_count(tmp_path, monkeypatch):
+    """RouteRisks counts the base's topics over its holders once per flip or broker change;
+    between them (a batch that changes a few topics) it carries the last count, less the
+    topics that moved to the delta. A group's topics lost with it are looked up by id."""
+    counted = []
+    monkeypatch.setattr(route_risk, "_base_risks", _counting(route_risk._base_risks, counted))
+    model = big_fleet(3, 2_000)  # broker-0..2; T{g}_{t} on one group, Shared{t} on all three
+    wh = WriterWarehouse(tmp_path)
+    wh.publish(0, 1_000, model.first_batch())
+    tables = OpenTables(tmp_path)
+    index = next_index(tmp_path, None, settled_versions(tmp_path, tables)[0], tables=tables).index
+    risks = RouteRisks()
+    risks.of(index)
+    counts: list[int] = []
+
+    def step(batch: int, changes: dict[str, list[Change]]) -> RouteIndex:
+        wh.publish(batch, 1_000 + batch, changes)
+        pinned = settled_versions(tmp_path, tables)[0]
+        built = next_index(tmp_path, index, pinned, tables=tables).index
+        fresh = RouteRisks().of(built)
+        counted.clear()
+        risk = risks.of(built)
+        counts.append(len(counted))  # 0: carried from the last risk
+        assert dict(risk.single_group) == dict(fresh.single_group)
+        assert risk.single_group.sizes == fresh.single_group.sizes  # each topic counted once
+        # besides what a fresh count sees, only the topics lost with a group
+        lost = set(risk.topics_without_writable()) - set(fresh.topics_without_writable())
+        assert lost == {t for t in lost if t.startswith("T1_")}
+        return built
+
+    wiped = QueueData(8, 8, 4, 0)  # read-only: no writable queue
+    for batch, topic in enumerate(("T0_5", "Shared30", "T2_9"), start=1):
+        group = "broker-2" if topic == "T2_9" else "broker-0"
+        index = step(batch, {TOPIC_BASE: [("upsert", base_row(group, topic, wiped))]})
+    assert counts == [0, 0, 0]  # carried over topic changes
+    assert risks.of(index).without_writable["c0"] == ("T0_5", "T2_9")
+    # broker-1 expires (its overlay row and its broker rows): its 1 800 own topics are lost
+    rows = {t: [r for r in rs if r["broker_name"] == "broker-1"] for t, rs in model.brokers.items()}
+    gone = {t: [("delete", r) for r in rs] for t, rs in rows.items()}
+    index = step(4, {**gone, TOPIC_OVERLAY: [("upsert", overlay_row("broker-1", Overlay(False)))]})
+    assert counts[-1] == 1  # a flip: counted again
+    assert len(risks.of(index).without_writable["c1"]) == 1_800
+    index = step(5, {TOPIC_BASE: [("upsert", base_row("broker-0", "T0_6", wiped))]})
+    assert counts[-1] == 0 and len(risks.of(index).topics_without_writable()) == 1_803
+    # back: every lost topic is routed again
+    back = {t: [("upsert", r) for r in rs] for t, rs in rows.items()}
+    index = step(6, {**back, TOPIC_OVERLAY: [("upsert", overlay_row("broker-1", Overlay()))]})
+    assert risks.of(index).topics_without_writable() == ["T0_5", "T0_6", "T2_9"]
+
+
+def _counting(function, calls: list):
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return function(*args, **kwargs)
+
+    return counted

@@ -21,8 +21,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from routing_lib.core.overlay import PERM_WRITE, TRIVIAL, Overlay, PermOp
 from routing_lib.lookup.base_index import BaseIndex
@@ -212,6 +210,27 @@ class RouteTopics:
     def __contains__(self, topic: object) -> bool:
         return isinstance(topic, str) and self.get(topic) is not None
 
+    def entry_of(self, topic: str, i: int) -> Entry | None:
+        """`get(topic)` for base topic `i` (its id, known: no search), not in the delta."""
+        if not self.counts[i]:
+            return None
+        entry = self.base.entry(i)
+        return self._effective(topic, entry) if self.special else entry
+
+    def has_each(self, topics: list[str], ids: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Per topic: in topicQueueTable (`ids`: their base topic ids, -1 for none): the
+        per-topic counts decide for the base's, the delta for its own."""
+        found = np.zeros(len(topics), bool)
+        in_base = ids >= 0
+        known = ids[in_base]
+        found[in_base] = (self.counts[known] > 0) & ~self.shadow[known]
+        if len(self.delta):  # the topics the delta holds: shadowed ones, new ones
+            maybe = ~in_base
+            maybe[in_base] = self.shadow[known]
+            for k in np.flatnonzero(maybe).tolist():
+                found[k] = topics[k] in self
+        return found
+
     shard_of = staticmethod(TopicStore.shard_of)
 
     # -- all topics --
@@ -371,13 +390,8 @@ class RouteTopics:
 
     def system_topic_names(self) -> list[str]:
         """Topics of topicQueueTable that RocketMQ's TopicValidator calls system topics."""
-        topics = self.base.topic_array()
-        system = pc.or_(
-            pc.starts_with(topics, SYSTEM_TOPIC_PREFIX),
-            pc.is_in(topics, value_set=pa.array(sorted(SYSTEM_TOPIC_SET), pa.large_string())),
-        )
-        mask = system.to_numpy(zero_copy_only=False) & self.visible()
-        names = self.base.topic_names(np.flatnonzero(mask))
+        ids = self.base.system_topic_ids()
+        names = self.base.topic_names(ids[self.visible()[ids]])
         extra = [
             t
             for t, _ in self.delta_items()
