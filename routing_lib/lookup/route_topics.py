@@ -28,6 +28,7 @@ from routing_lib.lookup.topic_store import Entry, Queue, TopicStore, queue_of
 from routing_lib.lookup.topics import SYSTEM_TOPIC_PREFIX, SYSTEM_TOPIC_SET
 
 NO_OVERLAYS: Mapping[str, Overlay] = MappingProxyType({})
+GroupCounts = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]  # per group id: two counts
 _EMPTY_DELTA = TopicStore.build(())
 GONE: Entry = ()  # in the delta: a base topic topic_base no longer has
 
@@ -40,6 +41,14 @@ def _present_mask(base: BaseIndex, holders: npt.NDArray[Any], overlay: Overlay) 
         return np.ones(len(holders), np.uint8)
     covered = base.topic_ids(sorted(overlay.covered))
     return np.isin(base.holder_topic[holders], covered).astype(np.uint8)
+
+
+def _holders_of_topics(base: BaseIndex, topics: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """The holder ids of these base topics (each topic's range of the CSR offsets)."""
+    starts = base.holder_start[topics].astype(np.int64)
+    lengths = base.holder_start[topics + 1] - starts
+    firsts = np.repeat(starts - np.cumsum(lengths) + lengths, lengths)
+    return firsts + np.arange(int(lengths.sum()), dtype=np.int64)
 
 
 def _count_type(base: BaseIndex) -> type[np.signedinteger[Any]]:
@@ -302,20 +311,25 @@ class RouteTopics:
 
     # -- vectorised views (what RouteIndex lists and counts) --
 
-    def holder_perms(self) -> npt.NDArray[np.int64]:
-        """Per base holder: its perm as served (its group's perm_op applied)."""
+    def holder_perms(self, holders: npt.NDArray[Any] | None = None) -> npt.NDArray[np.int64]:
+        """Per base holder (or per one of `holders`): its perm as served (its group's
+        perm_op applied)."""
         base = self.base
         perms = np.array([q[2] for q in base.queues], np.int64)
-        perm: npt.NDArray[np.int64] = perms[base.holder_queue]
+        queues = base.holder_queue if holders is None else base.holder_queue[holders]
+        perm: npt.NDArray[np.int64] = perms[queues]
         for group, overlay in self.special.items():
             g = base.group_ids.get(group)
             if g is None or overlay.perm_op is PermOp.ID:
                 continue
-            holders = base.holders_of_group(g)
-            if overlay.perm_op is PermOp.WIPE:
-                perm[holders] &= ~PERM_WRITE
+            if holders is None:
+                ours: Any = base.holders_of_group(g)
             else:
-                perm[holders] = overlay.perm_op.apply(0)  # RW and R set the perm
+                ours = base.holder_group[holders] == g
+            if overlay.perm_op is PermOp.WIPE:
+                perm[ours] &= ~PERM_WRITE
+            else:
+                perm[ours] = overlay.perm_op.apply(0)  # RW and R set the perm
         return perm
 
     def group_topic_counts(self, groups: Iterable[str] | None = None) -> dict[str, int]:
@@ -343,14 +357,46 @@ class RouteTopics:
                     out[name] = out.get(name, 0) + 1
         return out
 
-    def group_write_counts(self) -> dict[str, tuple[int, int]]:
-        """Per group name: (topics it has queue datas of, of which writable as served)."""
+    def base_write_counts(
+        self, last: RouteTopics | None = None, counted: GroupCounts | None = None
+    ) -> GroupCounts:
+        """Per group id: its base holders in topicQueueTable (present, topic not in the
+        delta) and of which writable as served. From `last`'s `counted` when only the delta
+        grew since (no flip, the same perm overlays): less the holders of the topics that
+        moved to the delta, instead of a count over every holder (3 M at 300 x 10 000)."""
         base = self.base
+        groups = len(base.groups)
+        if (
+            last is not None
+            and counted is not None
+            and last.base is base
+            and last.present is self.present
+            and last.special == self.special
+        ):
+            if last.shadow is self.shadow:
+                return counted
+            moved = _holders_of_topics(base, np.flatnonzero(self.shadow & ~last.shadow))
+            moved = moved[self.present[moved].astype(bool)]
+            writable = moved[self.holder_perms(moved) & PERM_WRITE != 0]
+            return (
+                counted[0] - np.bincount(base.holder_group[moved], minlength=groups),
+                counted[1] - np.bincount(base.holder_group[writable], minlength=groups),
+            )
         holders = self.base_holders()
         writable = holders & (self.holder_perms() & PERM_WRITE != 0)
-        n = np.bincount(base.holder_group[holders], minlength=len(base.groups)).tolist()
-        w = np.bincount(base.holder_group[writable], minlength=len(base.groups)).tolist()
-        counts = {g: [a, b] for g, a, b in zip(base.groups, n, w, strict=True) if a}
+        return (
+            np.bincount(base.holder_group[holders], minlength=groups),
+            np.bincount(base.holder_group[writable], minlength=groups),
+        )
+
+    def group_write_counts(self, counted: GroupCounts | None = None) -> dict[str, tuple[int, int]]:
+        """Per group name: (topics it has queue datas of, of which writable as served);
+        `counted`: this store's base_write_counts, if known."""
+        base = self.base
+        n, w = counted if counted is not None else self.base_write_counts()
+        counts = {
+            g: [a, b] for g, a, b in zip(base.groups, n.tolist(), w.tolist(), strict=True) if a
+        }
         for _, entry in self.delta_items():
             for name, queue in zip(entry[0::2], entry[1::2], strict=True):
                 slot = counts.setdefault(name, [0, 0])
