@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from routing_lib import storage
@@ -27,6 +28,7 @@ from routing_lib.core.tables import DEAD_LETTER, LATE_EVENT, PROGRESS
 
 # The lookup pins its route tables by this rule; the console applies it to the other tables.
 from routing_lib.lookup.consistency import _settled_version, commit_mark
+from routing_lib.read.open_tables import OpenTables
 
 # The stored history tables: topic_route_history is derived from the two change tables
 # (read/route_history.py), so those are pinned and read instead.
@@ -46,21 +48,32 @@ READ_COLUMNS = {
 
 def latest_version(warehouse: str | Path, table: str) -> int | None:
     """The table's current version, None when the warehouse has no such table."""
+    opened = _open_or_none(warehouse, table)
+    return None if opened is None else opened.version()
+
+
+def _open_or_none(warehouse: str | Path, table: str) -> DeltaTable | None:
     if not storage.is_dir(storage.join(str(warehouse), table, "_delta_log")):
         return None
     try:
-        return storage.open_delta(storage.join(str(warehouse), table)).version()
+        return storage.open_delta(storage.join(str(warehouse), table))
     except TableNotFoundError:
         return None
 
 
-def pin_versions(warehouse: str | Path, progress_version: int) -> dict[str, int | None]:
+def pin_versions(
+    warehouse: str | Path,
+    progress_version: int,
+    latest: Callable[[str], int | None] | None = None,
+) -> dict[str, int | None]:
     """table -> the version to read with route_progress at `progress_version` (None: the
-    warehouse has no such table, e.g. one written before it existed: read as empty)."""
+    warehouse has no such table, e.g. one written before it existed: read as empty).
+    `latest`: a table's latest version (TableCache.latest_version: found without opening
+    it), else each table is opened."""
     progress = commit_mark(warehouse, PROGRESS, progress_version)
     pins: dict[str, int | None] = {}
     for table in PINNED_TABLES:
-        version = latest_version(warehouse, table)
+        version = latest(table) if latest is not None else latest_version(warehouse, table)
         if version is not None and progress is not None:
             version = _settled_version(warehouse, table, version, progress)
         pins[table] = version
@@ -77,6 +90,15 @@ class TableCache:
         self._tables: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self._lock = threading.Lock()
         self.reads = 0  # delta-rs reads done (the bench reports it)
+        # the tables kept open between snapshots (used under the lock): every new snapshot
+        # pins seven tables and reads some, where opening each replays its log
+        self._open = OpenTables(warehouse)
+
+    def latest_version(self, table: str) -> int | None:
+        """The table's current version (None: the warehouse has no such table), from the
+        commit files after the version seen last where it can (OpenTables.latest)."""
+        with self._lock:
+            return self._open.latest(table, lambda: _open_or_none(self.warehouse, table))
 
     def get(self, table: str, version: int | None) -> pa.Table | None:
         """The table at `version`; None when the warehouse does not have it."""
@@ -89,8 +111,7 @@ class TableCache:
                 self._tables.move_to_end(key)
                 return cached
             with timing.part("delta"):
-                delta = storage.open_delta(storage.join(str(self.warehouse), table))
-                delta.load_as_version(version)
+                delta = self._open.at(table, version)
                 wanted = READ_COLUMNS.get(table)
                 present = [f.name for f in delta.schema().fields]
                 columns = None if wanted is None else [c for c in wanted if c in present]

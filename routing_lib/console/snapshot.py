@@ -163,7 +163,9 @@ class Snapshot:
         with self._lock:
             if self._pins is None:
                 with timing.part("pins"):
-                    self._pins = pin_versions(self.cache.warehouse, self.version)
+                    self._pins = pin_versions(
+                        self.cache.warehouse, self.version, self.cache.latest_version
+                    )
             return self._pins
 
     def table(self, name: str) -> pa.Table | None:
