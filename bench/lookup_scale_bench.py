@@ -221,6 +221,15 @@ def batch_changes(
     return out
 
 
+def batch_kind(changes: dict[str, list[Change]]) -> str:
+    """plain, or the batch whose overlay row takes a group away (expiry) or brings it back
+    (return): a return of a group with its table unchanged, as the job writes it."""
+    overlay = changes.get(TOPIC_OVERLAY)
+    if not overlay:
+        return "plain"
+    return "return" if overlay[0][1]["present"] else "expiry"
+
+
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))] if ordered else 0.0
@@ -291,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         rng = random.Random(7)
         away: dict[str, dict[str, list[Row]]] = {}
         served_after, build_s = [], []
+        by_kind: dict[str, list[float]] = {"plain": [], "expiry": [], "return": []}
         time.sleep(1.0)
         for step in range(1, args.batches + 1):
             due = time.monotonic() + args.interval
@@ -308,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                     raise RuntimeError(f"batch {step} not served after 120 s")
                 time.sleep(0.01)
             served_after.append(time.monotonic() - committed)
+            by_kind[batch_kind(changes)].append(served_after[-1])
             metrics = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics").read()
             for line in metrics.decode().splitlines():
                 if line.startswith("routelake_lookup_snapshot_last_build_duration_seconds "):
@@ -335,6 +346,15 @@ def main(argv: list[str] | None = None) -> int:
             f"max {max(served_after):.2f} s (the lookup's change check and poll included); build "
             f"median {statistics.median(build_s) * 1000:.0f} ms, "
             f"max {max(build_s) * 1000:.0f} ms",
+            flush=True,
+        )
+        print(
+            "served after the progress commit by batch: "
+            + "; ".join(
+                f"{kind} median {statistics.median(s):.2f} s, max {max(s):.2f} s ({len(s)})"
+                for kind, s in by_kind.items()
+                if s
+            ),
             flush=True,
         )
         print(
