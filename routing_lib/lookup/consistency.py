@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 from routing_lib import storage
 from routing_lib.core.catalog import TOPIC_BASE, TOPIC_OVERLAY
 from routing_lib.core.tables import PROGRESS, ROUTE_TABLES
-from routing_lib.read.open_tables import OpenTables
+from routing_lib.read.open_tables import OpenTables, commit_file
 from routing_lib.read.warehouse import (
     SNAPSHOT_TABLES,
     WarehouseSnapshot,
@@ -50,7 +50,7 @@ class CommitMark:
 
 def commit_mark(warehouse: str | Path, table: str, version: int) -> CommitMark | None:
     """What the commit file of one table version says (None if it is gone or unreadable)."""
-    path = storage.join(str(warehouse), table, "_delta_log", f"{version:020d}.json")
+    path = commit_file(storage.join(str(warehouse), table), version)
     try:
         lines = storage.read_text(path).splitlines()
     except OSError:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from routing_lib import storage
 from routing_lib.core.tables import PROGRESS
+from routing_lib.read.open_tables import commit_file
 from routing_lib.read.warehouse import read_version
 
 
@@ -69,7 +70,7 @@ def _step(warehouse: str | Path, known: Latest, since: int, version: int) -> Lat
     commit that is not a plain append of one-row files with statistics, or a tie."""
     latest = known
     for at in range(since + 1, version + 1):
-        path = storage.join(str(warehouse), PROGRESS, "_delta_log", f"{at:020d}.json")
+        path = commit_file(storage.join(str(warehouse), PROGRESS), at)
         try:
             lines = storage.read_text(path).splitlines()
         except OSError:

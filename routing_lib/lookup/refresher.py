@@ -37,7 +37,7 @@ from routing_lib.lookup.consistency import SnapshotNotSettledError, settled_vers
 from routing_lib.lookup.routes import RouteIndex
 from routing_lib.lookup.shared_index import SharedIndexes
 from routing_lib.lookup.snapshots import next_index
-from routing_lib.read.open_tables import OpenTables
+from routing_lib.read.open_tables import OpenTables, commit_file
 from routing_lib.remoting.service_metrics import Metrics
 
 log = logging.getLogger("routelake.lookup")
@@ -210,9 +210,9 @@ def _next_commit_check(warehouse: str | Path) -> Callable[[int], bool] | None:
     stat of its next commit file); None on object storage."""
     if storage.is_remote(warehouse):
         return None
-    log_dir = Path(warehouse) / PROGRESS / "_delta_log"  # as the reads open it
+    table = Path(warehouse) / PROGRESS  # as the reads open it
 
     def committed_after(version: int) -> bool:
-        return (log_dir / f"{version + 1:020d}.json").exists()
+        return Path(commit_file(table, version + 1)).exists()
 
     return committed_after

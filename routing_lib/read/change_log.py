@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from routing_lib import storage
+from routing_lib.read.open_tables import commit_file
 
 log = logging.getLogger("routelake.read")
 
@@ -69,7 +70,7 @@ def _output_schema(table: DeltaTable) -> tuple[pa.Schema, list[str]]:
 
 
 def _commit_actions(root: Path, version: int) -> list[dict[str, Any]]:
-    path = root / "_delta_log" / f"{version:020d}.json"
+    path = Path(commit_file(root, version))
     try:
         text = path.read_text()
     except OSError as exc:  # cleaned up (or never there): delta-rs says which
