@@ -83,10 +83,9 @@ class LookupWatch:
         self.warehouse: Path | None = None
         self._monotonic_minus_wall = time.monotonic() - time.time()
         # to the poller: (state, group, bench-clock time from which a group in that state is
-        # polled); returns acknowledged before the poller started wait here
-        self._dues: Any = None
-        self._returns_before_start: list[tuple[str, float]] = []
-        self._dues_lock = threading.Lock()
+        # polled); made here, so what comes before the poller starts waits in it
+        self._context = multiprocessing.get_context("spawn")  # never fork a JVM's process
+        self._dues: Any = self._context.Queue()
 
     def _at(self, event_ms: int) -> float:
         """The bench clock's reading when the event of time `event_ms` was due."""
@@ -112,11 +111,7 @@ class LookupWatch:
         if group is not None and group.returned is None:
             group.returned = at
             # from now on the group can be served again: its poll starts
-            with self._dues_lock:
-                if self._dues is None:
-                    self._returns_before_start.append((name, at))
-                else:
-                    self._dues.put(("gone", name, at))
+            self._dues.put(("gone", name, at))
 
     def _deadlines(self) -> None:
         for group in self.groups.values():
@@ -142,19 +137,14 @@ class LookupWatch:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        context = multiprocessing.get_context("spawn")  # never fork a process holding a JVM
-        reports, stop, dues = context.Queue(), context.Event(), context.Queue()
+        reports, stop = self._context.Queue(), self._context.Event()
         partition_start = self._at(self.start_ms)
-        poller = context.Process(
+        poller = self._context.Process(
             target=_poll,
-            args=(self.http_port, list(self.groups), reports, stop, partition_start, dues),
+            args=(self.http_port, list(self.groups), reports, stop, partition_start, self._dues),
             daemon=True,
         )
         poller.start()
-        with self._dues_lock:
-            self._dues = dues
-            for name, at in self._returns_before_start:
-                dues.put(("gone", name, at))
         deadlines_sent = False
         while not self._stop.is_set():
             if not deadlines_sent and time.monotonic() >= partition_start + 5:
