@@ -195,7 +195,9 @@ def test_a_partition_of_half_the_fleet_returns_by_overlay_only() -> None:
 # ---- a fault of a 10 000-topic group touches the overlay only ------------------------------------
 
 
-def _big_register(at: int, addr: str, broker_id: int, acting: bool | None = None) -> Event:
+def _big_register(
+    at: int, addr: str, broker_id: int, acting: bool | None = None, **topic_fields: object
+) -> Event:
     record = {
         "eventType": "REGISTER",
         "eventTime": at,
@@ -205,7 +207,8 @@ def _big_register(at: int, addr: str, broker_id: int, acting: bool | None = None
         "brokerId": broker_id,
         "dataVersion": {"stateVersion": 0, "timestamp": 1, "counter": 1},
         "topicConfigTable": {
-            f"topic-{i:05d}": {"topicName": f"topic-{i:05d}", "perm": 6} for i in range(10_000)
+            f"topic-{i:05d}": {"topicName": f"topic-{i:05d}", "perm": 6, **topic_fields}
+            for i in range(10_000)
         },
     }
     if acting is not None:
@@ -245,6 +248,31 @@ def test_faults_of_a_10000_topic_group_change_the_overlay_only() -> None:
     # expiry is the same removal
     routes.expire(4 + 120_001)
     check(PermOp.ID, present=False)
+
+
+def test_a_prime_slaves_wiped_table_is_the_unwiped_base_under_wipe() -> None:
+    """An acting master's prime slave sets its whole table without the write bit. Stored as
+    its table + WIPE, the master's registration of the same rows after it (the cold start,
+    a return where the slave comes first) changes the overlay only, and the slave's return
+    with the rows the group left with writes no base: found in the partition run, where such
+    returns were 9 500-topic base changes twice over. The slave's table here differs from
+    the master's in a field that is no part of a route (`order`): another content
+    reference, the same rows, so the shortcut by reference cannot decide it."""
+    routes = GroupRoutes("big")
+    master, slave = "10.0.0.1:10911", "10.0.0.2:10911"
+    routes.register(_big_register(1, slave, 1, acting=True, order=True), 1, DEFAULT_FLAGS)  # type: ignore[arg-type]
+    base = routes.topic_state.base
+    assert routes.topic_state.overlay == Overlay(True, PermOp.WIPE, None)
+    assert {q.perm for q in base.values()} == {6} and len(base) == 10_000
+    assert {q.perm for q in routes.topics.values()} == {4}
+    routes.register(_big_register(2, master, 0, acting=True), 2, DEFAULT_FLAGS)  # type: ignore[arg-type]
+    assert routes.topic_state.base is base and routes.topic_state.overlay.is_trivial()
+    routes.unregister("C", master)
+    routes.unregister("C", slave)
+    assert routes.topic_state.base is base and not routes.topic_state.overlay.present
+    routes.register(_big_register(3, slave, 1, acting=True, order=True), 3, DEFAULT_FLAGS)  # type: ignore[arg-type]
+    assert routes.topic_state.base is base
+    assert routes.topic_state.overlay == Overlay(True, PermOp.WIPE, None)
 
 
 # ---- the state encoding -------------------------------------------------------------------

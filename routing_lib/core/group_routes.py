@@ -16,7 +16,7 @@ from itertools import compress
 from operator import attrgetter
 from typing import ClassVar, NamedTuple, TypeVar
 
-from routing_lib.core.overlay import EMPTY_GROUP_TOPICS, GroupTopics, PermOp
+from routing_lib.core.overlay import EMPTY_GROUP_TOPICS, GroupTopics, Overlay, PermOp
 from routing_lib.core.topic_table import EMPTY_TOPICS, AppliedRegistration, QueueData, TopicTable
 from routing_lib.core.wire import Event, LazyTopicTable, TopicRow, topic_names
 from schemas.route_event import (
@@ -107,8 +107,10 @@ class _ConfigPlan(NamedTuple):
     configs: list[TopicConfigLike]
     table_ref: str | None  # set when the configs are the registration's whole table
     memo: tuple[str, str, bool] | None  # (group topics, registration, wipe) content refs
-    # the configs' rows, built already (a whole packed table set unwiped): `configs` unused
+    # the configs' rows as set before any wipe, built already (a whole packed table):
+    # `configs` unused
     rows: dict[str, QueueData] | None = None
+    whole: bool = False  # the configs are the registration's whole table (a new dataVersion)
 
 
 def _differing(rows: dict[str, QueueData], held: TopicTable) -> dict[str, QueueData]:
@@ -272,9 +274,12 @@ class GroupRoutes:
         memo = (held_ref, table_ref, wipe_write) if held_ref and table_ref else None
         if memo is not None and memo in _NO_OP_APPLICATIONS:
             return None
-        if not wipe_write and isinstance(table, LazyTopicTable):
+        if isinstance(table, LazyTopicTable):
             # the rows straight from the packed table (a first registration sets them all)
-            return _ConfigPlan([], table_ref, memo, _differing(table.queue_rows(), self.topics))
+            rows = table.queue_rows()
+            if wipe_write:
+                return _ConfigPlan([], table_ref, memo, rows, whole=True)
+            return _ConfigPlan([], table_ref, memo, _differing(rows, self.topics))
         configs = list(table.values())
         if not wipe_write and self.topics:
             # Every config is set, but only those that differ from the group's rows can
@@ -288,7 +293,7 @@ class GroupRoutes:
                 if held_row(c.topicName)
                 != (c.readQueueNums, c.writeQueueNums, c.perm, c.topicSysFlag)
             ]
-        return _ConfigPlan(configs, table_ref, memo)
+        return _ConfigPlan(configs, table_ref, memo, whole=True)
 
     def _missing_configs(self, table: Mapping[str, TopicConfigLike]) -> _ConfigPlan | None:
         """Same dataVersion: only topics missing from this group's routes are (re)applied
@@ -324,31 +329,54 @@ class GroupRoutes:
         configs = plan.configs
         before = self.topics
         if plan.rows is not None:
-            changes = plan.rows
-        elif wipe_write:
-            changes = {
-                config.topicName: QueueData(
-                    config.readQueueNums,
-                    config.writeQueueNums,
-                    config.perm & ~PERM_WRITE,
-                    config.topicSysFlag,
-                )
-                for config in configs
-            }
-        else:  # the same rows, built in C (a group's first or returning registration: all)
-            changes = dict(
+            rows = plan.rows
+        else:  # built in C (a group's first or returning registration: all)
+            rows = dict(
                 zip(
                     map(_TOPIC_NAME, configs),
                     map(QueueData._make, map(_QUEUE_DATA, configs)),
                     strict=True,
                 )
             )
+        if wipe_write:
+            if plan.whole and self.group_level and self._set_wiped_whole(rows, plan):
+                return
+            changes = dict(zip(rows, map(PermOp.WIPE.queue, rows.values()), strict=True))
+        else:
+            changes = rows
         # a new table holds every config of the registration (RocketMQ sets them all)
         ref = plan.table_ref
         applied = None if ref is None else AppliedRegistration(ref, wipe_write)
         self.topics = before.updated(changes, applied)
         if plan.memo is not None and self.topics is before:  # the whole table changed nothing
             _remember_no_op(plan.memo)
+
+    def _set_wiped_whole(self, rows: dict[str, QueueData], plan: _ConfigPlan) -> bool:
+        """An acting master's prime slave sets its whole table wiped (`rows`: as configured).
+        When the slice held no topic outside that table, the slice becomes exactly WIPE(rows):
+        stored as base = `rows` + a WIPE overlay, so the base stays the master's table (its
+        return after the slave's is O(1), and the slave's wipe of an unchanged table writes no
+        base row). False: the slice keeps other topics, set the rows as RocketMQ does."""
+        held = self.topics
+        if not rows.keys() >= held.rows().keys():
+            return False
+        state = self.topic_state
+        base = state.base
+        if base.rows() != rows:  # compared in C; a topic change differs in a few
+            # the slice's order first, as setting the configs over it would leave it
+            names = held.names()
+            ordered = dict(zip(names, map(rows.__getitem__, names), strict=True))
+            ordered.update(rows)
+            ref = plan.table_ref
+            applied = None if ref is None else AppliedRegistration(ref, False)
+            base = TopicTable(ordered, applied_registration=applied)
+        wiped = Overlay(True, PermOp.WIPE, None)
+        if base is state.base and state.overlay == wiped:
+            if plan.memo is not None:
+                _remember_no_op(plan.memo)  # the whole table changed nothing
+            return True
+        self.topic_state = GroupTopics(base, wiped)
+        return True
 
     def _base_returns(
         self, table: object, wipe_write: bool, full: bool, drop_unlisted: bool
