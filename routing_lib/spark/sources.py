@@ -57,13 +57,12 @@ def _classify_archives(
     store: ContentSettings | None = None,
 ) -> Iterator[pd.DataFrame]:
     """`max_future_skew_ms`: lines dated further ahead of the wall clock (read as each file is
-    classified) are dead letters; None trusts every eventTime (synthetic archives). A frame
-    without a content column names its files by path only (archive_stream)."""
+    classified) are dead letters; None trusts every eventTime (synthetic archives). The
+    frames name the files by path only (archive_stream): each is read here."""
     for pdf in frames:
-        contents = pdf["content"] if "content" in pdf else [None] * len(pdf)
-        for uri, shipped in zip(pdf["path"], contents, strict=True):
+        for uri in pdf["path"]:
             path = _local_path(uri)
-            content = _archive_bytes(uri) if shipped is None else shipped
+            content = _archive_bytes(uri)
             if path.endswith(CLOCK_FILE):  # the as-of tick: "<eventTime>" in a file of its own
                 yield _frame([Classified(CLOCK_KEY, int(content), path, 0, None, None, None)])
                 continue
