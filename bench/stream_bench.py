@@ -47,7 +47,9 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+import signal
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -491,6 +493,10 @@ def main() -> None:
             help="brokers register in chunks of this many topics (enableSplitRegistration)",
         )
     args = parser.parse_args()
+    # A SIGTERM ends the bench as an exception would: its finally blocks stop the job, the
+    # lookup and the watch, and multiprocessing's exit hook ends the fleet's process (the
+    # default action killed this process alone and left the fleet sending).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
     from routing_lib.config import load_config
 
