@@ -357,14 +357,13 @@ class GroupRoutes:
         stored as base = `rows` + a WIPE overlay, so the base stays the master's table (its
         return after the slave's is O(1), and the slave's wipe of an unchanged table writes no
         base row). False: the slice keeps other topics, set the rows as RocketMQ does."""
-        held = self.topics
-        if not rows.keys() >= held.rows().keys():
+        names = self.topics.names()  # without deriving a wiped slice's rows
+        if not all(map(rows.__contains__, names)):
             return False
         state = self.topic_state
         base = state.base
         if base.rows() != rows:  # compared in C; a topic change differs in a few
             # the slice's order first, as setting the configs over it would leave it
-            names = held.names()
             ordered = dict(zip(names, map(rows.__getitem__, names), strict=True))
             ordered.update(rows)
             ref = plan.table_ref
