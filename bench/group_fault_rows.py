@@ -6,9 +6,10 @@ against base + overlay (routing_lib/core/group_facts.py, issue 36), without Spar
 One group (a master and a slave, acting master enabled) goes through: its first
 registration, an expiry, a return with the same table, the master's unregister (the
 acting-master wipe), the master's return, an admin WIPE_WRITE_PERM and ADD_WRITE_PERM, an
-unregister of both addresses, a return, and a topic change (one topic's perm changed, one
-topic added). Each fault is one micro-batch of the shipped step (`step_group`, topic tables
-as content references, as stage one sends them). Printed per fault:
+unregister of both addresses, a return, a topic change (one topic's perm changed, one
+topic added), and a return where the slave registers before its master. Each fault is one
+micro-batch of the shipped step (`step_group`, topic tables as content references, as stage
+one sends them). Printed per fault:
 
 * today: topic_queue_table rows changed and topic_route_history rows written (upserts,
   closes, deletes) by the step's rows;
@@ -71,7 +72,12 @@ FAULTS = (
     "perm change (ADD_WRITE_PERM)",
     "unregister (the group's last address)",
     "return (again)",
+    "return, the slave first (acting-master wipe)",
+    "its master back after it",
 )
+# Faults decided by comparing rows, not by reference: the registration's content is new (the
+# slave's), so the group's base is decoded once and compared with it in C (no loop per topic).
+FAULTS_BY_ROWS = ("return, the slave first (acting-master wipe)",)
 
 
 def register_record(at: int, addr: str, broker_id: int, topics: int) -> dict[str, Any]:
@@ -193,6 +199,25 @@ def fault_script(topics: int) -> Script:
     changed["topicConfigTable"]["topic-00000"]["perm"] = 4
     changed["topicConfigTable"]["topic-new"] = {"topicName": "topic-new", "perm": 6}
     script.append(("topic change (one changed, one added)", [changed], t + 1))
+    t += 1
+    both_gone = [_unregister(t + 1, SLAVE, 1), _unregister(t + 2, MASTER, 0)]
+    script.append(("unregister (again)", both_gone, t + 2))
+    t += 2
+    # The slave comes back first and sets the table wiped. Its configs carry a field that is
+    # no part of a route (`order`): another content than the master's, the same rows, as the
+    # partition run's slaves sent (the shortcut by reference cannot decide it).
+    slave = {
+        **changed,
+        "eventTime": t + 1,
+        "brokerAddr": SLAVE,
+        "brokerId": 1,
+        "topicConfigTable": {
+            name: {**config, "order": True} for name, config in changed["topicConfigTable"].items()
+        },
+    }
+    script.append(("return, the slave first (acting-master wipe)", [slave], t + 1))
+    t += 1
+    script.append(("its master back after it", [{**changed, "eventTime": t + 1}], t + 1))
     return script
 
 

@@ -153,11 +153,12 @@ def test_a_replayed_batch_writes_nothing_twice(fleet: Both):
 
 def test_no_fault_decodes_or_derives_the_groups_topics(tmp_path: Path, monkeypatch):
     """The step's side: every fault of bench/group_fault_rows.py's script (expiry, return,
-    role switch, master back, WIPE, ADD, unregister, return) on a 10 000-topic group neither
-    decodes its topic table nor computes its effective slice (no loop per topic), and hands
-    the writer no topic_base row and one topic_overlay row."""
+    role switch, master back, WIPE, ADD, unregister, return, the slave's return before its
+    master's) on a 10 000-topic group neither decodes its topic table (but for a fault
+    decided by rows: one decode, compared in C) nor computes its effective slice (no loop
+    per topic), and hands the writer no topic_base row and one topic_overlay row."""
     import routing_lib.core.overlay as overlay_module
-    from bench.group_fault_rows import FAULTS, fault_script
+    from bench.group_fault_rows import FAULTS, FAULTS_BY_ROWS, fault_script
     from routing_lib.core.topic_table import TopicTable
 
     derived: list[int] = []
@@ -174,6 +175,8 @@ def test_no_fault_decodes_or_derives_the_groups_topics(tmp_path: Path, monkeypat
         stepped = warehouse.step(records, until)
         changes = step_changes(r for rows in stepped.values() for r in rows)
         if fault in FAULTS:
-            assert TopicTable.decodes == decodes and len(derived) == computed, fault
+            allowed = 1 if fault in FAULTS_BY_ROWS else 0
+            assert TopicTable.decodes - decodes <= allowed, fault
+            assert len(derived) == computed, fault
             assert TOPIC_BASE not in changes and len(changes[TOPIC_OVERLAY]) == 1, fault
             assert TOPIC_QUEUE not in changes and "topic_route_history" not in changes
