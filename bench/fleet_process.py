@@ -116,8 +116,8 @@ class FleetProcess:
         """`listener(event)` for every event of a group the partition cuts off, as sent (its
         brokerName, brokerAddr, eventType, eventTime, heartbeatTimeoutMillis);
         `on_return(brokerName, wall clock s)` when Kafka acknowledged the group's first
-        REGISTER from its master after the partition (from then on the job can read its
-        return)."""
+        REGISTER after the partition that brings its topics back (`brings_routes_back`; from
+        then on the job can read its return)."""
         with self._listener_lock:
             self._listener, self._on_return = listener, on_return
             for kind, body in self._early:
@@ -169,6 +169,16 @@ class FleetProcess:
                 self._done.set()
 
 
+def brings_routes_back(event: dict) -> bool:
+    """Whether an absent group's REGISTER brings its topics back: its master's (brokerId 0),
+    or a slave's where acting master is enabled (as the only address listed it is the prime
+    slave, whose configs RouteInfoManager sets without the write bit). A slave's without
+    acting master brings no route (RocketMQ takes topic configs from masters)."""
+    return event.get("eventType") == "REGISTER" and (
+        event.get("brokerId") == 0 or bool(event.get("enableActingMaster"))
+    )
+
+
 @dataclass
 class _Silence:
     names: set[str]
@@ -186,13 +196,11 @@ class _Silence:
         return silent
 
     def first_return(self, event: dict) -> bool:
-        """Whether a sent event is its cut-off group's first REGISTER from its master (brokerId
-        0) after the partition: a group's topics come back with its master's registration only
-        (RouteInfoManager takes topic configs from masters; a slave's brings back no route)."""
+        """Whether a sent event is its cut-off group's first REGISTER after the partition that
+        brings its topics back (`brings_routes_back`)."""
         name = event.get("brokerName")
         if (
-            event["eventType"] != "REGISTER"
-            or event.get("brokerId") != 0
+            not brings_routes_back(event)
             or event["eventTime"] < self.end_ms
             or name not in self.names
             or name in self.returned
@@ -207,6 +215,7 @@ WATCHED_FIELDS = (
     "brokerName",
     "brokerAddr",
     "brokerId",
+    "enableActingMaster",
     "eventType",
     "eventTime",
     "heartbeatTimeoutMillis",

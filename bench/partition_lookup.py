@@ -11,10 +11,11 @@ A group's expiry deadline is the latest (last event sent + heartbeat timeout) ov
 brokers, in event time, mapped to the bench's clock (the fleet sends each event when the
 wall clock reaches its eventTime; if it falls behind, that shows as a later "gone" and in the
 fleet's lag printed beside it). A group whose deadline falls after the partition's end never
-expires and is left out. Its return is when Kafka acknowledged its master's first REGISTER
-after the partition (RouteInfoManager takes topic configs from masters only: a slave that
-registers first brings no route back; before the acknowledgement the job cannot read it,
-however late the fleet sent it); "back" is the
+expires and is left out. Its return is when Kafka acknowledged its first REGISTER after the
+partition that brings its topics back: its master's, or a slave's where acting master is
+enabled (the prime slave's configs are set without the write bit; RocketMQ takes no topic
+config from other slaves); before the acknowledgement the job cannot read it, however late
+the fleet sent it. "back" is the
 first poll after "gone" that finds the group served again.
 
 The watch polls the cut-off groups' topics in turn, then sleeps POLL_PAUSE_S: a "gone" or
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.fleet_process import brings_routes_back
 from bench.lookup_bench import free_port, serve_argv
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,8 +58,8 @@ class _GroupTimes:
 
     deadline: float | None = None  # when its last broker's heartbeat timeout ran out
     deadline_ms: int | None = None  # the same, in event time
-    returned_ms: int | None = None  # eventTime of its master's first REGISTER after it
-    returned: float | None = None  # Kafka acknowledged its master's first REGISTER after it
+    returned_ms: int | None = None  # eventTime of its first REGISTER after it bringing routes
+    returned: float | None = None  # Kafka acknowledged that REGISTER
     returned_due: float | None = None  # when that REGISTER was due on the fleet's clock
     seen_at: float | None = None  # first poll that found its topic served
     gone_at: float | None = None  # first poll after that which found it not served
@@ -99,14 +101,14 @@ class LookupWatch:
         addr, at = str(event.get("brokerAddr")), int(event["eventTime"])
         if event.get("eventType") == "REGISTER":
             group.timeout_ms[addr] = int(event.get("heartbeatTimeoutMillis") or DEFAULT_TIMEOUT_MS)
-            if at >= self.end_ms and event.get("brokerId") == 0 and group.returned_due is None:
+            if at >= self.end_ms and brings_routes_back(event) and group.returned_due is None:
                 group.returned_due, group.returned_ms = self._at(at), at
         if at < self.start_ms:
             group.last_sent_ms[addr] = at
 
     def return_acked(self, name: str, at: float) -> None:
-        """Kafka acknowledged the group master's first REGISTER after the partition at `at`
-        (the bench's monotonic clock)."""
+        """Kafka acknowledged the group's first REGISTER after the partition that brings its
+        topics back at `at` (the bench's monotonic clock)."""
         group = self.groups.get(name)
         if group is not None and group.returned is None:
             group.returned = at

@@ -122,12 +122,13 @@ def test_fleet_process_partition_silences_and_forwards_the_cut_off_groups(
     sent_cut = [(e["brokerAddr"], e["eventTime"]) for e in events if e["brokerName"] in cut]
     assert [(e["brokerAddr"], e["eventTime"]) for e in forwarded] == sent_cut
     assert all(set(e) == set(WATCHED_FIELDS) for e in forwarded)
-    # each cut-off group's first REGISTER from its master after the partition is reported
-    # once, when Kafka acknowledged it: not before it was due on the fleet's clock
+    # each cut-off group's first REGISTER after the partition that brings its routes back
+    # (its master's, or a slave's where acting master is enabled) is reported once, when
+    # Kafka acknowledged it: not before it was due on the fleet's clock
     first_return: dict[str, int] = {}
     for e in events:
         if e["brokerName"] in cut and e["eventType"] == "REGISTER" and e["eventTime"] >= end:
-            if e["brokerId"] == 0:
+            if e["brokerId"] == 0 or e.get("enableActingMaster"):
                 first_return.setdefault(e["brokerName"], e["eventTime"])
     assert first_return  # the fleet is seeded: the same registrations every run
     assert sorted(name for name, _ in returns) == sorted(first_return)
