@@ -8,6 +8,7 @@ the batch goes on.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -143,13 +144,18 @@ def _poisoned_parse(marker: bytes):
     return parse
 
 
-def test_stage_one_failure_dead_letters_one_archive_line(monkeypatch):
+def _archive_frame(folder: Path, content: bytes) -> pd.DataFrame:
+    """The frame archive_stream hands stage one: the archive file's path only."""
+    archive = folder / "a.jsonl"
+    archive.write_bytes(content)
+    return pd.DataFrame({"path": [archive.as_uri()]})
+
+
+def test_stage_one_failure_dead_letters_one_archive_line(monkeypatch, tmp_path):
     lines = [line.encode() for line in fixture_lines("02_master_and_slave")]
     monkeypatch.setattr(ingest, "parse_pipeline_event", _poisoned_parse(b'"brokerId":1,'))
     content = b"".join(line + b"\n" for line in lines)
-    frames = list(
-        _classify_archives(iter([pd.DataFrame({"path": ["file:/a.jsonl"], "content": [content]})]))
-    )
+    frames = list(_classify_archives(iter([_archive_frame(tmp_path, content)])))
     rows = pd.concat(frames)
     dead = rows[rows.group_key == ingest.DEAD_LETTER_KEY]
     poisoned = [n for n, line in enumerate(lines, start=1) if b'"brokerId":1,' in line]
@@ -213,7 +219,7 @@ def test_stateful_step_failure_dead_letters_one_event_and_applies_the_rest(monke
 # ---- archives from the future ------------------------------------------------------------------
 
 
-def test_backfill_dead_letters_lines_past_its_wall_clock_plus_the_skew():
+def test_backfill_dead_letters_lines_past_its_wall_clock_plus_the_skew(tmp_path):
     """Stage one of a backfill: a line more than max_future_skew_ms ahead of the wall clock is a
     dead letter whose reason says so (on the known-records fast path too); None trusts it."""
     import time
@@ -227,7 +233,7 @@ def test_backfill_dead_letters_lines_past_its_wall_clock_plus_the_skew():
         return json.dumps(dict(heartbeat, eventTime=event_time)).encode() + b"\n"
 
     def classified(content: bytes, max_future_skew_ms: int | None) -> pd.DataFrame:
-        frame = pd.DataFrame({"path": ["file:/a.jsonl"], "content": [content]})
+        frame = _archive_frame(tmp_path, content)
         return pd.concat(list(_classify_archives(iter([frame]), None, max_future_skew_ms)))
 
     before = int(time.time() * 1000)
