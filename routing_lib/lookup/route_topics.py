@@ -15,7 +15,10 @@ immutable once built: `changed` returns a new RouteTopics sharing whatever did n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
 from types import MappingProxyType
 from typing import Any
 
@@ -49,6 +52,51 @@ def _holders_of_topics(base: BaseIndex, topics: npt.NDArray[Any]) -> npt.NDArray
     lengths = base.holder_start[topics + 1] - starts
     firsts = np.repeat(starts - np.cumsum(lengths) + lengths, lengths)
     return firsts + np.arange(int(lengths.sum()), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Holders:
+    """The holders of a list of topics, one row each, flat: row r is a holder of topic
+    `topic[r]` (an index into the list) of group `names[group[r]]` with queue data
+    `queues[queue[r]]`; a topic's rows are together, in its entry's order (by group name).
+    `ids`: each topic's id in the base index (-1: none), whether the delta holds it or not.
+    Distinct names and queue datas have distinct indexes (rows compare by index)."""
+
+    topic: npt.NDArray[np.int64]
+    group: npt.NDArray[np.int64]
+    queue: npt.NDArray[np.int64]
+    names: list[str]
+    queues: list[Queue]
+    ids: npt.NDArray[np.int64]
+
+    def per_topic(self, count: int) -> npt.NDArray[np.int64]:
+        """How many rows each of the `count` topics has."""
+        return np.bincount(self.topic, minlength=count)
+
+
+class Catalog:
+    """Indexes of group names and queue datas, the base index's first (its ids), extended
+    with those it lacks."""
+
+    def __init__(self, base: BaseIndex) -> None:
+        self.names = list(base.groups)
+        self.name_ids = dict(base.group_ids)
+        self.queues = list(base.queues)
+        self.queue_ids = {q: i for i, q in enumerate(self.queues)}
+
+    def name(self, name: str) -> int:
+        i = self.name_ids.get(name)
+        if i is None:
+            i = self.name_ids[name] = len(self.names)
+            self.names.append(sys.intern(name))
+        return i
+
+    def queue(self, queue: Queue) -> int:
+        i = self.queue_ids.get(queue)
+        if i is None:
+            i = self.queue_ids[queue] = len(self.queues)
+            self.queues.append(queue)
+        return i
 
 
 def _count_type(base: BaseIndex) -> type[np.signedinteger[Any]]:
@@ -125,9 +173,12 @@ class RouteTopics:
         self,
         base_entries: Mapping[str, Entry | None],
         overlays: Mapping[str, Overlay | None],
+        base_ids: npt.NDArray[np.int64] | None = None,
     ) -> RouteTopics:
         """With these topics' base entries replaced (None: no holder left) and these groups'
-        overlays (None: the row is gone, trivial); the rest shared with this one."""
+        overlays (None: the row is gone, trivial); the rest shared with this one.
+        `base_ids`: the topics' ids in the base index (-1: none) in base_entries' order, if
+        known (else searched)."""
         base = self.base
         present, counts, shadow = self.present, self.counts, self.shadow
         new_overlays = self.overlays
@@ -152,18 +203,18 @@ class RouteTopics:
                 counts[base.holder_topic[holders]] += diff  # one holder per (topic, group)
         delta = self.delta
         if base_entries:
-            replaced: dict[str, Entry | None] = {}
-            shadowed: list[int] = []
-            for topic, entry in base_entries.items():
-                i = base.find(topic)
-                if i >= 0:
-                    replaced[topic] = entry or GONE
-                    if not shadow[i]:
-                        shadowed.append(i)
-                else:
-                    replaced[topic] = entry or None
-            delta = delta.replaced(replaced)
-            if shadowed:
+            names = list(base_entries)
+            ids = base.find_many(names) if base_ids is None else base_ids
+            # a base topic left is GONE in the delta (it shadows the base's entry)
+            delta = delta.replaced(
+                {
+                    topic: (entry or GONE) if i >= 0 else (entry or None)
+                    for (topic, entry), i in zip(base_entries.items(), ids.tolist(), strict=True)
+                }
+            )
+            in_base = ids[ids >= 0]
+            shadowed = in_base[~shadow[in_base]]
+            if len(shadowed):
                 shadow = shadow.copy()
                 shadow[shadowed] = True
         key = self.arrays_key if present is self.present else None
@@ -215,6 +266,82 @@ class RouteTopics:
                     queue = queue_of(read, write, overlay.perm_op.apply(perm), flag)
             flat += (name, queue)
         return tuple(flat) or None
+
+    def holders(
+        self,
+        topics: Sequence[str],
+        present: bool = False,
+        catalog: Catalog | None = None,
+        ids: npt.NDArray[np.int64] | None = None,
+    ) -> Holders:
+        """The base holders (`raw`) of these topics, or with `present` only those their
+        group's overlay keeps (`get`'s groups; the queue datas as stored, no perm_op): the
+        base's by its arrays, the delta's topics by their entries. `catalog`: the name and
+        queue indexes to use (extended here; none: this base's); `ids`: the topics' ids in
+        this base, if known (else searched)."""
+        base = self.base
+        catalog = catalog or Catalog(base)
+        ids = base.find_many(topics) if ids is None else ids
+        entries = [self.delta.get(t) for t in topics] if len(self.delta) else []
+        in_delta = np.array([e is not None for e in entries], bool) if entries else None
+        answers = ids >= 0 if in_delta is None else (ids >= 0) & ~in_delta
+        ks = np.flatnonzero(answers)
+        rows = _holders_of_topics(base, ids[ks])
+        topic = np.repeat(ks, base.holder_start[ids[ks] + 1] - base.holder_start[ids[ks]])
+        if present:
+            kept = self.present[rows].astype(bool)
+            rows, topic = rows[kept], topic[kept]
+        group = base.holder_group[rows].astype(np.int64)
+        queue = base.holder_queue[rows].astype(np.int64)
+        if (
+            catalog.names[: len(base.groups)] != base.groups
+            or catalog.queues[: len(base.queues)] != base.queues
+        ):  # another base's catalog: map by name and queue
+            group = np.array([catalog.name(n) for n in base.groups], np.int64)[group]
+            queue = np.array([catalog.queue(q) for q in base.queues], np.int64)[queue]
+        if in_delta is not None and in_delta.any():
+            more = self._delta_holders(topics, entries, in_delta, present, catalog)
+            order = np.argsort(np.concatenate([topic, more[0]]), kind="stable")
+            topic = np.concatenate([topic, more[0]])[order]
+            group = np.concatenate([group, more[1]])[order]
+            queue = np.concatenate([queue, more[2]])[order]
+        return Holders(topic.astype(np.int64), group, queue, catalog.names, catalog.queues, ids)
+
+    def _delta_holders(
+        self,
+        topics: Sequence[str],
+        entries: list[Entry | None],
+        in_delta: npt.NDArray[np.bool_],
+        present: bool,
+        catalog: Catalog,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """`holders`' rows of the topics the delta holds: (topic, group, queue) arrays."""
+        ks = np.flatnonzero(in_delta)
+        picked = [entries[k] or () for k in ks.tolist()]
+        names = list(chain.from_iterable(e[0::2] for e in picked))
+        queues = list(chain.from_iterable(e[1::2] for e in picked))
+        for name in set(names).difference(catalog.name_ids):
+            catalog.name(name)
+        for queue_data in set(queues).difference(catalog.queue_ids):
+            catalog.queue(queue_data)
+        topic = np.repeat(ks, [len(e) // 2 for e in picked])
+        group = np.fromiter(map(catalog.name_ids.__getitem__, names), np.int64, len(names))
+        queue = np.fromiter(map(catalog.queue_ids.__getitem__, queues), np.int64, len(queues))
+        special = self.special if present else {}
+        if special:  # what the groups' overlays leave out (`_effective`)
+            kept = np.ones(len(names), bool)
+            for name, overlay in special.items():
+                g = catalog.name_ids.get(name)
+                if g is None:
+                    continue
+                ours = np.flatnonzero(group == g)
+                if not overlay.present:
+                    kept[ours] = False
+                elif overlay.covered is not None:
+                    covered = overlay.covered
+                    kept[ours] = [topics[k] in covered for k in topic[ours].tolist()]
+            topic, group, queue = topic[kept], group[kept], queue[kept]
+        return topic, group, queue
 
     def __contains__(self, topic: object) -> bool:
         return isinstance(topic, str) and self.get(topic) is not None
