@@ -7,7 +7,8 @@ writer, loads the lookup's index, then alternates: a batch whose topic_base chan
 every row of one group (perm 6 -> 4, the next time back: `--topics` topics change, as when a
 broker turned read-only re-registers its table), then `--plain` batches of a few random rows.
 Times, per batch, what the lookup's refresher does (`next_index` and the counts it computes
-off the event loop) and the primary's route risks (its /metrics scrape after a snapshot).
+off the event loop) and the primary's work per snapshot besides: the route risks (its
+/metrics scrape) and the console's per-group write counts.
 `--check`: each built index compared with one loaded from scratch (topics, counts, routes of
 the changed group's topics). `--profile`: cProfile over the base-change builds, the top
 functions by cumulative time.
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 from bench.lookup_scale_bench import base_change
+from routing_lib.console.fleet import WriteCounts
 from routing_lib.core.catalog import TOPIC_BASE
 from routing_lib.core.tables import TOPIC_QUEUE
 from routing_lib.lookup.consistency import settled_versions
@@ -72,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"warehouse written in {time.monotonic() - t0:.1f} s", flush=True)
     tables = OpenTables(warehouse)
     index = load_index(warehouse, settled_versions(warehouse, tables)[0], tables=tables)
-    risks = RouteRisks()
+    risks, write_counts = RouteRisks(), WriteCounts()
     risks.of(index)
+    write_counts.of(index.store)
     group, perm, rng = f"broker-{args.groups - 1}", 4, random.Random(3)
     group_topics = [r["topic"] for r in rows[TOPIC_QUEUE] if r["broker_name"] == group]
     times: dict[str, list[tuple[float, float]]] = {"base": [], "plain": []}
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             wh.merge(TOPIC_BASE, changes, batch)
             wh.progress(batch, 1_764_000_000_000 + batch)
             pinned = settled_versions(warehouse, tables)[0]
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             if profile is not None and kind == "base":
                 profile.enable()
             built = next_index(warehouse, index, pinned, tables=tables)
@@ -99,15 +102,18 @@ def main(argv: list[str] | None = None) -> int:
             built.index.broker_topic_counts  # noqa: B018
             if profile is not None:
                 profile.disable()
-            build = time.perf_counter() - started
-            started = time.perf_counter()
-            risks.of(built.index)
-            times[kind].append((build, time.perf_counter() - started))
+            build, build_cpu = time.perf_counter() - started, time.process_time() - cpu
+            started, cpu = time.perf_counter(), time.process_time()
+            risks.of(built.index)  # the primary's, after each snapshot: route risks
+            write_counts.of(built.index.store)  # and the console's per-group counts
+            after = time.perf_counter() - started, time.process_time() - cpu
+            times[kind].append((build_cpu, after[1]))
             index = built.index
             print(
                 f"batch {batch} {kind}: {built.changed_rows} change rows, "
-                f"{built.changed_topics} topics, build {build * 1000:.0f} ms, "
-                f"route risks {times[kind][-1][1] * 1000:.0f} ms, "
+                f"{built.changed_topics} topics, build {build * 1000:.0f} ms "
+                f"(CPU {build_cpu * 1000:.0f}), risks + counts {after[0] * 1000:.0f} ms "
+                f"(CPU {after[1] * 1000:.0f}), "
                 f"delta {index.store.delta_topics} topics",
                 flush=True,
             )
@@ -117,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     for kind, pairs in times.items():
         builds, scrapes = [b * 1000 for b, _ in pairs], [s * 1000 for _, s in pairs]
         print(
-            f"{kind}: build median {statistics.median(builds):.0f} ms, max {max(builds):.0f} ms;"
-            f" route risks median {statistics.median(scrapes):.0f} ms, "
-            f"max {max(scrapes):.0f} ms ({len(pairs)} batches)"
+            f"{kind} (CPU time): build median {statistics.median(builds):.0f} ms, "
+            f"max {max(builds):.0f} ms; route risks + write counts median "
+            f"{statistics.median(scrapes):.0f} ms, max {max(scrapes):.0f} ms ({len(pairs)} batches)"
         )
     if profile is not None:
         pstats.Stats(profile).sort_stats("cumulative").print_stats(30)

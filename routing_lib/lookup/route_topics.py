@@ -59,8 +59,9 @@ class Holders:
     """The holders of a list of topics, one row each, flat: row r is a holder of topic
     `topic[r]` (an index into the list) of group `names[group[r]]` with queue data
     `queues[queue[r]]`; a topic's rows are together, in its entry's order (by group name).
-    `ids`: each topic's id in the base index (-1: none), whether the delta holds it or not.
-    Distinct names and queue datas have distinct indexes (rows compare by index)."""
+    `ids`: each topic's id in the base index (-1: none; or not searched: a topic the delta
+    holds, unless the caller gave them). Distinct names and queue datas have distinct
+    indexes (rows compare by index)."""
 
     topic: npt.NDArray[np.int64]
     group: npt.NDArray[np.int64]
@@ -278,12 +279,18 @@ class RouteTopics:
         group's overlay keeps (`get`'s groups; the queue datas as stored, no perm_op): the
         base's by its arrays, the delta's topics by their entries. `catalog`: the name and
         queue indexes to use (extended here; none: this base's); `ids`: the topics' ids in
-        this base, if known (else searched)."""
+        this base, if known (else searched for the topics the delta does not hold: after a
+        base change of K topics they all are, and the next snapshot needs no search)."""
         base = self.base
         catalog = catalog or Catalog(base)
-        ids = base.find_many(topics) if ids is None else ids
         entries = [self.delta.get(t) for t in topics] if len(self.delta) else []
         in_delta = np.array([e is not None for e in entries], bool) if entries else None
+        if ids is None and in_delta is not None:
+            ids = np.full(len(topics), -1, np.int64)
+            outside = np.flatnonzero(~in_delta)
+            ids[outside] = base.find_many([topics[k] for k in outside.tolist()])
+        elif ids is None:
+            ids = base.find_many(topics)
         answers = ids >= 0 if in_delta is None else (ids >= 0) & ~in_delta
         ks = np.flatnonzero(answers)
         rows = _holders_of_topics(base, ids[ks])
@@ -378,9 +385,10 @@ class RouteTopics:
             self._visible = (self.counts > 0) & ~self.shadow
         return self._visible
 
-    def delta_items(self) -> Iterator[tuple[str, Entry]]:
-        """The delta's topics in topicQueueTable, with their entries as served."""
-        for topic, entry in self.delta.items():
+    def delta_items(self, shard: Mapping[str, Entry] | None = None) -> Iterator[tuple[str, Entry]]:
+        """The delta's topics in topicQueueTable, with their entries as served (`shard`:
+        those of one of its shards)."""
+        for topic, entry in self.delta.items() if shard is None else shard.items():
             if entry:
                 effective = self._effective(topic, entry) if self.special else entry
                 if effective is not None:

@@ -367,11 +367,8 @@ class _Moved:
     def __init__(self, previous: RouteIndex, index: RouteIndex, topics: list[str]) -> None:
         self.previous, self.index, self.count = previous, index, len(topics)
         self.catalog = Catalog(index.store.base)
+        self.before = previous.store.holders(topics, present=True, catalog=self.catalog)
         self.after = index.store.holders(topics, present=True, catalog=self.catalog)
-        same_base = previous.store.base is index.store.base  # the ids found once
-        self.before = previous.store.holders(
-            topics, present=True, catalog=self.catalog, ids=self.after.ids if same_base else None
-        )
 
     def same_names(self) -> bool:
         """Is each topic in both indexes' topicQueueTable or in neither?"""

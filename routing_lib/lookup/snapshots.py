@@ -255,7 +255,8 @@ def changed_entries(
     last, topic_codes = _last_per_key(changes)
     names = topic_codes.dictionary.to_pylist()
     catalog = Catalog(topics.base)
-    before = topics.holders(names, catalog=catalog)
+    ids = topics.base.find_many(names)  # every topic's, for `changed`: in the delta or not
+    before = topics.holders(names, catalog=catalog, ids=ids)
     decided = changes.take(pa.array(last))
     topic = topic_codes.indices.to_numpy()[last].astype(np.int64)
     brokers = decided.column("broker_name").combine_chunks().dictionary_encode()
@@ -304,7 +305,7 @@ def changed_entries(
         picked.tolist(), starts[picked].tolist(), ends[picked].tolist(), strict=True
     ):
         entries[names[k]] = tuple(objects[first:end]) if end > first else None
-    return entries, before.ids[picked]
+    return entries, ids[picked]
 
 
 def changed_overlays(changes: pa.Table) -> dict[str, Overlay | None]:

@@ -160,6 +160,11 @@ class TopicStore:
                 row_count += len(entry) // 2
         return TopicStore(tuple(shards), size, row_count)
 
+    def shards(self) -> tuple[dict[str, Entry], ...]:
+        """The shard dicts (read-only): a shard this store shares with the one it came from
+        is the same object, so its topics are known to be unchanged."""
+        return self._shards
+
     def values(self) -> Iterator[Entry]:
         for shard in self._shards:
             yield from shard.values()
