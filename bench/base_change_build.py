@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"warehouse written in {time.monotonic() - t0:.1f} s", flush=True)
     tables = OpenTables(warehouse)
     index = load_index(warehouse, settled_versions(warehouse, tables)[0], tables=tables)
+    index.route_count  # noqa: B018 (the refresher computes both off the loop)
+    index.broker_topic_counts  # noqa: B018
     risks, write_counts = RouteRisks(), WriteCounts()
     risks.of(index)
     write_counts.of(index.store)

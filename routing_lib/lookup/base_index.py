@@ -258,7 +258,7 @@ class BaseIndex:
         return np.array(found, np.int64)
 
 
-_FEW = 8  # fewer topics than this: a binary search each costs less than the arrays
+_FEW = 64  # fewer topics than this: a binary search each costs less than the arrays
 _SEARCH_CELLS = 1 << 22  # topics x longest name per chunk of find_many
 
 
