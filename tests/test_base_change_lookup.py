@@ -16,12 +16,13 @@ from routing_lib.core.fact_rows import base_row, overlay_row
 from routing_lib.core.overlay import Overlay, PermOp
 from routing_lib.core.tables import TOPIC_QUEUE
 from routing_lib.core.topic_table import QueueData
+from routing_lib.lookup.base_changes import changed_entries
 from routing_lib.lookup.base_index import QUEUE_COLUMNS, BaseIndex
 from routing_lib.lookup.consistency import settled_versions
 from routing_lib.lookup.route_risk import RouteRisks
 from routing_lib.lookup.route_topics import RouteTopics
 from routing_lib.lookup.routes import RouteIndex
-from routing_lib.lookup.snapshots import changed_entries, load_index, next_index
+from routing_lib.lookup.snapshots import load_index, next_index
 from routing_lib.lookup.topic_store import Entry, entry_of, queue_of, queues_of
 from routing_lib.read.arrow_schema import arrow_schema
 from routing_lib.read.open_tables import OpenTables

@@ -27,8 +27,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
@@ -38,12 +36,12 @@ from routing_lib.core.fact_rows import overlay_of_row
 from routing_lib.core.overlay import Overlay
 from routing_lib.core.tables import PROGRESS, Row
 from routing_lib.lookup import base_build
-from routing_lib.lookup.base_index import QUEUE_COLUMNS, BaseIndex
+from routing_lib.lookup.base_changes import REMOVES, changed_entries
+from routing_lib.lookup.base_index import BaseIndex
 from routing_lib.lookup.progress_watermark import ProgressWatermarks
-from routing_lib.lookup.route_topics import Catalog, RouteTopics
+from routing_lib.lookup.route_topics import RouteTopics
 from routing_lib.lookup.routes import SMALL_TABLES, RouteIndex
 from routing_lib.lookup.shared_index import SharedIndexes
-from routing_lib.lookup.topic_store import Entry, queue_of
 from routing_lib.read.open_tables import OpenTables
 from routing_lib.read.warehouse import (
     ChangesUnavailableError,
@@ -52,7 +50,6 @@ from routing_lib.read.warehouse import (
     read_version,
 )
 
-_REMOVES = frozenset({"delete", "update_preimage"})  # applied before a commit's inserts
 # route_progress's latest row per version read: the next build reads only the new commits
 WATERMARKS = ProgressWatermarks()
 
@@ -209,103 +206,8 @@ def _in_commit_order(changes: pa.Table, columns: tuple[str, ...]) -> list[dict[s
     cols = {c: changes.column(c).to_pylist() for c in (*columns, "_change_type")}
     versions = changes.column("_commit_version").to_pylist()
     kinds = cols.pop("_change_type")
-    order = sorted(range(changes.num_rows), key=lambda i: (versions[i], kinds[i] not in _REMOVES))
-    return [{**{c: cols[c][i] for c in cols}, "_remove": kinds[i] in _REMOVES} for i in order]
-
-
-def _plain_strings(table: pa.Table, columns: tuple[str, ...]) -> pa.Table:
-    """`columns` of the table, string views (delta-rs' change feed) as plain strings: the
-    compute kernels used here have none for views."""
-    table = table.select(list(columns))
-    fields = [f.with_type(pa.string()) if f.type == pa.string_view() else f for f in table.schema]
-    return table.cast(pa.schema(fields))
-
-
-def _last_per_key(changes: pa.Table) -> tuple[npt.NDArray[np.int64], pa.DictionaryArray]:
-    """The rows that decide each (topic, broker_name): the last in commit order (a commit's
-    removals before its inserts), and the topic column dictionary-encoded."""
-    rows = changes.num_rows
-    versions = changes.column("_commit_version").to_numpy().astype(np.int64)
-    removes = pc.is_in(changes.column("_change_type"), pa.array(sorted(_REMOVES))).to_numpy()
-    order = np.lexsort((np.arange(rows), ~removes, versions))
-    topic = changes.column("topic").combine_chunks().dictionary_encode()
-    broker = changes.column("broker_name").combine_chunks().dictionary_encode()
-    key = topic.indices.to_numpy().astype(np.int64) * max(1, len(broker.dictionary))
-    key += broker.indices.to_numpy()
-    _, first_of_reversed = np.unique(key[order][::-1], return_index=True)
-    return order[rows - 1 - first_of_reversed], topic
-
-
-def changed_entries(
-    topics: RouteTopics, changes: pa.Table
-) -> tuple[dict[str, Entry | None], npt.NDArray[np.int64]]:
-    """The new base entries of the topics topic_base's change-feed rows touch (`topics`:
-    the entries before them); topics whose entry came out unchanged are left out. And each
-    entry's topic id in topics' base index (-1: none), in the same order.
-
-    Vectorised: a key's last row decides it (a remove drops the holder, an insert sets its
-    queue data), the topics' holders before come from the base's arrays (`holders`), and
-    the rows after are those plus the inserts less the keys the changes touched, sorted by
-    (topic, group name) and compared with the rows before."""
-    if changes.num_rows == 0:
-        return {}, np.zeros(0, np.int64)
-    changes = _plain_strings(
-        changes, ("topic", "broker_name", *QUEUE_COLUMNS, "_change_type", "_commit_version")
-    )
-    last, topic_codes = _last_per_key(changes)
-    names = topic_codes.dictionary.to_pylist()
-    catalog = Catalog(topics.base)
-    ids = topics.base.find_many(names)  # every topic's, for `changed`: in the delta or not
-    before = topics.holders(names, catalog=catalog, ids=ids)
-    decided = changes.take(pa.array(last))
-    topic = topic_codes.indices.to_numpy()[last].astype(np.int64)
-    brokers = decided.column("broker_name").combine_chunks().dictionary_encode()
-    group = np.array([catalog.name(b) for b in brokers.dictionary.to_pylist()], np.int64)
-    group = group[brokers.indices.to_numpy()]
-    removes = pc.is_in(decided.column("_change_type"), pa.array(sorted(_REMOVES))).to_numpy()
-    values = [decided.column(c).to_numpy(zero_copy_only=False) for c in QUEUE_COLUMNS]
-    distinct, inverse = np.unique(np.stack(values, axis=1), axis=0, return_inverse=True)
-    queue = np.array([catalog.queue(queue_of(*q)) for q in distinct.tolist()], np.int64)[
-        inverse.reshape(-1)
-    ]
-    width = len(catalog.names)
-    touched = np.isin(before.topic * width + before.group, topic * width + group)
-    adds = ~removes
-    after_topic = np.concatenate([before.topic[~touched], topic[adds]])
-    after_group = np.concatenate([before.group[~touched], group[adds]])
-    after_queue = np.concatenate([before.queue[~touched], queue[adds]])
-    rank = np.empty(width, np.int64)
-    rank[sorted(range(width), key=catalog.names.__getitem__)] = np.arange(width)
-    order = np.lexsort((rank[after_group], after_topic))
-    after_topic, after_group = after_topic[order], after_group[order]
-    after_queue = after_queue[order]
-    # a topic changed unless it has the same rows before and after (both sorted alike)
-    count = len(names)
-    n_before, n_after = before.per_topic(count), np.bincount(after_topic, minlength=count)
-    changed = n_before != n_after
-    same_size = ~changed
-    old_rows, new_rows = same_size[before.topic], same_size[after_topic]
-    differs = (before.group[old_rows] != after_group[new_rows]) | (
-        before.queue[old_rows] != after_queue[new_rows]
-    )
-    changed[before.topic[old_rows][differs]] = True
-    # the new entries: flat (name, queue, ...) tuples cut from one list of objects
-    flat = np.empty(2 * len(after_topic), object)
-    flat[0::2] = np.array(catalog.names, object)[after_group]
-    queues = np.empty(len(catalog.queues), object)
-    for i, q in enumerate(catalog.queues):
-        queues[i] = q
-    flat[1::2] = queues[after_queue]
-    objects = flat.tolist()
-    ends = 2 * np.cumsum(n_after)
-    starts = ends - 2 * n_after
-    entries: dict[str, Entry | None] = {}
-    picked = np.flatnonzero(changed)
-    for k, first, end in zip(
-        picked.tolist(), starts[picked].tolist(), ends[picked].tolist(), strict=True
-    ):
-        entries[names[k]] = tuple(objects[first:end]) if end > first else None
-    return entries, ids[picked]
+    order = sorted(range(changes.num_rows), key=lambda i: (versions[i], kinds[i] not in REMOVES))
+    return [{**{c: cols[c][i] for c in cols}, "_remove": kinds[i] in REMOVES} for i in order]
 
 
 def changed_overlays(changes: pa.Table) -> dict[str, Overlay | None]:
