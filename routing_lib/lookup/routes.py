@@ -567,7 +567,7 @@ class RouteIndex:
         old, new = previous._views, self._views
         # the changed topics' present holders before and after, as arrays (vectorised: a
         # base change of 10 000 topics is not 10 000 rounds of Python)
-        moved = _Moved(previous, self, sorted(changed)) if changed else None
+        moved = _Moved(previous, self, list(changed)) if changed else None
         same_topics = changed is not None and not changed and not flipped
         same_names = changed is not None and not flipped and (moved is None or moved.same_names())
         same_brokers = self._broker_part is previous._broker_part
