@@ -315,7 +315,7 @@ class RouteTopics:
         base change of K topics they all are, and the next snapshot needs no search)."""
         base = self.base
         catalog = catalog or Catalog(base)
-        entries = [self.delta.get(t) for t in topics] if len(self.delta) else []
+        entries = self.delta.get_many(topics) if len(self.delta) else []
         in_delta = np.array([e is not None for e in entries], bool) if entries else None
         if ids is None and in_delta is not None:
             ids = np.full(len(topics), -1, np.int64)
