@@ -20,6 +20,7 @@ import argparse
 import cProfile
 import pstats
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -66,7 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
 
-    warehouse = Path(tempfile.mkdtemp(prefix="base-change-")) / "warehouse"
+    tmp = Path(tempfile.mkdtemp(prefix="base-change-"))
+    try:
+        _run(args, tmp / "warehouse")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def _run(args: argparse.Namespace, warehouse: Path) -> None:
     rows = fleet(args.groups, args.topics)
     wh = WriterWarehouse(warehouse)
     t0 = time.monotonic()
@@ -131,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         )
     if profile is not None:
         pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
-    return 0
 
 
 if __name__ == "__main__":
