@@ -15,7 +15,9 @@
    the liveness of every broker, `--changes` topic_base rows upserted, and every 5th batch
    one broker group expiring or coming back: its addresses, its live entries and its one
    topic_overlay row (its 10 000 base rows stay, as the job keeps them). Times each from its
-   progress commit to the server answering with its watermark.
+   progress commit to the server answering with its watermark. `--base-change N`: every Nth
+   batch also changes every topic_base row of one group (its perm 6 -> 4, the next time back:
+   a broker turned read-only re-registering its table), a base change of `--topics` topics.
 4. Meanwhile one client process sends GET_ROUTEINFO_BY_TOPIC (105) for random topics, one at
    a time on one connection, and records every latency.
 Prints the figures, the last line the summary.
@@ -221,9 +223,18 @@ def batch_changes(
     return out
 
 
-def batch_kind(changes: dict[str, list[Change]]) -> str:
+def base_change(rows: dict[str, list[Row]], group: str, perm: int) -> list[Change]:
+    """Every topic_base row of `group` with its perm set to `perm` (queue counts kept): a
+    base change of the group's every topic."""
+    return [("upsert", {**r, "perm": perm}) for r in rows[TOPIC_QUEUE] if r["broker_name"] == group]
+
+
+def batch_kind(changes: dict[str, list[Change]], whole_group: bool = False) -> str:
     """plain, or the batch whose overlay row takes a group away (expiry) or brings it back
-    (return): a return of a group with its table unchanged, as the job writes it."""
+    (return): a return of a group with its table unchanged, as the job writes it; or (first)
+    one whose topic_base changes hold a whole group's rows (base)."""
+    if whole_group:
+        return "base"
     overlay = changes.get(TOPIC_OVERLAY)
     if not overlay:
         return "plain"
@@ -243,8 +254,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between batches")
     parser.add_argument("--changes", type=int, default=20, help="topic rows per batch")
+    parser.add_argument(
+        "--base-change",
+        type=int,
+        default=0,
+        metavar="N",
+        help="every Nth batch: every topic_base row of one group changes (perm 6 <-> 4)",
+    )
     parser.add_argument("--workers", type=int, default=None, help="routectl serve --workers")
     parser.add_argument("--keep", action="store_true", help="keep the warehouse")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="py-spy record the server's processes from the first batch on (collapsed stacks)",
+    )
     parser.add_argument(
         "--memory-detail", action="store_true", help="per process: PSS parts, private mappings"
     )
@@ -290,6 +315,20 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
+        spy = None
+        if args.py_spy is not None:
+            spy = subprocess.Popen(
+                [
+                    str(Path(sys.executable).with_name("py-spy")),
+                    "record",
+                    "--pid",
+                    str(server.pid),
+                    "--subprocesses",
+                    "--idle",
+                ]
+                + ["--format", "raw", "--rate", "100", "--output", str(args.py_spy)],
+                stdout=subprocess.DEVNULL,
+            )
         ctx = mp.get_context("fork")
         parent_end, child_end = ctx.Pipe(duplex=False)
         stop_client = ctx.Event()
@@ -300,12 +339,21 @@ def main(argv: list[str] | None = None) -> int:
         rng = random.Random(7)
         away: dict[str, dict[str, list[Row]]] = {}
         served_after, build_s = [], []
-        by_kind: dict[str, list[float]] = {"plain": [], "expiry": [], "return": []}
+        by_kind: dict[str, list[float]] = {"plain": [], "expiry": [], "return": [], "base": []}
+        # the group whose base --base-change flips: the last one (expiries pick at random)
+        flip_group, flip_perm = f"broker-{args.groups - 1}", 4
         time.sleep(1.0)
         for step in range(1, args.batches + 1):
             due = time.monotonic() + args.interval
             watermark = 1_764_000_000_000 + step * 1000
             changes = batch_changes(rng, rows, step, args.changes, away)
+            whole_group = bool(args.base_change) and step % args.base_change == 0
+            if whole_group:
+                changes[TOPIC_BASE] = [
+                    *changes[TOPIC_BASE],
+                    *base_change(rows, flip_group, flip_perm),
+                ]
+                flip_perm = 6 if flip_perm == 4 else 4
             for table, table_changes in changes.items():
                 wh.merge(table, one_per_key(table, table_changes), step)
             wh.progress(step, watermark)
@@ -318,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
                     raise RuntimeError(f"batch {step} not served after 120 s")
                 time.sleep(0.01)
             served_after.append(time.monotonic() - committed)
-            by_kind[batch_kind(changes)].append(served_after[-1])
+            by_kind[batch_kind(changes, whole_group)].append(served_after[-1])
             metrics = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics").read()
             for line in metrics.decode().splitlines():
                 if line.startswith("routelake_lookup_snapshot_last_build_duration_seconds "):
@@ -334,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
         stop_client.set()
         latencies, errors, missing = parent_end.recv()
         client.join(10)
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            spy.wait(60)
         rss_end, pss_end = tree_rss_mb(server.pid), tree_pss_mb(server.pid)
         if args.memory_detail:
             print("\n".join(memory_detail(server.pid)), flush=True)
@@ -341,7 +392,13 @@ def main(argv: list[str] | None = None) -> int:
         ms = [x * 1000 for x in latencies]
         print(
             f"{args.batches} batches (liveness of every broker, {args.changes} topic_base rows, "
-            f"every 5th a group of {args.topics} topics expiring or returning): served "
+            f"every 5th a group of {args.topics} topics expiring or returning"
+            + (
+                f", every {args.base_change}th a group's {args.topics} base rows changing"
+                if args.base_change
+                else ""
+            )
+            + "): served "
             f"{statistics.median(served_after):.2f} s after the progress commit (median), "
             f"max {max(served_after):.2f} s (the lookup's change check and poll included); build "
             f"median {statistics.median(build_s) * 1000:.0f} ms, "

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from routing_lib.core.group_routes import MASTER_ID
 from routing_lib.core.history import REGISTERED
 from routing_lib.core.tables import Row
-from routing_lib.lookup.route_topics import GroupCounts, RouteTopics
+from routing_lib.lookup.route_topics import DeltaWriteCounts, GroupCounts, RouteTopics
 from routing_lib.lookup.routes import RouteIndex
 
 BrokerKey = tuple[str, str]  # (cluster name, broker address), brokerLiveTable's key
@@ -53,12 +53,14 @@ class WriteCounts:
     (the console's pages of one snapshot). The console asks for every new snapshot's: a
     count over every base holder is 30-90 ms at 300 groups x 10 000 topics, so the base
     holders' part is carried from the last store's when only the delta grew
-    (RouteTopics.base_write_counts)."""
+    (RouteTopics.base_write_counts), and the delta's part per shard of the delta
+    (DeltaWriteCounts)."""
 
     def __init__(self) -> None:
         self._store: WriteCountable | None = None
         self._counts: dict[str, tuple[int, int]] = {}
         self._base: GroupCounts | None = None  # the RouteTopics' base_write_counts
+        self._delta: DeltaWriteCounts | None = None  # and the delta's part, per shard
         self._lock = threading.Lock()
 
     def of(self, store: WriteCountable) -> dict[str, tuple[int, int]]:
@@ -67,9 +69,11 @@ class WriteCounts:
                 last = self._store if isinstance(self._store, RouteTopics) else None
                 if isinstance(store, RouteTopics):
                     self._base = store.base_write_counts(last, self._base)
-                    self._counts = store.group_write_counts(self._base)
+                    self._delta = DeltaWriteCounts(store, self._delta if last is not None else None)
+                    self._counts = store.group_write_counts(self._base, self._delta)
                 else:
-                    self._base, self._counts = None, write_counts(store)
+                    self._base, self._delta = None, None
+                    self._counts = write_counts(store)
                 self._store = store
             return dict(self._counts)
 

@@ -196,6 +196,27 @@ class BaseIndex:
             return lo
         return -1
 
+    def find_many(self, topics: Sequence[str]) -> npt.NDArray[np.int64]:
+        """Each topic's id, or -1: `find` for many topics at once, one vectorised binary
+        search (the few dozen steps of all of them together, not a Python search each)."""
+        if len(topics) < _FEW or not self.topic_count:
+            return np.array([self.find(t) for t in topics], np.int64)
+        try:
+            keys = pa.array(topics, pa.large_string())
+        except (UnicodeEncodeError, pa.ArrowException):  # a lone surrogate: search each
+            return np.array([self.find(t) for t in topics], np.int64)
+        offsets = np.frombuffer(self._offsets, np.int64)
+        data = np.frombuffer(self._data, np.uint8)
+        key_offsets = np.frombuffer(keys.buffers()[1], np.int64)[: len(keys) + 1]
+        key_data = np.frombuffer(keys.buffers()[2] or b"", np.uint8)
+        out = np.empty(len(keys), np.int64)
+        longest = int(np.diff(key_offsets).max(initial=0))
+        step = max(1, _SEARCH_CELLS // max(1, longest))  # bounds the (topics x bytes) arrays
+        for first in range(0, len(keys), step):
+            part = slice(first, min(len(keys), first + step) + 1)
+            out[first : first + step] = _search(offsets, data, key_offsets[part], key_data)
+        return out
+
     def entry(self, i: int) -> Entry:
         """Topic i's holders as a flat (group, queue, group, queue, ...) tuple."""
         groups, queues, hgroup, hqueue = self.groups, self.queues, self._hgroup, self._hqueue
@@ -235,6 +256,78 @@ class BaseIndex:
         the system topics, never the whole table)."""
         found = [i for i in map(self.find, names) if i >= 0]
         return np.array(found, np.int64)
+
+
+_FEW = 64  # fewer topics than this: a binary search each costs less than the arrays
+_SEARCH_CELLS = 1 << 22  # topics x longest name per chunk of find_many
+
+
+def _padded(
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    data: npt.NDArray[np.uint8],
+    width: int,
+) -> npt.NDArray[np.uint64]:
+    """The strings data[starts[i]:ends[i]] as rows of `width` bytes, zeros after the end,
+    read as big-endian 64-bit words (`width` a multiple of 8): rows compare as the strings
+    do, but for a tie of two strings one of which is the other plus NUL bytes (the shorter
+    is less: compare the lengths then)."""
+    cols = np.arange(width)
+    at = starts[:, None] + cols
+    outside = cols >= (ends - starts)[:, None]
+    if len(data):
+        np.minimum(at, len(data) - 1, out=at)
+        rows = data[at]
+    else:
+        rows = np.zeros(at.shape, np.uint8)
+    rows[outside] = 0
+    words: npt.NDArray[np.uint64] = rows.view(">u8").astype(np.uint64)
+    return words
+
+
+def _compare(
+    a: npt.NDArray[np.uint64],
+    a_len: npt.NDArray[np.int64],
+    b: npt.NDArray[np.uint64],
+    b_len: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Row by row: a < b and a == b, as the strings compare (Python's and Arrow's order)."""
+    differ = a != b
+    has = differ.any(axis=1)
+    first = differ.argmax(axis=1)
+    rows = np.arange(len(a))
+    less = np.where(has, a[rows, first] < b[rows, first], a_len < b_len)
+    return less, ~has & (a_len == b_len)
+
+
+def _search(
+    offsets: npt.NDArray[np.int64],
+    data: npt.NDArray[np.uint8],
+    key_offsets: npt.NDArray[np.int64],
+    key_data: npt.NDArray[np.uint8],
+) -> npt.NDArray[np.int64]:
+    """The ids of the keys (an Arrow string array's offsets and data) among the sorted
+    strings of `offsets`/`data` (-1: not there), all keys searched together: a string longer
+    than the longest key is compared by its first bytes and its length."""
+    count = len(offsets) - 1
+    width = max(8, -(-int(np.diff(key_offsets).max(initial=0)) // 8) * 8)
+    keys = _padded(key_offsets[:-1], key_offsets[1:], key_data, width)
+    key_len = np.diff(key_offsets)
+    lo, hi = np.zeros(len(keys), np.int64), np.full(len(keys), count, np.int64)
+    active = np.arange(len(keys))
+    while len(active):
+        mid = (lo[active] + hi[active]) >> 1
+        starts, ends = offsets[mid], offsets[mid + 1]
+        probe = _padded(starts, np.minimum(ends, starts + width), data, width)
+        less, _ = _compare(probe, ends - starts, keys[active], key_len[active])
+        lo[active] = np.where(less, mid + 1, lo[active])
+        hi[active] = np.where(less, hi[active], mid)
+        active = active[lo[active] < hi[active]]
+    at = np.minimum(lo, count - 1)
+    starts, ends = offsets[at], offsets[at + 1]
+    probe = _padded(starts, np.minimum(ends, starts + width), data, width)
+    _, equal = _compare(probe, ends - starts, keys, key_len)
+    return np.where((lo < count) & equal, lo, -1)
 
 
 PAGE_BYTES = 4096

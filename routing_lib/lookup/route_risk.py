@@ -150,6 +150,7 @@ class RouteRisks:
         self._lost_base: BaseIndex | None = None
         # what the base part of the last risk was computed from, and that part
         self._base_part: _BasePart | None = None
+        self._delta_part: _DeltaPart | None = None  # the same for the delta's topics
 
     def of(self, index: RouteIndex) -> RouteRisk:
         with self._lock:
@@ -168,7 +169,9 @@ class RouteRisks:
             if MASTER_ID in b["brokerAddrs"] or str(MASTER_ID) in b["brokerAddrs"]
         }
         system = frozenset(index.system_topics)
-        unwritable, single = _delta_risks(index.store, cluster_of, masters, system)
+        delta_part = _DeltaPart(index.store, cluster_of, masters, system)
+        unwritable, single = delta_part.risks(self._delta_part)
+        self._delta_part = delta_part
         part = _BasePart(index.store, cluster_of, masters, system)
         base_unwritable, base_single = part.risks(self._base_part)
         self._base_part = part
@@ -266,16 +269,60 @@ def _groups_of(entry: Entry, cluster_of: Mapping[str, str]) -> Groups:
     return groups, tuple(sorted({cluster_of.get(g, NO_CLUSTER) for g in groups}))
 
 
+TopicsByCluster = tuple[dict[str, list[str]], dict[str, list[str]]]
+
+
+class _DeltaPart:
+    """The delta's topics' risks of one store, per shard of the delta: a shard the store
+    shares with the last one (the same dict: copy on write) keeps its risks while the
+    brokers, system topics and overlays are the same, so after a base change of 10 000
+    topics each snapshot counts only the shards its own changes touched."""
+
+    def __init__(
+        self,
+        topics: RouteTopics,
+        cluster_of: Mapping[str, str],
+        masters: set[str],
+        system: frozenset[str],
+    ) -> None:
+        self.topics = topics
+        self.context = (cluster_of, masters, system)
+        self.shards = topics.delta.shards()
+        self.found: list[TopicsByCluster] = []
+
+    def risks(self, last: _DeltaPart | None) -> TopicsByCluster:
+        carries = (
+            last is not None
+            and last.topics.special == self.topics.special
+            and last.context == self.context
+        )
+        unwritable: dict[str, list[str]] = {}
+        single: dict[str, list[str]] = {}
+        for i, shard in enumerate(self.shards):
+            if last is not None and carries and last.shards[i] is shard:
+                found = last.found[i]
+            else:
+                found = _delta_risks(self.topics, shard, *self.context)
+            self.found.append(found)
+            for cluster, topics in found[0].items():
+                unwritable.setdefault(cluster, []).extend(topics)
+            for cluster, topics in found[1].items():
+                single.setdefault(cluster, []).extend(topics)
+        return unwritable, single
+
+
 def _delta_risks(
     topics: RouteTopics,
+    shard: Mapping[str, Entry],
     cluster_of: Mapping[str, str],
     masters: set[str],
     system: frozenset[str],
-) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """Per cluster: the delta's topics without a writable queue and those on one group."""
+) -> TopicsByCluster:
+    """Per cluster: the topics of one shard of the delta without a writable queue and those
+    on one group."""
     unwritable: dict[str, list[str]] = {}
     single: dict[str, list[str]] = {}
-    for topic, entry in topics.delta_items():
+    for topic, entry in topics.delta_items(shard):
         if topic in system:
             continue
         groups, clusters = _groups_of(entry, cluster_of)
@@ -389,7 +436,11 @@ def _vanished(before: RouteIndex, after: RouteIndex) -> dict[str, Vanished]:
             entry = old.entry_of(topic, i)
             if entry is not None and topic not in system:
                 out[topic] = (*_groups_of(entry, cluster_of), i)
-        candidates = [*old.delta, *new.delta]
+        if old.special == new.special:  # the same overlays: only a changed shard's topics
+            pairs = zip(old.delta.shards(), new.delta.shards(), strict=True)
+            candidates = [t for a, b in pairs if a is not b for t in (*a, *b)]
+        else:
+            candidates = [*old.delta, *new.delta]
     else:  # another base index: compare the names
         candidates = sorted(set(old.names()) - set(new.names()))
     for topic in candidates:

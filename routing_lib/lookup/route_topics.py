@@ -15,7 +15,10 @@ immutable once built: `changed` returns a new RouteTopics sharing whatever did n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
 from types import MappingProxyType
 from typing import Any
 
@@ -49,6 +52,84 @@ def _holders_of_topics(base: BaseIndex, topics: npt.NDArray[Any]) -> npt.NDArray
     lengths = base.holder_start[topics + 1] - starts
     firsts = np.repeat(starts - np.cumsum(lengths) + lengths, lengths)
     return firsts + np.arange(int(lengths.sum()), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Holders:
+    """The holders of a list of topics, one row each, flat: row r is a holder of topic
+    `topic[r]` (an index into the list) of group `names[group[r]]` with queue data
+    `queues[queue[r]]`; a topic's rows are together, in its entry's order (by group name).
+    `ids`: each topic's id in the base index (-1: none; or not searched: a topic the delta
+    holds, unless the caller gave them). Distinct names and queue datas have distinct
+    indexes (rows compare by index)."""
+
+    topic: npt.NDArray[np.int64]
+    group: npt.NDArray[np.int64]
+    queue: npt.NDArray[np.int64]
+    names: list[str]
+    queues: list[Queue]
+    ids: npt.NDArray[np.int64]
+
+    def per_topic(self, count: int) -> npt.NDArray[np.int64]:
+        """How many rows each of the `count` topics has."""
+        return np.bincount(self.topic, minlength=count)
+
+
+class Catalog:
+    """Indexes of group names and queue datas, the base index's first (its ids), extended
+    with those it lacks."""
+
+    def __init__(self, base: BaseIndex) -> None:
+        self.names = list(base.groups)
+        self.name_ids = dict(base.group_ids)
+        self.queues = list(base.queues)
+        self.queue_ids = {q: i for i, q in enumerate(self.queues)}
+
+    def name(self, name: str) -> int:
+        i = self.name_ids.get(name)
+        if i is None:
+            i = self.name_ids[name] = len(self.names)
+            self.names.append(sys.intern(name))
+        return i
+
+    def queue(self, queue: Queue) -> int:
+        i = self.queue_ids.get(queue)
+        if i is None:
+            i = self.queue_ids[queue] = len(self.queues)
+            self.queues.append(queue)
+        return i
+
+
+class DeltaWriteCounts:
+    """RouteTopics.group_write_counts' part of the delta's topics, per shard of the delta
+    and summed: a shard the store shares with `last`'s (the same dict: copy on write) keeps
+    its counts while the overlays are the same, so after a base change of 10 000 topics a
+    snapshot counts again only the shards its own changes touched."""
+
+    def __init__(self, topics: RouteTopics, last: DeltaWriteCounts | None = None) -> None:
+        self.special = dict(topics.special)
+        self.shards = topics.delta.shards()
+        self.totals: dict[str, tuple[int, int]] = {}
+        carries = last is not None and last.special == self.special
+        totals: dict[str, list[int]] = (
+            {g: [a, b] for g, (a, b) in last.totals.items()} if last is not None and carries else {}
+        )
+        self.per_shard: list[dict[str, tuple[int, int]]] = []
+        for i, shard in enumerate(self.shards):
+            if last is not None and carries and last.shards[i] is shard:
+                self.per_shard.append(last.per_shard[i])
+                continue
+            counts = topics.delta_write_counts(shard)
+            self.per_shard.append(counts)
+            if last is not None and carries:
+                for name, (a, b) in last.per_shard[i].items():
+                    totals[name][0] -= a
+                    totals[name][1] -= b
+            for name, (a, b) in counts.items():
+                slot = totals.setdefault(name, [0, 0])
+                slot[0] += a
+                slot[1] += b
+        self.totals = {g: (a, b) for g, (a, b) in totals.items() if a or b}
 
 
 def _count_type(base: BaseIndex) -> type[np.signedinteger[Any]]:
@@ -125,9 +206,12 @@ class RouteTopics:
         self,
         base_entries: Mapping[str, Entry | None],
         overlays: Mapping[str, Overlay | None],
+        base_ids: npt.NDArray[np.int64] | None = None,
     ) -> RouteTopics:
         """With these topics' base entries replaced (None: no holder left) and these groups'
-        overlays (None: the row is gone, trivial); the rest shared with this one."""
+        overlays (None: the row is gone, trivial); the rest shared with this one.
+        `base_ids`: the topics' ids in the base index (-1: none) in base_entries' order, if
+        known (else searched)."""
         base = self.base
         present, counts, shadow = self.present, self.counts, self.shadow
         new_overlays = self.overlays
@@ -152,18 +236,18 @@ class RouteTopics:
                 counts[base.holder_topic[holders]] += diff  # one holder per (topic, group)
         delta = self.delta
         if base_entries:
-            replaced: dict[str, Entry | None] = {}
-            shadowed: list[int] = []
-            for topic, entry in base_entries.items():
-                i = base.find(topic)
-                if i >= 0:
-                    replaced[topic] = entry or GONE
-                    if not shadow[i]:
-                        shadowed.append(i)
-                else:
-                    replaced[topic] = entry or None
-            delta = delta.replaced(replaced)
-            if shadowed:
+            names = list(base_entries)
+            ids = base.find_many(names) if base_ids is None else base_ids
+            # a base topic left is GONE in the delta (it shadows the base's entry)
+            delta = delta.replaced(
+                {
+                    topic: (entry or GONE) if i >= 0 else (entry or None)
+                    for (topic, entry), i in zip(base_entries.items(), ids.tolist(), strict=True)
+                }
+            )
+            in_base = ids[ids >= 0]
+            shadowed = in_base[~shadow[in_base]]
+            if len(shadowed):
                 shadow = shadow.copy()
                 shadow[shadowed] = True
         key = self.arrays_key if present is self.present else None
@@ -216,6 +300,88 @@ class RouteTopics:
             flat += (name, queue)
         return tuple(flat) or None
 
+    def holders(
+        self,
+        topics: Sequence[str],
+        present: bool = False,
+        catalog: Catalog | None = None,
+        ids: npt.NDArray[np.int64] | None = None,
+    ) -> Holders:
+        """The base holders (`raw`) of these topics, or with `present` only those their
+        group's overlay keeps (`get`'s groups; the queue datas as stored, no perm_op): the
+        base's by its arrays, the delta's topics by their entries. `catalog`: the name and
+        queue indexes to use (extended here; none: this base's); `ids`: the topics' ids in
+        this base, if known (else searched for the topics the delta does not hold: after a
+        base change of K topics they all are, and the next snapshot needs no search)."""
+        base = self.base
+        catalog = catalog or Catalog(base)
+        entries = self.delta.get_many(topics) if len(self.delta) else []
+        in_delta = np.array([e is not None for e in entries], bool) if entries else None
+        if ids is None and in_delta is not None:
+            ids = np.full(len(topics), -1, np.int64)
+            outside = np.flatnonzero(~in_delta)
+            ids[outside] = base.find_many([topics[k] for k in outside.tolist()])
+        elif ids is None:
+            ids = base.find_many(topics)
+        answers = ids >= 0 if in_delta is None else (ids >= 0) & ~in_delta
+        ks = np.flatnonzero(answers)
+        rows = _holders_of_topics(base, ids[ks])
+        topic = np.repeat(ks, base.holder_start[ids[ks] + 1] - base.holder_start[ids[ks]])
+        if present:
+            kept = self.present[rows].astype(bool)
+            rows, topic = rows[kept], topic[kept]
+        group = base.holder_group[rows].astype(np.int64)
+        queue = base.holder_queue[rows].astype(np.int64)
+        if (
+            catalog.names[: len(base.groups)] != base.groups
+            or catalog.queues[: len(base.queues)] != base.queues
+        ):  # another base's catalog: map by name and queue
+            group = np.array([catalog.name(n) for n in base.groups], np.int64)[group]
+            queue = np.array([catalog.queue(q) for q in base.queues], np.int64)[queue]
+        if in_delta is not None and in_delta.any():
+            more = self._delta_holders(topics, entries, in_delta, present, catalog)
+            order = np.argsort(np.concatenate([topic, more[0]]), kind="stable")
+            topic = np.concatenate([topic, more[0]])[order]
+            group = np.concatenate([group, more[1]])[order]
+            queue = np.concatenate([queue, more[2]])[order]
+        return Holders(topic.astype(np.int64), group, queue, catalog.names, catalog.queues, ids)
+
+    def _delta_holders(
+        self,
+        topics: Sequence[str],
+        entries: list[Entry | None],
+        in_delta: npt.NDArray[np.bool_],
+        present: bool,
+        catalog: Catalog,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """`holders`' rows of the topics the delta holds: (topic, group, queue) arrays."""
+        ks = np.flatnonzero(in_delta)
+        picked = [entries[k] or () for k in ks.tolist()]
+        names = list(chain.from_iterable(e[0::2] for e in picked))
+        queues = list(chain.from_iterable(e[1::2] for e in picked))
+        for name in set(names).difference(catalog.name_ids):
+            catalog.name(name)
+        for queue_data in set(queues).difference(catalog.queue_ids):
+            catalog.queue(queue_data)
+        topic = np.repeat(ks, [len(e) // 2 for e in picked])
+        group = np.fromiter(map(catalog.name_ids.__getitem__, names), np.int64, len(names))
+        queue = np.fromiter(map(catalog.queue_ids.__getitem__, queues), np.int64, len(queues))
+        special = self.special if present else {}
+        if special:  # what the groups' overlays leave out (`_effective`)
+            kept = np.ones(len(names), bool)
+            for name, overlay in special.items():
+                g = catalog.name_ids.get(name)
+                if g is None:
+                    continue
+                ours = np.flatnonzero(group == g)
+                if not overlay.present:
+                    kept[ours] = False
+                elif overlay.covered is not None:
+                    covered = overlay.covered
+                    kept[ours] = [topics[k] in covered for k in topic[ours].tolist()]
+            topic, group, queue = topic[kept], group[kept], queue[kept]
+        return topic, group, queue
+
     def __contains__(self, topic: object) -> bool:
         return isinstance(topic, str) and self.get(topic) is not None
 
@@ -251,9 +417,10 @@ class RouteTopics:
             self._visible = (self.counts > 0) & ~self.shadow
         return self._visible
 
-    def delta_items(self) -> Iterator[tuple[str, Entry]]:
-        """The delta's topics in topicQueueTable, with their entries as served."""
-        for topic, entry in self.delta.items():
+    def delta_items(self, shard: Mapping[str, Entry] | None = None) -> Iterator[tuple[str, Entry]]:
+        """The delta's topics in topicQueueTable, with their entries as served (`shard`:
+        those of one of its shards)."""
+        for topic, entry in self.delta.items() if shard is None else shard.items():
             if entry:
                 effective = self._effective(topic, entry) if self.special else entry
                 if effective is not None:
@@ -389,15 +556,27 @@ class RouteTopics:
             np.bincount(base.holder_group[writable], minlength=groups),
         )
 
-    def group_write_counts(self, counted: GroupCounts | None = None) -> dict[str, tuple[int, int]]:
+    def group_write_counts(
+        self, counted: GroupCounts | None = None, delta: DeltaWriteCounts | None = None
+    ) -> dict[str, tuple[int, int]]:
         """Per group name: (topics it has queue datas of, of which writable as served);
-        `counted`: this store's base_write_counts, if known."""
+        `counted`: this store's base_write_counts, `delta`: its DeltaWriteCounts, if known."""
         base = self.base
         n, w = counted if counted is not None else self.base_write_counts()
         counts = {
             g: [a, b] for g, a, b in zip(base.groups, n.tolist(), w.tolist(), strict=True) if a
         }
-        for _, entry in self.delta_items():
+        for name, (a, b) in (delta or DeltaWriteCounts(self)).totals.items():
+            slot = counts.setdefault(name, [0, 0])
+            slot[0] += a
+            slot[1] += b
+        return {g: (a, b) for g, (a, b) in counts.items() if a}
+
+    def delta_write_counts(self, shard: Mapping[str, Entry]) -> dict[str, tuple[int, int]]:
+        """Per group name: the topics of one shard of the delta it has queue datas of, and
+        of which writable as served."""
+        counts: dict[str, list[int]] = {}
+        for _, entry in self.delta_items(shard):
             for name, queue in zip(entry[0::2], entry[1::2], strict=True):
                 slot = counts.setdefault(name, [0, 0])
                 slot[0] += 1

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +36,12 @@ from routing_lib.core.fact_rows import overlay_of_row
 from routing_lib.core.overlay import Overlay
 from routing_lib.core.tables import PROGRESS, Row
 from routing_lib.lookup import base_build
-from routing_lib.lookup.base_index import QUEUE_COLUMNS, BaseIndex
+from routing_lib.lookup.base_changes import REMOVES, changed_entries
+from routing_lib.lookup.base_index import BaseIndex
 from routing_lib.lookup.progress_watermark import ProgressWatermarks
 from routing_lib.lookup.route_topics import RouteTopics
 from routing_lib.lookup.routes import SMALL_TABLES, RouteIndex
 from routing_lib.lookup.shared_index import SharedIndexes
-from routing_lib.lookup.topic_store import Entry, Queue, entry_of, queue_of, queues_of
 from routing_lib.read.open_tables import OpenTables
 from routing_lib.read.warehouse import (
     ChangesUnavailableError,
@@ -51,7 +50,6 @@ from routing_lib.read.warehouse import (
     read_version,
 )
 
-_REMOVES = frozenset({"delete", "update_preimage"})  # applied before a commit's inserts
 # route_progress's latest row per version read: the next build reads only the new commits
 WATERMARKS = ProgressWatermarks()
 
@@ -208,32 +206,8 @@ def _in_commit_order(changes: pa.Table, columns: tuple[str, ...]) -> list[dict[s
     cols = {c: changes.column(c).to_pylist() for c in (*columns, "_change_type")}
     versions = changes.column("_commit_version").to_pylist()
     kinds = cols.pop("_change_type")
-    order = sorted(range(changes.num_rows), key=lambda i: (versions[i], kinds[i] not in _REMOVES))
-    return [{**{c: cols[c][i] for c in cols}, "_remove": kinds[i] in _REMOVES} for i in order]
-
-
-def changed_entries(
-    raw: Callable[[str], Entry | None], changes: pa.Table
-) -> dict[str, Entry | None]:
-    """The new base entries of the topics topic_base's change-feed rows touch (`raw`: a
-    topic's entry before them); topics whose entry came out unchanged are left out."""
-    if changes.num_rows == 0:
-        return {}
-    work: dict[str, dict[str, Queue]] = {}
-    for row in _in_commit_order(changes, ("topic", "broker_name", *QUEUE_COLUMNS)):
-        topic = str(row["topic"])
-        queues = work.get(topic)
-        if queues is None:
-            queues = work[topic] = queues_of(raw(topic))
-        broker = str(row["broker_name"])
-        if row["_remove"]:
-            queues.pop(broker, None)
-        else:
-            queues[sys.intern(broker)] = queue_of(
-                *(int(row[c]) for c in QUEUE_COLUMNS)  # type: ignore[call-overload]
-            )
-    entries = {t: entry_of(q) for t, q in work.items()}
-    return {t: e for t, e in entries.items() if e != raw(t)}
+    order = sorted(range(changes.num_rows), key=lambda i: (versions[i], kinds[i] not in REMOVES))
+    return [{**{c: cols[c][i] for c in cols}, "_remove": kinds[i] in REMOVES} for i in order]
 
 
 def changed_overlays(changes: pa.Table) -> dict[str, Overlay | None]:
@@ -271,7 +245,8 @@ def _rebased(tables: OpenTables, topics: RouteTopics, base: BaseIndex, version: 
     if base.version == version:
         return fresh
     changes = read_changes(tables.warehouse, TOPIC_BASE, base.version + 1, version, tables)
-    return fresh.changed(changed_entries(fresh.raw, changes), {})
+    entries, ids = changed_entries(fresh, changes)
+    return fresh.changed(entries, {}, ids)
 
 
 def next_index(
@@ -327,8 +302,8 @@ def next_index(
         except ChangesUnavailableError as exc:
             return full(f"no change feed: {exc}")
         rows = changes.num_rows
-        entries = changed_entries(topics.raw, changes)
-        topics, changed = topics.changed(entries, {}), frozenset(entries)
+        entries, ids = changed_entries(topics, changes)
+        topics, changed = topics.changed(entries, {}, ids), frozenset(entries)
         limit = max(min_full_rows, max_change_fraction * topics.base.topic_count)
         if topics.delta_topics > limit:  # the delta is large: a base at this version
             base = base_index(warehouse, new, shared, tables)

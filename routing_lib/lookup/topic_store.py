@@ -122,6 +122,11 @@ class TopicStore:
     def get(self, topic: str) -> Entry | None:
         return self._shards[hash(topic) & _MASK].get(topic)
 
+    def get_many(self, topics: Iterable[str]) -> list[Entry | None]:
+        """`get` of each topic (one comprehension, no call per topic)."""
+        shards = self._shards
+        return [shards[hash(topic) & _MASK].get(topic) for topic in topics]
+
     def __contains__(self, topic: object) -> bool:
         return isinstance(topic, str) and topic in self._shards[hash(topic) & _MASK]
 
@@ -159,6 +164,11 @@ class TopicStore:
                 size += old is None
                 row_count += len(entry) // 2
         return TopicStore(tuple(shards), size, row_count)
+
+    def shards(self) -> tuple[dict[str, Entry], ...]:
+        """The shard dicts (read-only): a shard this store shares with the one it came from
+        is the same object, so its topics are known to be unchanged."""
+        return self._shards
 
     def values(self) -> Iterator[Entry]:
         for shard in self._shards:
