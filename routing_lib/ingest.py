@@ -132,9 +132,10 @@ def classify(
                 raw, source, position, now_ms, max_future_skew_ms, clock, store, known_records=False
             )
         ref = topics_ref(stored) if validated_table is not None else None
-        if validated_table is not None and ref is not None:
+        index = table_index(store) if ref is not None else None
+        if validated_table is not None and ref is not None and index is not None:
             # durable now: other processes may take it instead of validating the table
-            table_index(store).publish(validated_table, ref)
+            index.publish(validated_table, ref)
     if stored is not classified.payload:
         classified = dataclasses.replace(classified, payload=stored)
     if not known and cut is not None and classified.payload is not None:

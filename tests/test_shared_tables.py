@@ -158,6 +158,7 @@ def test_another_format_of_the_packed_table_keys_other_entries(tmp_path: Path, m
     import routing_lib.shared_tables as shared_tables
 
     index = table_index(ContentSettings(str(tmp_path / "content"), min_chars=4096))
+    assert index is not None
     key = os.urandom(16)
     now = index.entry(key)
     monkeypatch.setattr(shared_tables, "TABLE_FORMAT", b"another version of the code")
@@ -172,6 +173,7 @@ def test_the_collector_deletes_entries_past_its_grace(tmp_path: Path, fresh_work
     stamp = time.time() - 3_600
     os.utime(old, (stamp, stamp))
     index = table_index(store)
+    assert index is not None
     young = Path(index.entry(b"\x01" * 16))
     index.publish(
         b"\x01" * 16, topics_ref(classified(registration(1, tmp_path.name), store)[2] or "") or ""
@@ -180,3 +182,8 @@ def test_the_collector_deletes_entries_past_its_grace(tmp_path: Path, fresh_work
     report = sweep(str(content), set(), time.time(), grace_s=600)
     assert not old.exists() and young.exists()
     assert report.deleted_files >= 1
+
+
+def test_object_storage_has_no_index():
+    """Taking a table there would read every chunk back: slower than validating it."""
+    assert table_index(ContentSettings("s3://bucket/checkpoint/content", min_chars=4096)) is None
