@@ -14,10 +14,9 @@ from routing_lib.spark.session import WORKER_DAEMON
 from routing_lib.spark.warm_workers import finish, start_python_workers
 from routing_lib.spark.worker_daemon import installed_copies
 
-spark_test = pytest.mark.spark
+pytestmark = pytest.mark.spark
 
 
-@spark_test
 def test_workers_fork_from_the_daemon_that_imported_routelake(spark):
     def parent_and_modules(_):
         # defined here, so it is pickled by value and imports nothing of routelake itself
@@ -65,7 +64,6 @@ def _uptime_ticks() -> int:
     return int(float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK"))
 
 
-@spark_test
 def test_warmed_workers_run_the_next_pandas_tasks(spark):
     """The warm-up job forks the workers that the query's Arrow tasks then run in: started
     before the next job, none forked for it (a daemon of another kind would fork anew)."""
