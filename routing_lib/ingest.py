@@ -17,9 +17,10 @@ from routing_lib.content_files import ContentSettings
 from routing_lib.core.admin import group_key
 from routing_lib.core.content import MissingContentError
 from routing_lib.core.rows import internal_error_reason
-from routing_lib.core.wire import externalize, pack_event
+from routing_lib.core.wire import externalize, pack_event, topics_ref
 from routing_lib.known_records import KnownRecords, cut_event_time
 from routing_lib.known_tables import KnownTables
+from routing_lib.shared_tables import table_index
 from schemas.route_event import (
     INT64_MAX,
     INT64_MIN,
@@ -87,6 +88,7 @@ def classify(
     """
     cut = None
     known = False
+    validated_table = None  # the key of a table this call validated, to publish once stored
     try:
         cut = cut_event_time(raw)
         template = KNOWN_RECORDS.lookup(cut) if cut is not None and known_records else None
@@ -103,26 +105,37 @@ def classify(
             )
             known = True
         else:
-            classified = _classify(raw, source, position, now_ms, max_future_skew_ms, clock)
+            classified = _classify(
+                raw, source, position, now_ms, max_future_skew_ms, clock, store, known_records
+            )
+            validated_table = KNOWN_TABLES.take_validated()
             if not INT64_MIN <= classified.event_time <= INT64_MAX:  # Arrow would refuse the row
                 raise OverflowError(f"eventTime {classified.event_time} does not fit a BIGINT")
     except Exception as exc:  # the last line of defence: the schema should have caught it
+        KNOWN_TABLES.take_validated()  # not this record's to publish
         log.warning("record %s:%s failed validation unexpectedly: %r", source, position, exc)
         return dead_letter(raw, source, position, internal_error_reason(exc))
     if classified.payload is None or store is None:
         stored = classified.payload
-    elif known:
+    else:
         try:
             stored = _stored(classified.payload, store)
         except MissingContentError:
-            # the template's table went from memory and from the store (collected while no
-            # state named it): the record itself still holds it, so classify it afresh (its
-            # template is remembered anew, with the table stored again)
+            if not known_records:
+                raise  # validated in full here: its table was just stored, not read
+            # the table of the record's template, or of a known table taken by reference,
+            # went from memory and from the store (collected while no state named it): the
+            # record itself still holds it, so classify it afresh (its template is remembered
+            # anew, with the table validated and stored again)
+            KNOWN_TABLES.forget(raw)
             return classify(
                 raw, source, position, now_ms, max_future_skew_ms, clock, store, known_records=False
             )
-    else:
-        stored = _stored(classified.payload, store)
+        ref = topics_ref(stored) if validated_table is not None else None
+        index = table_index(store) if ref is not None else None
+        if validated_table is not None and ref is not None and index is not None:
+            # durable now: other processes may take it instead of validating the table
+            index.publish(validated_table, ref)
     if stored is not classified.payload:
         classified = dataclasses.replace(classified, payload=stored)
     if not known and cut is not None and classified.payload is not None:
@@ -143,11 +156,15 @@ def _classify(
     now_ms: int | None,
     max_future_skew_ms: int,
     clock: str,
+    store: ContentSettings | None = None,
+    known_tables: bool = True,
 ) -> Classified:
     packed = None
     event: AnyEvent
     try:
-        split = KNOWN_TABLES.classify(raw)
+        # with a content store, a table another process validated is taken by reference
+        index = table_index(store) if store is not None and known_tables else None
+        split = KNOWN_TABLES.classify(raw, index) if known_tables else None
         if split is not None:  # a registration whose table is known: its head validated
             event, packed = split
         else:

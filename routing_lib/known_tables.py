@@ -21,6 +21,13 @@ Why the verdict and the packed event cannot differ from a full validation
   one place the required top-level key can be, and the model's fields are validated one by
   one; the table's one cross-check (each key is its topicName) is made on the table here;
 - anything else (a refusal, a small table) takes the full path, which gives the reason.
+
+Across processes (stage one's Python workers each meet every broker's table): a table
+validated in one process is published under its hash in an index beside the content store
+(routing_lib/shared_tables.py) once its content reference is durable; another process that
+does not know the hash takes the reference from there instead of validating the table again.
+The reference names the packed table the other process made from the same bytes, with the
+same code (the index is keyed by a fingerprint of the table's schema and packed form too).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -44,6 +51,20 @@ _TABLE_ADAPTER: TypeAdapter[dict[str, Any]] = TypeAdapter(
 )
 # Below this many bytes a table costs little to validate: the full path takes it.
 MIN_TABLE_BYTES = 4096
+
+
+def _table_format() -> bytes:
+    """A fingerprint of what validating a table and packing it make: the table type's core
+    schema and the packed form of a sample table (either changing changes it)."""
+    sample = {"t": {"topicName": "t", "readQueueNums": 2, "perm": 6, "order": True}}
+    # a schema's 'ref' ends with the id() of its class in this process: left out
+    schema = re.sub(r"('ref': '[^']*):\d+'", r"\1'", repr(_TABLE_ADAPTER.core_schema))
+    text = schema + packed_table(sample)
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
+# keys tables shared between processes (routing_lib/shared_tables.py)
+TABLE_FORMAT = _table_format()
 
 
 def table_span(raw: bytes) -> tuple[int, int] | None:
@@ -73,8 +94,18 @@ def _validated_table(segment: bytes) -> str | None:
     return packed_table(table)
 
 
+class TableIndex(Protocol):
+    """Packed tables that other processes validated, by the hash of their bytes."""
+
+    def adopt(self, key: bytes) -> str | None:
+        """The packed form (a content reference) another process published for `key`, made
+        durable for this process; None when there is none (or its content is gone)."""
+        ...
+
+
 class KnownTables:
-    """An LRU of packed topic tables by the hash of their bytes, bounded by their size."""
+    """An LRU of packed topic tables by the hash of their bytes, bounded by their size. An
+    entry is the table's packed text, or its content reference when taken from an index."""
 
     def __init__(self, max_bytes: int = 128 * 1024 * 1024, min_table_bytes: int = MIN_TABLE_BYTES):
         self.max_bytes = max_bytes
@@ -82,10 +113,17 @@ class KnownTables:
         self._tables: OrderedDict[bytes, str] = OrderedDict()
         self._bytes = 0
         self.hits = 0
+        self.adopted = 0  # tables taken from an index
+        # the key of the table the last `classify` validated here, until `take_validated`
+        self._validated: bytes | None = None
 
-    def classify(self, raw: bytes) -> tuple[PipelineRegister, str] | None:
+    def classify(
+        self, raw: bytes, index: TableIndex | None = None
+    ) -> tuple[PipelineRegister, str] | None:
         """(the validated registration without its table, the packed registration) for a
-        registration record whose table can be cut out; None: validate the record in full."""
+        registration record whose table can be cut out; None: validate the record in full.
+        A table this process does not know is looked up in `index` before it is validated."""
+        self._validated = None
         span = table_span(raw)
         if span is None or span[1] - span[0] < self.min_table_bytes:
             return None
@@ -99,15 +137,36 @@ class KnownTables:
         segment = memoryview(raw)[start:end]
         key = hashlib.blake2b(segment, digest_size=16).digest()
         table = self._tables.get(key)
-        if table is None:
+        if table is not None:
+            self._tables.move_to_end(key)
+            self.hits += 1
+        elif index is not None and (table := index.adopt(key)) is not None:
+            self._remember(key, table)
+            self.adopted += 1
+        else:
             table = _validated_table(bytes(segment))
             if table is None:
                 return None
             self._remember(key, table)
-        else:
-            self._tables.move_to_end(key)
-            self.hits += 1
+            self._validated = key
         return head, pack_register(head, table)
+
+    def take_validated(self) -> bytes | None:
+        """The key of the table the last `classify` call validated in this process (None if it
+        validated none), once: the caller publishes it when its reference is durable."""
+        key, self._validated = self._validated, None
+        return key
+
+    def forget(self, raw: bytes) -> None:
+        """Drop the entry of the record's table (its content reference named content that is
+        gone: the record is validated afresh)."""
+        span = table_span(raw)
+        if span is None:
+            return
+        key = hashlib.blake2b(memoryview(raw)[span[0] : span[1]], digest_size=16).digest()
+        table = self._tables.pop(key, None)
+        if table is not None:
+            self._bytes -= len(table)
 
     def _remember(self, key: bytes, table: str) -> None:
         self._tables[key] = table

@@ -16,6 +16,7 @@ from routing_lib.jobs import app_name
 from routing_lib.spark.pipeline import ContentOptions, JobSettings, start_query
 from routing_lib.spark.session import build_spark
 from routing_lib.spark.sources import CLOCK_FILE, archive_stream
+from routing_lib.spark.warm_workers import finish, start_python_workers
 
 
 def default_checkpoint(warehouse: str) -> str:
@@ -72,6 +73,8 @@ def run_backfill(
         raise FileNotFoundError(f"input not found: {', '.join(missing)}")
     checkpoint = checkpoint or default_checkpoint(warehouse)
     spark = spark or build_spark(config, app_name("backfill"))
+    # the Python workers start while the driver creates the tables and plans the first batch
+    warming = start_python_workers(spark)
     paths = [_spark_location(p) for p in inputs]
     delay = config.routes.watermark_delay_ms
     if as_of is not None:
@@ -93,6 +96,9 @@ def run_backfill(
     classified = archive_stream(
         spark, paths, max_files_per_trigger, settings.warehouse, skew, settings.content
     )
-    with _balanced_file_tasks(spark):
-        query = start_query(spark, classified, settings, available_now=True)
-        query.awaitTermination()
+    try:
+        with _balanced_file_tasks(spark):
+            query = start_query(spark, classified, settings, available_now=True)
+            query.awaitTermination()
+    finally:
+        finish(warming)
