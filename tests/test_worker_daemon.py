@@ -22,13 +22,16 @@ def test_workers_fork_from_the_daemon_that_imported_routelake(spark):
         yield (
             [part.decode() for part in parent if part],
             "routing_lib.spark.stateful" in sys.modules and "pandas" in sys.modules,
+            sys.modules["pyspark"].__file__,
         )
 
     rows = spark.sparkContext.parallelize(range(4), 2).mapPartitions(parent_and_modules).collect()
     assert len(rows) == 2
-    for parent, loaded in rows:
+    for parent, loaded, pyspark_file in rows:
         assert parent[1:3] == ["-m", WORKER_DAEMON], parent
         assert loaded
+        # the installed package's compiled modules, not Spark's source-only zip
+        assert ".zip" not in pyspark_file, pyspark_file
 
 
 def test_a_cluster_session_keeps_pysparks_daemon():
