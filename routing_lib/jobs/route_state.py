@@ -21,8 +21,9 @@ from routing_lib.metrics import JobMetrics, KafkaProbe, serve_metrics
 from routing_lib.spark.delta_writer import BatchReport
 from routing_lib.spark.failures import JobPlaces, StreamJobFailure, explain
 from routing_lib.spark.pipeline import ContentOptions, JobSettings, start_query
-from routing_lib.spark.session import build_spark
+from routing_lib.spark.session import build_spark, daemon_conf
 from routing_lib.spark.sources import kafka_stream
+from routing_lib.spark.warm_up import WorkerWarmUp
 
 log = logging.getLogger("routelake.route_state")
 
@@ -39,6 +40,9 @@ def run_route_state(
     metrics = JobMetrics()
     probe = _serve_metrics(config, metrics, metrics_port)
     spark = build_spark(config, app_name("route_state"))
+    if daemon_conf(config.spark.master):
+        # the Python workers start during the set-up below, not in the first micro-batch
+        WorkerWarmUp(spark).start()
     from routing_lib.spark.progress_listener import ProgressListener
 
     listener = ProgressListener(metrics)
