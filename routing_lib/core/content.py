@@ -32,8 +32,9 @@ import json
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from functools import partial
 from typing import Protocol
 
@@ -170,6 +171,8 @@ class ContentStore:
         self._chunked_by_digest: OrderedDict[str, str] = OrderedDict()
         self.backend_reads = 0
         self.backend_writes = 0
+        # inside deferred_writes: backend name -> the references queued (and their backend)
+        self._deferred: dict[str, dict[str, ContentBackend]] | None = None
 
     # -- backends ----------------------------------------------------------------------------
     def attach(self, backend: ContentBackend) -> ContentBackend:
@@ -252,35 +255,68 @@ class ContentStore:
     def ensure(self, ref: str, backend: ContentBackend | None) -> None:
         """Make the content of `ref` durable in `backend`: written, or touched if there, unless
         this process did so within `freshness_s` seconds. A chunked reference's chunks are
-        made durable before its manifest."""
+        made durable before its manifest. Inside `deferred_writes`, queued for its end."""
         if backend is None:
             if ref in self._texts and not self._durable(ref):
                 self._pinned.add(ref)
             return
         backend = self.attach(backend)
         ensured_at = self._ensured_at[backend.name]
-        now = time.monotonic()
-        if now - ensured_at.get(ref, -math.inf) < self.freshness_s:
+        if time.monotonic() - ensured_at.get(ref, -math.inf) < self.freshness_s:
             return
-        text = self.get(ref)
-        if is_chunked_ref(ref):
-            pieces = self._pieces[ref]
-            due = [
-                (piece_ref, text[start:end])
-                for piece_ref, start, end in pieces
-                if now - ensured_at.get(piece_ref, -math.inf) >= self.freshness_s
-            ]
-            _write_all(backend, due)
-            self.backend_writes += len(due)
-            for piece_ref, _ in due:
-                ensured_at[piece_ref] = now
-            backend.write(ref, manifest_text(pieces))
-        else:
-            backend.write(ref, text)
-        self.backend_writes += 1
-        ensured_at[ref] = now
-        self._written[backend.name].add(ref)
-        self._pinned.discard(ref)
+        if self._deferred is not None:
+            self._deferred.setdefault(backend.name, {}).setdefault(ref, backend)
+            return
+        self._write_durable(backend, [ref])
+
+    @contextmanager
+    def deferred_writes(self) -> Iterator[None]:
+        """`ensure` within the block queues its writes; leaving it writes them all side by side
+        (every chunk, then every manifest and single file) before they count as durable. So a
+        reference made within may leave the process only after the block: stage one
+        classifies a whole frame of records, then writes their new tables' chunks in one
+        round of fsyncs instead of one round per table. On an exception nothing queued is
+        written (the task fails; its texts stay in memory, not durable, written when next
+        ensured)."""
+        if self._deferred is not None:  # nested: the outer block writes
+            yield
+            return
+        self._deferred = {}
+        try:
+            yield
+            queued, self._deferred = self._deferred, None
+            for refs in queued.values():
+                self._write_durable(next(iter(refs.values())), list(refs))
+        finally:
+            self._deferred = None
+
+    def _write_durable(self, backend: ContentBackend, refs: list[str]) -> None:
+        """Write or touch these references' files (chunks first, side by side), then record
+        them as durable in `backend`."""
+        ensured_at = self._ensured_at[backend.name]
+        now = time.monotonic()
+        chunks: dict[str, str] = {}
+        finals: list[tuple[str, str]] = []
+        for ref in refs:
+            text = self.get(ref)
+            if is_chunked_ref(ref):
+                pieces = self._pieces[ref]
+                for piece_ref, start, end in pieces:
+                    if now - ensured_at.get(piece_ref, -math.inf) >= self.freshness_s:
+                        chunks.setdefault(piece_ref, text[start:end])
+                finals.append((ref, manifest_text(pieces)))
+            else:
+                finals.append((ref, text))
+        _write_all(backend, list(chunks.items()))
+        self.backend_writes += len(chunks)
+        for piece_ref in chunks:
+            ensured_at[piece_ref] = now
+        _write_all(backend, finals)
+        self.backend_writes += len(finals)
+        for ref, _ in finals:
+            ensured_at[ref] = now
+            self._written[backend.name].add(ref)
+            self._pinned.discard(ref)
 
     # -- reading -----------------------------------------------------------------------------
     def get(self, ref: str) -> str:

@@ -23,6 +23,7 @@ from routing_lib.spark.failures import JobPlaces, StreamJobFailure, explain
 from routing_lib.spark.pipeline import ContentOptions, JobSettings, start_query
 from routing_lib.spark.session import build_spark
 from routing_lib.spark.sources import kafka_stream
+from routing_lib.spark.warm_workers import start_python_workers
 
 log = logging.getLogger("routelake.route_state")
 
@@ -39,6 +40,9 @@ def run_route_state(
     metrics = JobMetrics()
     probe = _serve_metrics(config, metrics, metrics_port)
     spark = build_spark(config, app_name("route_state"))
+    # the Python workers start during the set-up below, not in the first micro-batch (local
+    # masters; the thread ends on its own, long before the query does)
+    start_python_workers(spark)
     from routing_lib.spark.progress_listener import ProgressListener
 
     listener = ProgressListener(metrics)

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from routing_lib import storage
 from routing_lib.config import KafkaConfig
 from routing_lib.content_files import ContentSettings
+from routing_lib.core.content import CONTENT
 from routing_lib.ingest import CLOCK_KEY, Classified, archive_records, classify
 from routing_lib.spark.admin_log import fan_out_deletes
 
@@ -118,24 +119,23 @@ def make_kafka_classifier(
     def classify_kafka(frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for pdf in frames:
             now_ms = int(time.time() * 1000)
-            yield _frame(
-                fan_out_deletes(
-                    [
-                        classify(
-                            bytes(value) if value is not None else b"",
-                            f"{topic}-{partition}",
-                            int(offset),
-                            now_ms,
-                            max_future_skew_ms,
-                            store=store,
-                        )
-                        for value, topic, partition, offset in zip(
-                            pdf["value"], pdf["topic"], pdf["partition"], pdf["offset"], strict=True
-                        )
-                    ],
-                    warehouse,
-                )
-            )
+            # the frame's new tables made durable together when it is classified, before any
+            # of its references leaves the worker (one round of fsyncs, not one per table)
+            with CONTENT.deferred_writes():
+                items = [
+                    classify(
+                        bytes(value) if value is not None else b"",
+                        f"{topic}-{partition}",
+                        int(offset),
+                        now_ms,
+                        max_future_skew_ms,
+                        store=store,
+                    )
+                    for value, topic, partition, offset in zip(
+                        pdf["value"], pdf["topic"], pdf["partition"], pdf["offset"], strict=True
+                    )
+                ]
+            yield _frame(fan_out_deletes(items, warehouse))
 
     return classify_kafka
 
