@@ -197,7 +197,12 @@ def freshness(args, config) -> None:
                 name, started_monotonic + acked - fleet.started
             ),
         )
-    report = fleet.wait()
+    try:
+        report = fleet.wait()
+    except BaseException:  # a SIGTERM or an error: the lookup's server is a process of its own
+        if lookup is not None:
+            lookup.stop()
+        raise
     behind_s = max(
         0.0, report.ended - fleet.started - (report.last_event_time - fleet.wall_start_ms) / 1000
     )
