@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -168,11 +168,11 @@ class RouteRisks:
             for name, b in brokers.items()
             if MASTER_ID in b["brokerAddrs"] or str(MASTER_ID) in b["brokerAddrs"]
         }
-        system = frozenset(index.system_topics)
-        delta_part = _DeltaPart(index.store, cluster_of, masters, system)
+        context = _RiskContext(cluster_of, masters, frozenset(index.system_topics))
+        delta_part = _DeltaPart(index.store, context)
         unwritable, single = delta_part.risks(self._delta_part)
         self._delta_part = delta_part
-        part = _BasePart(index.store, cluster_of, masters, system)
+        part = _BasePart(index.store, context)
         base_unwritable, base_single = part.risks(self._base_part)
         self._base_part = part
         if self._index is not None:
@@ -272,21 +272,24 @@ def _groups_of(entry: Entry, cluster_of: Mapping[str, str]) -> Groups:
 TopicsByCluster = tuple[dict[str, list[str]], dict[str, list[str]]]
 
 
+class _RiskContext(NamedTuple):
+    """What a topic's risk depends on besides its holders: a store's counts carry over to the
+    next store only while it is the same."""
+
+    cluster_of: Mapping[str, str]
+    masters: set[str]
+    system: frozenset[str]
+
+
 class _DeltaPart:
     """The delta's topics' risks of one store, per shard of the delta: a shard the store
     shares with the last one (the same dict: copy on write) keeps its risks while the
     brokers, system topics and overlays are the same, so after a base change of 10 000
     topics each snapshot counts only the shards its own changes touched."""
 
-    def __init__(
-        self,
-        topics: RouteTopics,
-        cluster_of: Mapping[str, str],
-        masters: set[str],
-        system: frozenset[str],
-    ) -> None:
+    def __init__(self, topics: RouteTopics, context: _RiskContext) -> None:
         self.topics = topics
-        self.context = (cluster_of, masters, system)
+        self.context = context
         self.shards = topics.delta.shards()
         self.found: list[TopicsByCluster] = []
 
@@ -342,15 +345,9 @@ class _BasePart:
     the delta, so the base part loses them and nothing else changes (a flip, a broker or
     system topic change: counted again)."""
 
-    def __init__(
-        self,
-        topics: RouteTopics,
-        cluster_of: Mapping[str, str],
-        masters: set[str],
-        system: frozenset[str],
-    ) -> None:
+    def __init__(self, topics: RouteTopics, context: _RiskContext) -> None:
         self.topics = topics
-        self.cluster_of, self.masters, self.system = cluster_of, masters, system
+        self.context = context
         self.found: tuple[dict[str, TopicIds], dict[str, TopicIds]] | None = None
 
     def _carries(self, last: _BasePart) -> bool:
@@ -360,8 +357,7 @@ class _BasePart:
             and old.base is new.base
             and old.present is new.present  # no flip (a flip copies the arrays)
             and old.special == new.special  # the same perm ops
-            and (last.cluster_of, last.masters, last.system)
-            == (self.cluster_of, self.masters, self.system)
+            and last.context == self.context
         )
 
     def risks(self, last: _BasePart | None) -> tuple[dict[str, TopicIds], dict[str, TopicIds]]:
@@ -377,7 +373,7 @@ class _BasePart:
                 for cluster in [c for c, ids in found.items() if not ids.size]:
                     del found[cluster]
         else:
-            self.found = _base_risks(self.topics, self.cluster_of, self.masters, self.system)
+            self.found = _base_risks(self.topics, *self.context)
         return self.found
 
 
