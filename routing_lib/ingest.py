@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from routing_lib.content_files import ContentSettings
 from routing_lib.core.admin import group_key
-from routing_lib.core.content import MissingContentError
+from routing_lib.core.content import CONTENT, MissingContentError
 from routing_lib.core.rows import internal_error_reason
 from routing_lib.core.wire import externalize, pack_event, topics_ref
 from routing_lib.known_records import KnownRecords, cut_event_time
@@ -134,8 +134,10 @@ def classify(
         ref = topics_ref(stored) if validated_table is not None else None
         index = table_index(store) if ref is not None else None
         if validated_table is not None and ref is not None and index is not None:
-            # durable now: other processes may take it instead of validating the table
-            index.publish(validated_table, ref)
+            # once durable (at the end of a Kafka frame's deferred writes), other processes
+            # may take it instead of validating the table
+            publish, key = index.publish, validated_table
+            CONTENT.when_durable(lambda: publish(key, ref))
     if stored is not classified.payload:
         classified = dataclasses.replace(classified, payload=stored)
     if not known and cut is not None and classified.payload is not None:

@@ -68,9 +68,12 @@ class SharedTableIndex:
         if not is_ref(ref):
             return None
         try:
-            # durable for this process as for any reference it lets out: read (its digests
-            # checked) and its files touched; content that is gone or corrupt is a miss
-            CONTENT.ensure(ref, self.store.backend())
+            # read here (its digests checked: content that is gone or corrupt is a miss, even
+            # inside deferred writes, where `ensure` only queues), then made durable for this
+            # process as for any reference it lets out (its files touched)
+            backend = CONTENT.attach(self.store.backend())
+            CONTENT.get(ref)
+            CONTENT.ensure(ref, backend)
         except CONTENT_FAILURES:
             return None
         return ref

@@ -187,3 +187,27 @@ def test_the_collector_deletes_entries_past_its_grace(tmp_path: Path, fresh_work
 def test_object_storage_has_no_index():
     """Taking a table there would read every chunk back: slower than validating it."""
     assert table_index(ContentSettings("s3://bucket/checkpoint/content", min_chars=4096)) is None
+
+
+def test_inside_deferred_writes_an_entry_waits_for_its_content_and_gone_content_is_a_miss(
+    tmp_path: Path, fresh_worker
+):
+    """Stage one on Kafka classifies a frame inside CONTENT.deferred_writes: a table's files
+    are written at the block's end, so its entry is published only then (another worker must
+    not take a reference whose files are not there yet); and a taken entry's content is read
+    at once, not only queued, so content that is gone is a miss there too."""
+    content = tmp_path / "content"
+    store = ContentSettings(str(content), min_chars=4096)
+    master, slave = registration(0, tmp_path.name), registration(1, tmp_path.name)
+    with CONTENT.deferred_writes():
+        classified(master, store)
+        assert entries(content) == []  # nothing durable yet, nothing published
+    assert len(entries(content)) == 1
+    for folder in content.iterdir():
+        if folder.name != INDEX_FOLDER:
+            shutil.rmtree(folder)
+    forget_in_memory()
+    with CONTENT.deferred_writes():
+        result = classified(slave, store)
+        assert ingest.KNOWN_TABLES.adopted == 0  # validated here, not taken
+    assert result == full_validation(slave, store) and result[3] is None

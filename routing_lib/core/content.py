@@ -173,6 +173,7 @@ class ContentStore:
         self.backend_writes = 0
         # inside deferred_writes: backend name -> the references queued (and their backend)
         self._deferred: dict[str, dict[str, ContentBackend]] | None = None
+        self._after_deferred: list[Callable[[], None]] = []  # when_durable's, in order
 
     # -- backends ----------------------------------------------------------------------------
     def attach(self, backend: ContentBackend) -> ContentBackend:
@@ -287,8 +288,20 @@ class ContentStore:
             queued, self._deferred = self._deferred, None
             for refs in queued.values():
                 self._write_durable(next(iter(refs.values())), list(refs))
+            for action in self._after_deferred:
+                action()
         finally:
             self._deferred = None
+            self._after_deferred = []
+
+    def when_durable(self, action: Callable[[], None]) -> None:
+        """Run `action` once what `ensure` made durable so far is written: now, or at the end
+        of the enclosing `deferred_writes` block (dropped if the block fails). For what tells
+        other processes about a reference (routing_lib/shared_tables.py)."""
+        if self._deferred is None:
+            action()
+        else:
+            self._after_deferred.append(action)
 
     def _write_durable(self, backend: ContentBackend, refs: list[str]) -> None:
         """Write or touch these references' files (chunks first, side by side), then record
